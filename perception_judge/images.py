@@ -1,0 +1,225 @@
+"""Image loading and the one pixel policy shared by the PPJD export, the trainer, vLLM rollouts and evaluation.
+
+Qwen-VL models cut images into 14 px (Qwen2.5-VL) or 16 px (Qwen3-VL) patches merged 2×2, so image sides
+should be multiples of 28 or 32. vLLM colocate mode in trl 1.16 re-processes images and breaks on batches of
+mixed image sizes (trl#6401), and the published release trained on native sizes but evaluated on 448×448
+squares. :class:`PixelPolicy` fixes both: one policy object, applied everywhere a judge sees an image.
+
+* ``mode="fixed"`` (default): every image becomes a ``size × size`` square (aspect ignored, as in the
+  published evaluation). 448 is a multiple of both 28 and 32.
+* ``mode="smart"``: keep the aspect ratio, sides rounded to ``factor``, area within [min_pixels, max_pixels].
+* ``mode="none"``: leave images alone (the processor then resizes them itself).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+
+# Decompression-bomb guard: refuse anything above this many pixels before decoding it.
+DEFAULT_MAX_IMAGE_PIXELS = 64_000_000
+DEFAULT_MAX_IMAGE_BYTES = 64 * 1024 * 1024
+
+
+class ImageError(ValueError):
+    """An image could not be used; ``reason`` is a short machine-readable code."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class PixelPolicy:
+    mode: str = "fixed"
+    size: int = 448
+    min_pixels: int = 56 * 56
+    max_pixels: int = 448 * 448
+    factor: int = 28
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("fixed", "smart", "none"):
+            raise ValueError(f"pixel policy mode must be fixed, smart or none, got {self.mode!r}")
+        if self.factor < 1 or self.size < self.factor:
+            raise ValueError(
+                f"pixel policy needs size >= factor >= 1 (size={self.size}, factor={self.factor})"
+            )
+        if self.mode == "fixed" and self.size % self.factor:
+            raise ValueError(
+                f"fixed image size {self.size} is not a multiple of the patch factor {self.factor}"
+            )
+        if not 0 < self.min_pixels <= self.max_pixels:
+            raise ValueError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+
+    def target_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) this policy gives an image of the given size."""
+        if self.mode == "none":
+            return width, height
+        if self.mode == "fixed":
+            return self.size, self.size
+        return smart_resize(width, height, self.factor, self.min_pixels, self.max_pixels)
+
+    def apply(self, image: Image.Image) -> Image.Image:
+        """RGB image resized by the policy (bicubic)."""
+        image = to_rgb(image)
+        w, h = self.target_size(*image.size)
+        if (w, h) == image.size:
+            return image
+        return image.resize((w, h), Image.Resampling.BICUBIC)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def smart_resize(
+    width: int, height: int, factor: int = 28, min_pixels: int = 56 * 56, max_pixels: int = 448 * 448
+) -> tuple[int, int]:
+    """Sides rounded to multiples of ``factor``, aspect ratio kept, area clamped to [min_pixels, max_pixels]."""
+    if width < 1 or height < 1:
+        raise ImageError("bad_size", f"{width}x{height}")
+    if max(width, height) / min(width, height) > 200:
+        raise ImageError("bad_aspect", f"aspect ratio of {width}x{height} exceeds 200")
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return w, h
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode == "RGB":
+        return image
+    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.split()[-1])
+        return background
+    return image.convert("RGB")
+
+
+def resolve_under(root: str | os.PathLike[str], relative: str) -> Path:
+    """Resolve a relative image path under ``root``; refuse absolute paths and escapes (``..``, symlinks)."""
+    if not isinstance(relative, str) or not relative.strip():
+        raise ImageError("bad_path", "empty image path")
+    if (
+        os.path.isabs(relative)
+        or relative.startswith(("/", "\\"))
+        or (len(relative) > 1 and relative[1] == ":")
+    ):
+        raise ImageError("path_escapes_root", f"absolute image path {relative!r} is not allowed")
+    root_path = Path(root).resolve()
+    candidate = (root_path / relative).resolve()
+    if candidate != root_path and root_path not in candidate.parents:
+        raise ImageError(
+            "path_escapes_root", f"image path {relative!r} leaves the image root {str(root_path)!r}"
+        )
+    return candidate
+
+
+def load_image(
+    src: Any,
+    root: str | os.PathLike[str] | None = None,
+    max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+) -> Image.Image:
+    """Load an RGB image from a path (relative to ``root`` when given), bytes, a data URL, a ``{"bytes",
+    "path"}`` dict (the datasets Image cell), or a PIL image. Raises :class:`ImageError` with a reason code:
+    ``missing``, ``bad_path``, ``path_escapes_root``, ``too_large``, ``corrupt``."""
+    if isinstance(src, Image.Image):
+        _check_pixels(src.size, max_pixels)
+        return to_rgb(src)
+    if isinstance(src, dict):
+        if src.get("bytes"):
+            return load_image(bytes(src["bytes"]), root, max_bytes, max_pixels)
+        if src.get("path"):
+            return load_image(src["path"], root, max_bytes, max_pixels)
+        raise ImageError("missing", "image cell has neither bytes nor path")
+    if isinstance(src, bytes | bytearray | memoryview):
+        data = bytes(src)
+    elif isinstance(src, str | os.PathLike):
+        s = os.fspath(src)
+        if s.startswith("data:"):
+            data = decode_data_url(s)
+        else:
+            path = resolve_under(root, s) if root is not None else Path(s)
+            if not path.is_file():
+                raise ImageError("missing", f"no image file at {str(path)!r}")
+            size = path.stat().st_size
+            if size > max_bytes:
+                raise ImageError("too_large", f"{str(path)!r} is {size} bytes (limit {max_bytes})")
+            data = path.read_bytes()
+    elif src is None:
+        raise ImageError("missing", "no image")
+    else:
+        raise ImageError("bad_path", f"unsupported image value of type {type(src).__name__}")
+    if len(data) > max_bytes:
+        raise ImageError("too_large", f"{len(data)} bytes (limit {max_bytes})")
+    if not data:
+        raise ImageError("corrupt", "empty image data")
+    try:
+        with Image.open(io.BytesIO(data)) as probe:
+            _check_pixels(probe.size, max_pixels)
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except ImageError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise ImageError("corrupt", f"{type(e).__name__}: {e}") from None
+    return to_rgb(image)
+
+
+def _check_pixels(size: tuple[int, int], max_pixels: int) -> None:
+    if size[0] * size[1] > max_pixels:
+        raise ImageError("too_large", f"{size[0]}x{size[1]} exceeds {max_pixels} pixels")
+
+
+def image_bytes(image: Image.Image, fmt: str = "PNG", quality: int = 90) -> bytes:
+    buf = io.BytesIO()
+    image = to_rgb(image)
+    if fmt.upper() in ("JPEG", "JPG"):
+        image.save(buf, format="JPEG", quality=quality)
+    else:
+        image.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def downscale(image: Image.Image, max_side: int) -> Image.Image:
+    """Shrink (never enlarge) so the longest side is at most ``max_side`` (LANCZOS)."""
+    w, h = image.size
+    if max(w, h) <= max_side:
+        return image
+    scale = max_side / max(w, h)
+    return image.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.LANCZOS)
+
+
+def to_data_url(image: Image.Image, max_side: int | None = 1024, fmt: str = "JPEG", quality: int = 90) -> str:
+    """A base64 data URL for OpenAI-compatible ``image_url`` parts, downscaled to ``max_side``."""
+    image = to_rgb(image)
+    if max_side:
+        image = downscale(image, max_side)
+    mime = "jpeg" if fmt.upper() in ("JPEG", "JPG") else fmt.lower()
+    return f"data:image/{mime};base64," + base64.b64encode(image_bytes(image, fmt, quality)).decode("ascii")
+
+
+def decode_data_url(url: str) -> bytes:
+    head, sep, payload = url.partition(",")
+    if not sep or not head.startswith("data:") or ";base64" not in head:
+        raise ImageError("corrupt", "not a base64 data URL")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except ValueError as e:
+        raise ImageError("corrupt", f"bad base64 payload: {e}") from None

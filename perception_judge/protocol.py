@@ -1,0 +1,332 @@
+"""The judge protocol shared by training and evaluation: prompt → rendered generation prompt → completion → scores.
+
+Three protocols:
+
+* ``batch``  — N >= 2 responses shown as Assistant 1..N; one distinct integer score 1-10 per response.
+* ``pair``   — two responses, two scores.
+* ``single`` — one response, one score.
+
+Every protocol asks for step-by-step reasoning inside ``<think>…</think>`` first, then one
+``<answer>score</answer>`` tag per response, in order. Messages are trl conversational messages whose content
+is always a list of blocks, with bare ``{"type": "image"}`` placeholders that trl (training) or our backends
+(evaluation) fill with the images in order.
+
+:func:`render_generation_prompt` is the single place where a prompt becomes model input text. It appends
+``<think>\\n`` when the model's chat template does not already open a think block (Qwen3-VL-Thinking templates
+do; Qwen2.5-VL / Flex-VL templates do not). It does so by installing the prefix into the processor's chat
+template (:func:`prepare_processor`), so trl's own ``apply_chat_template`` call during GRPO produces the
+identical string: training and evaluation prompts cannot drift apart.
+
+:func:`parse_scores` is the single parser. It reads only the final answer: tags inside the reasoning are
+ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from perception_judge.schema import MAX_SCORE, MIN_SCORE, PROTOCOLS, SLOTS, validate_protocol
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+THINK_PREFIX = "<think>\n"
+
+# ----------------------------------------------------------------------------------------------------------
+# Prompt builders (our wording)
+# ----------------------------------------------------------------------------------------------------------
+
+_ROLE = (
+    "You are a careful, impartial judge of answers written by AI assistants. Some questions come with an image; "
+    "when one is given, look at it first and check every visual claim an answer makes (counts, colours, text, "
+    "numbers, positions) against what the image actually shows. An answer that reasons fluently from details "
+    "the image contradicts is a wrong answer."
+)
+_CRITERIA = (
+    "Judge correctness with respect to the image and the question first, then helpfulness, relevance and level "
+    "of detail. Scores are integers from 1 (worst) to 10 (best)."
+)
+_NEUTRAL = "Do not let the length or the writing style of an answer sway you."
+_NEUTRAL_ORDER = "Do not let the order in which the answers appear, their length or their style sway you."
+_FORMAT = (
+    "Write your step-by-step reasoning inside <think> </think> first. After </think>, write {what} and nothing "
+    "else, for example: <think> ... </think>{example}"
+)
+_EXAMPLE_SCORES = (6, 9, 3, 8, 2, 7, 4, 10, 5, 1)
+
+
+def _example(n: int) -> str:
+    return "".join(f"<answer>{s}</answer>" for s in _EXAMPLE_SCORES[:n])
+
+
+def system_prompt(protocol: str, n: int) -> str:
+    """The system prompt of a protocol for ``n`` responses."""
+    validate_protocol(protocol)
+    if protocol == "single":
+        task = "You will see a question and one assistant's answer. Score the answer."
+        fmt = _FORMAT.format(what="its score in one <answer> </answer> tag", example=_example(1))
+        return " ".join([_ROLE, task, _CRITERIA, _NEUTRAL, fmt])
+    if protocol == "pair":
+        task = "You will see a question and the answers of two assistants. Score each answer."
+        fmt = _FORMAT.format(
+            what="the two scores, one <answer> </answer> tag per assistant in the order they appear",
+            example=_example(2),
+        )
+        return " ".join([_ROLE, task, _CRITERIA, _NEUTRAL_ORDER, fmt])
+    task = f"You will see a question and the answers of {n} assistants. Score each answer."
+    distinct = "Give every answer a different score, so that the scores rank the answers from best to worst."
+    fmt = _FORMAT.format(
+        what=f"the {n} scores, one <answer> </answer> tag per assistant in the order they appear",
+        example=_example(n),
+    )
+    return " ".join([_ROLE, task, _CRITERIA, distinct, _NEUTRAL_ORDER, fmt])
+
+
+def expected_scores(protocol: str, n_responses: int) -> int:
+    """How many scores a completion must contain."""
+    validate_protocol(protocol)
+    return 1 if protocol == "single" else n_responses
+
+
+def _check_responses(protocol: str, responses: list[str]) -> None:
+    n = len(responses)
+    if protocol == "single" and n != 1:
+        raise ValueError(f"the single protocol judges exactly one response, got {n}")
+    if protocol == "pair" and n != 2:
+        raise ValueError(f"the pair protocol judges exactly two responses, got {n}")
+    if protocol == "batch" and not 2 <= n <= len(SLOTS):
+        raise ValueError(f"the batch protocol judges 2..{len(SLOTS)} responses, got {n}")
+    for i, r in enumerate(responses):
+        if not isinstance(r, str):
+            raise TypeError(f"response {i + 1} is {type(r).__name__}, expected str")
+
+
+def user_text(protocol: str, question: str, responses: list[str]) -> str:
+    """The text part of the user turn: the question, then each answer under its own heading."""
+    if protocol == "single":
+        parts = [f"## Question\n{question}", f"## The assistant's answer\n{responses[0]}"]
+    else:
+        parts = [f"## Question\n{question}"]
+        parts += [f"## Answer of Assistant {i + 1}\n{r}" for i, r in enumerate(responses)]
+    return "\n\n".join(parts)
+
+
+def build_messages(
+    protocol: str, question: str, responses: list[str], n_images: int = 1
+) -> list[dict[str, Any]]:
+    """trl conversational messages for one judge prompt.
+
+    Content is always a list of blocks (so the messages store cleanly in Arrow / parquet); the user turn
+    starts with ``n_images`` bare ``{"type": "image"}`` placeholders (0 for text-only items).
+    """
+    validate_protocol(protocol)
+    _check_responses(protocol, responses)
+    if n_images < 0:
+        raise ValueError("n_images must be >= 0")
+    content: list[dict[str, Any]] = [{"type": "image"} for _ in range(n_images)]
+    content.append({"type": "text", "text": user_text(protocol, question, responses)})
+    return [
+        {"role": "system", "content": [{"type": "text", "text": system_prompt(protocol, len(responses))}]},
+        {"role": "user", "content": content},
+    ]
+
+
+def count_image_placeholders(messages: list[dict[str, Any]]) -> int:
+    n = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            n += sum(1 for part in content if isinstance(part, dict) and part.get("type") == "image")
+    return n
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rendering: the one generation-prompt renderer
+# ----------------------------------------------------------------------------------------------------------
+
+_THINK_SUFFIX_JINJA = "{% if add_generation_prompt %}{{ '<think>\\n' }}{% endif %}"
+_PROBE = [{"role": "user", "content": [{"type": "text", "text": "probe"}]}]
+
+
+def opens_think_block(text: str) -> bool:
+    """True when ``text`` ends inside an unclosed ``<think>`` block."""
+    i = text.rfind(THINK_OPEN)
+    return i != -1 and text.find(THINK_CLOSE, i) == -1
+
+
+def _tokenizer_of(processing_class: Any) -> Any:
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
+def _template_of(processing_class: Any) -> str:
+    template = getattr(processing_class, "chat_template", None) or getattr(
+        _tokenizer_of(processing_class), "chat_template", None
+    )
+    if not template:
+        raise ValueError(
+            f"{type(processing_class).__name__} has no chat template; a judge model needs one "
+            "(chat_template.jinja in the model folder)"
+        )
+    if isinstance(template, dict):  # named templates: use the default one
+        template = template.get("default") or next(iter(template.values()))
+    return template
+
+
+def template_opens_think(processing_class: Any) -> bool:
+    """Whether the processor's chat template already opens a think block in its generation prompt."""
+    text = processing_class.apply_chat_template(_PROBE, add_generation_prompt=True, tokenize=False)
+    return opens_think_block(text)
+
+
+def prepare_processor(processing_class: Any, think_prefix: str = "auto") -> Any:
+    """Install the think prefix into a processor's (and its tokenizer's) chat template, in place; idempotent.
+
+    ``think_prefix="auto"`` appends ``<think>\\n`` to the generation prompt when the template does not already
+    open a think block; ``"off"`` leaves the template alone. Returns the processor. Call it on the processor
+    that trl's GRPOTrainer gets, and :func:`render_generation_prompt` calls it for evaluation, so both see the
+    same template.
+    """
+    if think_prefix not in ("auto", "off"):
+        raise ValueError(f"think_prefix must be 'auto' or 'off', got {think_prefix!r}")
+    if think_prefix == "off" or template_opens_think(processing_class):
+        return processing_class
+    patched = _template_of(processing_class) + _THINK_SUFFIX_JINJA
+    processing_class.chat_template = patched
+    tok = _tokenizer_of(processing_class)
+    if tok is not processing_class:
+        tok.chat_template = patched
+    if not template_opens_think(processing_class):  # pragma: no cover - a template that ignores our suffix
+        raise RuntimeError("could not install the <think> prefix into the chat template")
+    return processing_class
+
+
+def render_generation_prompt(
+    processing_class: Any, messages: list[dict[str, Any]], think_prefix: str = "auto"
+) -> str:
+    """Render judge messages into the exact generation prompt the model sees (text, image tokens unexpanded)."""
+    prepare_processor(processing_class, think_prefix)
+    return processing_class.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parsing: the one score parser
+# ----------------------------------------------------------------------------------------------------------
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_INT_RE = re.compile(r"[0-9]+")
+_FORMAT_TAIL_RE = re.compile(r"\s*(?:<answer>\s*[0-9]+\s*</answer>\s*)+")
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """``scores`` is a list of ``n`` ints in 1-10, or None with a short reason in ``error``."""
+
+    scores: list[int] | None
+    error: str | None = None
+    final: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.scores is not None
+
+
+def final_answer_part(
+    text: str, reasoning: str | None = None, think_open: bool = False
+) -> tuple[str | None, str | None]:
+    """Split off the reasoning: return (final answer text, None) or (None, error).
+
+    * text after the last ``</think>`` is the final answer;
+    * a ``<think>`` without a later ``</think>`` is an unclosed block: no final answer;
+    * ``think_open=True`` says the prompt itself opened the block (the ``<think>\\n`` prefill), so a completion
+      with no ``</think>`` never closed it;
+    * a separately supplied ``reasoning`` (``reasoning_content``) means ``text`` is already the final answer.
+    """
+    if not isinstance(text, str):
+        return None, "completion is not text"
+    if THINK_CLOSE in text:
+        final = text.rsplit(THINK_CLOSE, 1)[1]
+        if THINK_OPEN in final:
+            return None, "unclosed <think> block"
+        return final, None
+    if THINK_OPEN in text:
+        return None, "unclosed <think> block"
+    if think_open and reasoning is None:
+        return None, "unclosed <think> block"
+    return text, None
+
+
+def parse_scores(text: str, n: int, reasoning: str | None = None, think_open: bool = False) -> ParseResult:
+    """Parse exactly ``n`` integer scores in 1-10 from the final answer of a judge completion.
+
+    Rules: only ``<answer>…</answer>`` tags after the reasoning count; exactly ``n`` of them; each holds an
+    unsigned integer (surrounding whitespace allowed) between 1 and 10. Decimals, signs, words, empty tags,
+    out-of-range values, unbalanced tags and unclosed think blocks are errors. Never raises on bad text.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    final, err = final_answer_part(text, reasoning, think_open)
+    if final is None:
+        return ParseResult(None, err)
+    tags = _ANSWER_RE.findall(final)
+    if final.count("<answer>") != len(tags) or final.count("</answer>") != len(tags):
+        return ParseResult(None, "unbalanced <answer> tags", final)
+    if len(tags) != n:
+        return ParseResult(None, f"expected {n} <answer> tags, found {len(tags)}", final)
+    scores: list[int] = []
+    for raw in tags:
+        value = raw.strip()
+        shown = value if len(value) <= 20 else value[:17] + "..."
+        if not _INT_RE.fullmatch(value):
+            return ParseResult(None, f"not an integer score: {shown!r}", final)
+        if len(value) > 4 or not MIN_SCORE <= int(value) <= MAX_SCORE:  # never int() a 10,000-digit string
+            return ParseResult(None, f"score {shown} outside {MIN_SCORE}-{MAX_SCORE}", final)
+        score = int(value)
+        scores.append(score)
+    return ParseResult(scores, None, final)
+
+
+def format_ok(text: str, n: int, reasoning: str | None = None, think_open: bool = False) -> bool:
+    """A closed think block followed by exactly the ``n`` answer tags the protocol requires, and nothing else.
+
+    Without the prefill (``think_open=False``) the completion must open the block itself; with it, the
+    completion must close it exactly once and never reopen it.
+    """
+    if not isinstance(text, str):
+        return False
+    if reasoning is None:
+        if text.count(THINK_CLOSE) != 1:
+            return False
+        head, tail = text.split(THINK_CLOSE)
+        opens = head.count(THINK_OPEN)
+        if think_open:
+            if opens != 0:
+                return False
+        elif opens != 1 or not head.lstrip().startswith(THINK_OPEN):
+            return False
+    else:
+        if THINK_OPEN in text or THINK_CLOSE in text:
+            return False
+        tail = text
+    if not _FORMAT_TAIL_RE.fullmatch(tail):
+        return False
+    return parse_scores(tail, n).ok
+
+
+__all__ = [
+    "PROTOCOLS",
+    "THINK_PREFIX",
+    "ParseResult",
+    "build_messages",
+    "count_image_placeholders",
+    "expected_scores",
+    "final_answer_part",
+    "format_ok",
+    "opens_think_block",
+    "parse_scores",
+    "prepare_processor",
+    "render_generation_prompt",
+    "system_prompt",
+    "template_opens_think",
+    "user_text",
+]

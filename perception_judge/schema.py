@@ -1,0 +1,225 @@
+"""The one schema every stage shares: source items, PPJD records, failures, training rows, judge requests.
+
+Stages talk to each other only through these types and the column names below, so a record written by the
+PPJD builder, a row written by the export, and a request sent to a judge backend mean the same thing
+everywhere.
+
+Vocabulary
+----------
+* ``r_c``     the verified-correct response (the source's ``chosen``).
+* ``r_rp``    r_c with perceptual details changed so they contradict the image, reasoning kept.
+* ``r_rp_r``  perceptual *and* reasoning errors (written ``r_rp+r`` in the paper).
+* Target order: r_c > r_rp > r_rp_r.
+* A *slot* is the position of a response in a judge prompt: ``A`` is "Assistant 1", ``B`` "Assistant 2", ...
+* An *order string* lists slots best to worst, e.g. ``"BCA"``: slot B best, then C, then A.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+PROTOCOLS: tuple[str, ...] = ("batch", "pair", "single")
+Protocol = Literal["batch", "pair", "single"]
+
+SLOTS = "ABCDEFGHIJ"
+"""Slot letters; ``SLOTS[i]`` is "Assistant i+1". At most 10 responses per prompt."""
+
+MIN_SCORE = 1
+MAX_SCORE = 10
+
+RESPONSE_KINDS: tuple[str, ...] = ("r_c", "r_rp", "r_rp_r")
+"""PPJD response kinds, best to worst."""
+
+# Ground-truth labels of the single (pointwise) protocol.
+VERDICT_CORRECT = "correct"
+VERDICT_INCORRECT = "incorrect"
+VERDICTS: tuple[str, ...] = (VERDICT_CORRECT, VERDICT_INCORRECT)
+
+# Columns of the exported training / validation set (Hugging Face `datasets` parquet).
+COL_PROMPT = "prompt"  # trl conversational messages with {"type": "image"} placeholders
+COL_IMAGES = "images"  # list of images (datasets Image feature), in placeholder order
+COL_PROTOCOL = "protocol"  # "batch" | "pair" | "single"
+COL_GROUND_TRUTH = "ground_truth"  # order string (batch, pair) or verdict (single)
+COL_QUESTION = "question"
+COL_RESPONSES = "responses"  # response texts in slot order
+COL_KINDS = "kinds"  # response kind per slot, e.g. ["r_rp_r", "r_c", "r_rp"]
+COL_RECORD_KEY = "record_key"
+COL_IMAGE_GROUP = "image_group"  # sha256 of the source image: the train/validation split groups on it
+TRAIN_COLUMNS: tuple[str, ...] = (
+    COL_PROMPT,
+    COL_IMAGES,
+    COL_PROTOCOL,
+    COL_GROUND_TRUTH,
+    COL_QUESTION,
+    COL_RESPONSES,
+    COL_KINDS,
+    COL_RECORD_KEY,
+    COL_IMAGE_GROUP,
+)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_key(*parts: Any) -> str:
+    """A stable 20-hex-digit key for a tuple of JSON-serialisable parts (field order matters)."""
+    blob = json.dumps(parts, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return sha256_hex(blob)[:20]
+
+
+def validate_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    return protocol
+
+
+def validate_order(order: str, n: int | None = None) -> str:
+    """Check an order string: distinct slot letters A.. covering exactly the first ``len(order)`` slots."""
+    if not isinstance(order, str) or len(order) < 2:
+        raise ValueError(f"order string must name at least two slots, got {order!r}")
+    if n is not None and len(order) != n:
+        raise ValueError(f"order string {order!r} names {len(order)} slots, expected {n}")
+    if sorted(order) != list(SLOTS[: len(order)]):
+        raise ValueError(f"order string {order!r} must be a permutation of {SLOTS[: len(order)]!r}")
+    return order
+
+
+def order_from_kinds(kinds: list[str] | tuple[str, ...]) -> str:
+    """The order string for responses of the given kinds in slot order, best (r_c) to worst (r_rp_r).
+
+    >>> order_from_kinds(["r_rp_r", "r_c", "r_rp"])
+    'BCA'
+    """
+    rank = {k: i for i, k in enumerate(RESPONSE_KINDS)}
+    slots = sorted(range(len(kinds)), key=lambda i: rank[kinds[i]])
+    return "".join(SLOTS[i] for i in slots)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# PPJD builder types
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SourceItem:
+    """One input of the PPJD builder: (image, question, ground-truth answer, correct response r_c).
+
+    ``image`` is a path (already resolved under the source's root), raw bytes, a PIL image, or None for
+    text-only items. ``spec`` holds the scene spec of synthetic items (every perceptual attribute, known
+    exactly); real sources leave it None.
+    """
+
+    item_id: str
+    question: str
+    answer: str
+    response: str
+    image: Any = None
+    source: str = ""
+    spec: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PPJDRecord:
+    """A finished PPJD record: r_c and its two verified counterfactuals.
+
+    ``image`` is a path relative to the PPJD folder (images are stored there by content hash), or None for
+    text-only records.
+    """
+
+    key: str
+    item_id: str
+    source: str
+    question: str
+    answer: str
+    r_c: str
+    r_rp: str
+    r_rp_r: str
+    answer_rp: str
+    answer_rp_r: str
+    attributes: list[str]
+    image: str | None = None
+    image_sha256: str | None = None
+    teacher: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def responses(self) -> dict[str, str]:
+        return {"r_c": self.r_c, "r_rp": self.r_rp, "r_rp_r": self.r_rp_r}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PPJDRecord:
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING} - set(d)
+        missing -= {f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING}
+        if missing:
+            raise ValueError(f"PPJD record {d.get('key', '?')!r} lacks {sorted(missing)}")
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class Failure:
+    """Why a source item did not become a record. Every rejection names a stage and a reason."""
+
+    key: str
+    item_id: str
+    stage: str
+    reason: str
+    detail: str = ""
+    attempts: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Judge requests (evaluation backends; the trainer builds the same prompts through perception_judge.protocol)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sampling:
+    """Decoding settings for one judge call. ``temperature == 0`` means greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int | None = 20
+    max_new_tokens: int = 4096
+    seed: int = 0
+
+
+@dataclass
+class JudgeRequest:
+    """One judge call: conversational messages with ``{"type": "image"}`` placeholders and the images.
+
+    ``n_scores`` is how many scores the parser must find (batch N, pair 2, single 1); ``parser`` names the
+    parser: ``"protocol"`` (``<answer>`` tags, perception_judge.protocol.parse_scores) or another name
+    registered by the evaluation package (e.g. the MM-JudgeBias ``### Score:`` format).
+    """
+
+    request_id: str
+    messages: list[dict[str, Any]]
+    images: list[Any] = field(default_factory=list)
+    n_scores: int = 1
+    parser: str = "protocol"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JudgeResult:
+    request_id: str
+    text: str
+    scores: list[float] | None
+    error: str | None = None
+    reasoning: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0

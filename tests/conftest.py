@@ -1,0 +1,45 @@
+"""Shared fixtures: tiny offline Qwen-VL judges (built once per session) and small PIL images."""
+
+from __future__ import annotations
+
+import os
+
+# Nothing in the test suite may touch a model hub or a tracker.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+from PIL import Image
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen25(tmp_path_factory):
+    """Folder of a tiny Qwen2.5-VL judge (template opens no think block)."""
+    from perception_judge.tiny_models import make_tiny_model
+
+    return make_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("tiny_qwen25"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory):
+    """Folder of a tiny Qwen3-VL judge (template behaves like the -Thinking models)."""
+    from perception_judge.tiny_models import make_tiny_model
+
+    return make_tiny_model("qwen3_vl", tmp_path_factory.mktemp("tiny_qwen3"), seed=0)
+
+
+@pytest.fixture(params=["qwen2_5_vl", "qwen3_vl"])
+def tiny_model_dir(request, tiny_qwen25, tiny_qwen3):
+    return tiny_qwen25 if request.param == "qwen2_5_vl" else tiny_qwen3
+
+
+def solid_image(color=(255, 0, 0), size=(64, 48)) -> Image.Image:
+    return Image.new("RGB", size, color)
+
+
+@pytest.fixture
+def red_image():
+    return solid_image()

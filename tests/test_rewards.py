@@ -1,0 +1,211 @@
+"""Rewards: ranking_reward against every permutation and tie pattern for N = 2..5; the trl callables."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import pytest
+
+from perception_judge.rewards import (
+    REWARDS,
+    format_reward,
+    get_reward,
+    pair_reward,
+    ranking_reward,
+    verdict_reward,
+)
+from perception_judge.schema import SLOTS, order_from_kinds
+
+
+def _kendall_fraction(scores, order, half_ties):
+    """Independent reference: rank slots by score, count discordant pairs by brute force."""
+    n = len(order)
+    pos = {slot: i for i, slot in enumerate(order)}  # ground-truth rank per slot
+    good = Fraction(0)
+    total = 0
+    for a, b in itertools.combinations(range(n), 2):
+        total += 1
+        sa, sb = scores[a], scores[b]
+        truth = pos[SLOTS[a]] < pos[SLOTS[b]]  # True: slot a should score higher
+        if sa == sb:
+            if not half_ties:
+                return Fraction(0)
+            good += Fraction(1, 2)
+        elif (sa > sb) == truth:
+            good += 1
+    return good / total
+
+
+def test_published_table_n3():
+    # GT "ABC" against every predicted order; a predicted order is realised by scores 9 > 5 > 1.
+    expected = {"ABC": 1, "ACB": 2 / 3, "BAC": 2 / 3, "BCA": 1 / 3, "CAB": 1 / 3, "CBA": 0}
+    for pred, value in expected.items():
+        scores = [0, 0, 0]
+        for s, slot in zip((9, 5, 1), pred):
+            scores[SLOTS.index(slot)] = s
+        assert ranking_reward(scores, "ABC") == pytest.approx(value)
+    assert ranking_reward([5, 5, 1], "ABC") == 0.0  # a tie
+    assert ranking_reward(None, "ABC") == 0.0  # a parse failure
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_every_permutation_and_tie_pattern(n):
+    slots = SLOTS[:n]
+    values = range(1, n + 1)
+    # every score vector over n values covers every strict ranking and every tie pattern
+    for scores in itertools.product(values, repeat=n):
+        for order in ("".join(p) for p in itertools.permutations(slots)):
+            for half in (False, True):
+                want = _kendall_fraction(scores, order, half)
+                got = ranking_reward(list(scores), order, ties="half" if half else "zero")
+                assert got == pytest.approx(float(want)), (scores, order, half)
+
+
+def test_ranking_reward_input_checks():
+    with pytest.raises(ValueError):
+        ranking_reward([1, 2, 3], "ABD")
+    with pytest.raises(ValueError):
+        ranking_reward([1, 2, 3], "AB")
+    with pytest.raises(ValueError):
+        ranking_reward([1, 2], "AB", ties="ignore")
+
+
+def test_pair_and_verdict():
+    assert pair_reward([8, 3], "AB") == 1.0 and pair_reward([8, 3], "BA") == 0.0
+    assert pair_reward([5, 5], "AB") == 0.0 and pair_reward([5, 5], "AB", ties="half") == 0.5
+    assert pair_reward(None, "BA") == 0.0
+    assert verdict_reward(6, "correct", tau=6) == 1.0 and verdict_reward(5, "correct", tau=6) == 0.0
+    assert verdict_reward(5, "incorrect", tau=6) == 1.0 and verdict_reward(6, "incorrect", tau=6) == 0.0
+    assert verdict_reward(None, "correct") == 0.0
+    with pytest.raises(ValueError):
+        verdict_reward(5, "maybe")
+
+
+def test_order_from_kinds():
+    assert order_from_kinds(["r_rp_r", "r_c", "r_rp"]) == "BCA"
+    assert order_from_kinds(["r_c", "r_rp"]) == "AB"
+
+
+# ---- trl callables --------------------------------------------------------------------------------------------
+
+
+def _conv(text, **extra):
+    return [{"role": "assistant", "content": text, **extra}]
+
+
+def _trl_kwargs(n):
+    """The keyword arguments trl 1.16 passes besides the dataset columns."""
+    logged = {}
+    return logged, {
+        "completion_ids": [[1, 2, 3]] * n,
+        "trainer_state": object(),
+        "log_extra": lambda column, values: logged.setdefault(("extra", column), values),
+        "log_metric": lambda name, value: logged.setdefault(name, value),
+        "images": [[object()]] * n,
+        "record_key": ["k"] * n,
+    }
+
+
+def test_trl_callable_mixed_protocols():
+    completions = [
+        _conv(
+            "<think>x</think><answer>2</answer><answer>9</answer><answer>5</answer>"
+        ),  # batch, GT BCA: perfect
+        _conv("<think>x</think><answer>9</answer><answer>9</answer><answer>5</answer>"),  # batch tie -> 0
+        _conv("<think>x</think><answer>8</answer><answer>3</answer>"),  # pair, GT AB -> 1
+        _conv("<think>x</think><answer>8</answer>"),  # single, correct -> 1
+        _conv("<think><answer>1</answer><answer>9</answer><answer>5</answer>"),  # unclosed think -> 0
+        "<think>x</think><answer>2</answer><answer>5</answer><answer>9</answer>",  # plain string completion, GT BCA -> 2/3
+    ]
+    protocol = ["batch", "batch", "pair", "single", "batch", "batch"]
+    truth = ["BCA", "BCA", "AB", "correct", "BCA", "BCA"]
+    logged, extra = _trl_kwargs(len(completions))
+    prompts = [[{"role": "user", "content": "q"}]] * len(completions)
+    judge = REWARDS["judge"](
+        prompts=prompts, completions=completions, protocol=protocol, ground_truth=truth, **extra
+    )
+    assert judge == pytest.approx([1.0, 0.0, 1.0, 1.0, 0.0, 2 / 3])
+    assert logged["judge/parse_failure_rate"] == pytest.approx(1 / 6)
+    ranking = REWARDS["batch_ranking"](
+        prompts=prompts, completions=completions, protocol=protocol, ground_truth=truth, **extra
+    )
+    assert ranking[2] is None and ranking[3] is None and ranking[0] == 1.0
+    pair = REWARDS["pair_preference"](
+        prompts=prompts, completions=completions, protocol=protocol, ground_truth=truth, **extra
+    )
+    assert pair == [None, None, 1.0, None, None, None]
+    verdict = REWARDS["pointwise_verdict"](
+        prompts=prompts, completions=completions, protocol=protocol, ground_truth=truth, **extra
+    )
+    assert verdict == [None, None, None, 1.0, None, None]
+    fmt = REWARDS["format"](
+        prompts=prompts, completions=completions, protocol=protocol, ground_truth=truth, **extra
+    )
+    assert fmt == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+
+
+def test_trl_callable_reasoning_content_and_think_open():
+    done = _conv("<answer>9</answer><answer>2</answer>", reasoning_content="I compared the counts.")
+    prefilled = _conv("counting...</think><answer>9</answer><answer>2</answer>")
+    never_closed = _conv("counting... <answer>9</answer><answer>2</answer>")
+    reward = get_reward("pair_preference", think_open=True)
+    out = reward(
+        prompts=None,
+        completions=[done, prefilled, never_closed],
+        protocol=["pair"] * 3,
+        ground_truth=["AB"] * 3,
+    )
+    assert out == [1.0, 1.0, 0.0]
+
+
+def test_trl_callable_options_and_names():
+    half = get_reward("batch_ranking", ties="half")
+    assert half.__name__ == "batch_ranking" and REWARDS["batch_ranking"].ties == "zero"
+    out = half(
+        prompts=None,
+        completions=[_conv("<think>x</think><answer>5</answer><answer>5</answer><answer>1</answer>")],
+        protocol=["batch"],
+        ground_truth=["ABC"],
+    )
+    assert out == [pytest.approx(5 / 6)]
+    with pytest.raises(KeyError):
+        get_reward("nope")
+    with pytest.raises(ValueError):
+        get_reward("judge", temperature=2)
+
+
+def test_trl_callable_data_errors_are_loud():
+    with pytest.raises(KeyError, match="ground_truth"):
+        REWARDS["judge"](prompts=None, completions=[_conv("x")], protocol=["batch"])
+    with pytest.raises(ValueError, match="row 0"):
+        REWARDS["judge"](prompts=None, completions=[_conv("x")], protocol=["batch"], ground_truth=["AAB"])
+    with pytest.raises(ValueError, match="row 0"):
+        REWARDS["judge"](prompts=None, completions=[_conv("x")], protocol=["essay"], ground_truth=["AB"])
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        None,
+        "",
+        5,
+        [],
+        [{}],
+        [{"role": "assistant"}],
+        [{"role": "assistant", "content": None}],
+        "<answer>" * 50,
+        "</think>" * 3,
+    ],
+)
+def test_malformed_completions_never_crash_or_earn_credit(junk):
+    for name, reward in REWARDS.items():
+        out = reward(
+            prompts=None, completions=[junk, junk], protocol=["batch", "pair"], ground_truth=["ABC", "BA"]
+        )
+        assert all(v in (None, 0.0) for v in out), (name, out)
+
+
+def test_format_reward_pure():
+    assert format_reward("<think>a</think><answer>1</answer>", 1) == 1.0
+    assert format_reward("<answer>1</answer>", 1) == 0.0

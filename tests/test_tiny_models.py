@@ -1,0 +1,100 @@
+"""Tiny Qwen-VL judges: build, reload offline, generate from image + text; deterministic; think-prefix rule."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from PIL import Image
+
+from perception_judge import protocol
+from perception_judge.cli import main as cli_main
+from perception_judge.tiny_models import make_tiny_model
+
+
+def _load(folder):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    return AutoModelForImageTextToText.from_pretrained(folder), AutoProcessor.from_pretrained(folder)
+
+
+def test_reload_and_generate_from_image_and_text(tiny_model_dir):
+    model, processor = _load(tiny_model_dir)
+    assert model.config.model_type in ("qwen2_5_vl", "qwen3_vl")
+    messages = protocol.build_messages("pair", "Which colour is the square?", ["Red.", "Blue."])
+    text = protocol.render_generation_prompt(processor, messages)
+    images = [Image.new("RGB", (64, 48), (255, 0, 0)), Image.new("RGB", (64, 48), (0, 0, 255))]
+    batch = processor(text=[text, text], images=images, return_tensors="pt", padding=True)
+    image_token = model.config.image_token_id
+    assert (batch["input_ids"] == image_token).sum() > 0, "image placeholder was not expanded to image tokens"
+    assert batch["pixel_values"].shape[0] > 0
+    torch.manual_seed(0)
+    out = model.generate(**batch, max_new_tokens=6, do_sample=True)
+    assert out.shape[0] == 2 and out.shape[1] > batch["input_ids"].shape[1]
+    greedy = model.generate(**batch, max_new_tokens=6, do_sample=False)
+    assert batch["input_ids"].shape[1] < greedy.shape[1] <= batch["input_ids"].shape[1] + 6
+    assert torch.equal(greedy, model.generate(**batch, max_new_tokens=6, do_sample=False)), (
+        "greedy is deterministic"
+    )
+
+
+def _weights_digest(folder) -> str:
+    return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_deterministic_per_seed(tmp_path):
+    a = make_tiny_model("qwen2_5_vl", tmp_path / "a", seed=3)
+    b = make_tiny_model("qwen2_5_vl", tmp_path / "b", seed=3)
+    c = make_tiny_model("qwen2_5_vl", tmp_path / "c", seed=4)
+    assert _weights_digest(a) == _weights_digest(b)
+    assert _weights_digest(a) != _weights_digest(c)
+
+
+def test_folder_is_a_standard_hf_folder(tiny_qwen3):
+    names = {p.name for p in tiny_qwen3.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= names
+    assert "chat_template.jinja" in names or "chat_template.json" in names
+
+
+def test_think_prefix_rule_for_both_templates(tiny_qwen25, tiny_qwen3):
+    from transformers import AutoProcessor
+
+    msgs = protocol.build_messages("single", "Q?", ["R."])
+    p25 = AutoProcessor.from_pretrained(tiny_qwen25)
+    assert not protocol.template_opens_think(p25), "Qwen2.5-VL template must not open a think block"
+    r25 = protocol.render_generation_prompt(p25, msgs)
+    assert r25.endswith("<|im_start|>assistant\n<think>\n")
+    # idempotent: rendering again does not add a second prefix
+    assert protocol.render_generation_prompt(p25, msgs) == r25
+    assert r25.count("<think>\n") == 1
+
+    p3 = AutoProcessor.from_pretrained(tiny_qwen3)
+    assert protocol.template_opens_think(p3), "Qwen3-VL (Thinking) template opens the think block itself"
+    r3 = protocol.render_generation_prompt(p3, msgs)
+    assert r3.endswith("<|im_start|>assistant\n<think>\n") and not r3.endswith("<think>\n<think>\n")
+
+    # think_prefix="off" leaves a fresh Qwen2.5 template alone
+    fresh = AutoProcessor.from_pretrained(tiny_qwen25)
+    assert protocol.render_generation_prompt(fresh, msgs, think_prefix="off").endswith("assistant\n")
+
+
+def test_prefixed_template_survives_save_and_reload(tiny_qwen25, tmp_path):
+    from transformers import AutoProcessor
+
+    p = protocol.prepare_processor(AutoProcessor.from_pretrained(tiny_qwen25))
+    p.save_pretrained(tmp_path)
+    assert protocol.template_opens_think(AutoProcessor.from_pretrained(tmp_path))
+
+
+def test_cli_make_tiny_model(tmp_path, capsys):
+    assert (
+        cli_main(["make-tiny-model", "--arch", "qwen3_vl", "--out", str(tmp_path / "m"), "--seed", "1"]) == 0
+    )
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    assert "qwen3_vl" in capsys.readouterr().out
+
+
+def test_cli_rejects_unknown_arch(tmp_path):
+    with pytest.raises(SystemExit):
+        cli_main(["make-tiny-model", "--arch", "llama", "--out", str(tmp_path)])
