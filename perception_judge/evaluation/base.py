@@ -1,0 +1,146 @@
+"""The evaluation contracts: judge backends, score parsers, suites and their results.
+
+Backend
+    ``JudgeBackend.judge(requests, sampling) -> list[JudgeResult]`` (same order as the requests). Every
+    backend renders prompts with :func:`perception_judge.protocol.render_generation_prompt` (local models) or
+    sends the same messages to a server, applies the run's :class:`~perception_judge.images.PixelPolicy`, and
+    parses completions with the parser the request names (:data:`PARSERS`).
+
+Suite
+    A function ``run(backend, config: SuiteConfig) -> SuiteResult`` registered in :data:`SUITES` as
+    ``"module:function"`` (imported lazily, so a suite's dependencies load only when it runs). Metrics are
+    flat ``{name: float | None}``; ``None`` means "no data" (never a silent 0.0). Every metric name states its
+    protocol where the protocol matters (e.g. ``pair_acc_with_tie``, with ``SuiteResult.protocol`` saying how
+    seeds were aggregated).
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perception_judge.images import PixelPolicy
+from perception_judge.protocol import parse_scores
+from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
+
+# --------------------------------------------------------------------------------------------------------------
+# Parsers: name -> f(text, n, reasoning) -> (scores | None, error | None)
+# --------------------------------------------------------------------------------------------------------------
+
+ParserFn = Callable[[str, int, "str | None"], "tuple[list[float] | None, str | None]"]
+
+
+def _protocol_parser(
+    text: str, n: int, reasoning: str | None = None
+) -> tuple[list[float] | None, str | None]:
+    r = parse_scores(text, n, reasoning=reasoning)
+    return (list(map(float, r.scores)) if r.scores is not None else None), r.error
+
+
+PARSERS: dict[str, ParserFn] = {"protocol": _protocol_parser}
+"""Score parsers by name. The evaluation package registers more (e.g. the MM-JudgeBias ``### Score:`` parser)
+with :func:`register_parser`."""
+
+
+def register_parser(name: str, fn: ParserFn) -> ParserFn:
+    PARSERS[name] = fn
+    return fn
+
+
+def parse_result(request: JudgeRequest, text: str, reasoning: str | None = None, **usage: int) -> JudgeResult:
+    """Build a JudgeResult from raw text with the request's parser (never raises on bad text)."""
+    if request.parser not in PARSERS:
+        raise KeyError(
+            f"request {request.request_id!r} names unknown parser {request.parser!r}; known: {sorted(PARSERS)}"
+        )
+    scores, error = PARSERS[request.parser](text, request.n_scores, reasoning)
+    return JudgeResult(request.request_id, text, scores, error, reasoning, **usage)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Backends
+# --------------------------------------------------------------------------------------------------------------
+
+
+class JudgeBackend(abc.ABC):
+    """Turns judge requests into results. Subclasses: hf, vllm, openai, scripted (tests)."""
+
+    name: str = "backend"
+
+    def __init__(self, pixel_policy: PixelPolicy | None = None) -> None:
+        self.pixel_policy = pixel_policy or PixelPolicy()
+
+    @abc.abstractmethod
+    def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
+        """Results in request order. A failed call gives a result with ``scores=None`` and ``error`` set."""
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance recorded with every result (backend, model, pixel policy, ...)."""
+        return {"backend": self.name, "pixel_policy": self.pixel_policy.to_dict()}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (engines, sessions)."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Suites
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SuiteConfig:
+    """What every suite gets. ``options`` holds suite-specific settings (paths to benchmark files, ...)."""
+
+    out_dir: Path
+    seeds: list[int] = field(default_factory=lambda: [0])
+    sampling: Sampling = field(default_factory=Sampling)
+    limit: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SuiteResult:
+    suite: str
+    metrics: dict[str, float | None]
+    protocol: dict[str, Any] = field(
+        default_factory=dict
+    )  # how numbers were produced: prompt, aggregation, seeds
+    counts: dict[str, int] = field(default_factory=dict)  # n items, n parse failures, n dropped, ...
+    samples_path: str | None = None  # per-sample outputs written by the suite
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "metrics": self.metrics,
+            "protocol": self.protocol,
+            "counts": self.counts,
+            "samples_path": self.samples_path,
+            "extra": self.extra,
+        }
+
+
+SuiteFn = Callable[[JudgeBackend, SuiteConfig], SuiteResult]
+
+SUITES: dict[str, str] = {
+    "bias": "perception_judge.evaluation.bias.suite:run",
+    "perception": "perception_judge.evaluation.perception:run",
+    "mllm_judge": "perception_judge.evaluation.benchmarks.mllm_judge:run",
+    "vlrewardbench": "perception_judge.evaluation.benchmarks.vlrewardbench:run",
+    "mjbench": "perception_judge.evaluation.benchmarks.mjbench:run",
+    "position": "perception_judge.evaluation.benchmarks.position:run",
+    "verbosity": "perception_judge.evaluation.benchmarks.verbosity:run",
+    "self_enhancement": "perception_judge.evaluation.benchmarks.self_enhancement:run",
+}
+"""Suite name -> ``"module:function"``. Imported only when the suite runs."""
+
+
+def get_suite(name: str) -> SuiteFn:
+    if name not in SUITES:
+        raise KeyError(f"unknown suite {name!r}; available: {', '.join(SUITES)}")
+    module, attr = SUITES[name].split(":")
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,75 @@
+"""The training-set format: what ``perception-judge export`` writes and ``train_grpo.py`` / the evaluation read.
+
+A training set is a folder::
+
+    train.parquet          rows with the columns of perception_judge.schema.TRAIN_COLUMNS
+    validation.parquet     same columns; no source image appears in both splits (grouped by image_group)
+    README.md              dataset card: counts per split and protocol, settings
+    export_info.json       machine-readable settings and counts
+
+``load_training_set(folder)`` returns a ``datasets.DatasetDict``; images decode to PIL through the ``Image``
+feature, so the rows go to trl's GRPOTrainer as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from perception_judge.schema import TRAIN_COLUMNS
+
+SPLITS = ("train", "validation")
+
+
+def features() -> Any:
+    """The ``datasets.Features`` of a training row (messages with block-list content, images as Image)."""
+    from datasets import Features, Image, List, Value
+
+    block = {"type": Value("string"), "text": Value("string")}
+    return Features(
+        {
+            "prompt": List({"role": Value("string"), "content": List(block)}),
+            "images": List(Image()),
+            "protocol": Value("string"),
+            "ground_truth": Value("string"),
+            "question": Value("string"),
+            "responses": List(Value("string")),
+            "kinds": List(Value("string")),
+            "record_key": Value("string"),
+            "image_group": Value("string"),
+        }
+    )
+
+
+def rows_to_dataset(rows: Iterable[dict[str, Any]]) -> Any:
+    """A ``datasets.Dataset`` with the training features from row dicts (images: PIL, bytes or paths)."""
+    from datasets import Dataset
+
+    rows = list(rows)
+    for i, row in enumerate(rows):
+        missing = [c for c in TRAIN_COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"training row {i} ({row.get('record_key', '?')}) lacks columns {missing}")
+    columns = {c: [row[c] for row in rows] for c in TRAIN_COLUMNS}
+    return Dataset.from_dict(columns, features=features())
+
+
+def split_path(folder: str | Path, split: str) -> Path:
+    return Path(folder) / f"{split}.parquet"
+
+
+def load_training_set(folder: str | Path, splits: Iterable[str] = SPLITS) -> Any:
+    """Load the parquet splits of an exported training set as a ``DatasetDict`` (missing splits are skipped,
+    a folder with no split at all is an error naming the folder)."""
+    from datasets import DatasetDict, load_dataset
+
+    folder = Path(folder)
+    files = {s: str(split_path(folder, s)) for s in splits if split_path(folder, s).is_file()}
+    if not files:
+        raise FileNotFoundError(
+            f"no training set in {str(folder)!r}: expected {', '.join(f'{s}.parquet' for s in splits)} "
+            "(written by `perception-judge export`)"
+        )
+    ds = load_dataset("parquet", data_files=files)
+    return DatasetDict({k: v.cast(features()) for k, v in ds.items()})
