@@ -61,3 +61,6 @@ format: install
 
 clean:
 	rm -rf runs/demo .pytest_cache .ruff_cache
+
+bench: install
+	$(PY) bench/run_all.py

@@ -1,0 +1,450 @@
+"""The shared async client for OpenAI-compatible chat-completion servers (teacher models and API judges).
+
+Works against ``vllm serve`` (``http://HOST:PORT/v1``), OpenAI (``https://api.openai.com/v1``) and Gemini's
+OpenAI-compatible endpoint (``https://generativelanguage.googleapis.com/v1beta/openai/``), through the
+``openai`` package's ``AsyncOpenAI``.
+
+* **Several servers.** ``base_urls`` may list several servers (e.g. one ``vllm serve`` per GPU); each request
+  goes to the least busy one that is not cooling down after an error (ties: round robin).
+* **Retries are ours** (the SDK's are off): 429, 5xx, timeouts, connection errors and unreadable responses are
+  retried with exponential backoff and full jitter, at least as long as a ``Retry-After`` /
+  ``retry-after-ms`` header asks. Other 4xx errors (bad request, auth, unknown model) fail at once.
+* **Concurrency** is capped by one semaphore (``concurrency`` requests in flight; a request waiting out its
+  backoff does not hold a slot).
+* **Timeouts** bound the whole request (``timeout_s``), not only each socket read.
+* **Images** fill ``{"type": "image"}`` placeholders in order, downscaled to ``image_max_side`` and sent as
+  base64 data URLs.
+* **Secrets**: the API key comes from ``api_key`` or the ``api_key_env`` variable; it is excluded from the
+  config's repr / ``asdict`` and redacted from every error message this module produces.
+* **Event loops**: the client may be used from successive ``asyncio.run`` calls; the underlying HTTP clients
+  are rebuilt for each new loop.
+
+``usage`` counts prompt / completion tokens, requests, retries and failed calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import email.utils
+import json
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from perception_judge.images import to_data_url
+
+RETRYABLE_REASONS = frozenset({"rate_limited", "server_error", "timeout", "connection", "bad_response"})
+
+
+class LLMError(Exception):
+    """A chat call failed for good. ``reason``: rate_limited, server_error, timeout, connection, bad_response
+    (retryable kinds, after the last retry), or auth, not_found, bad_request, client_error (not retried)."""
+
+    def __init__(self, reason: str, detail: str = "", attempts: int = 1, status: int | None = None) -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+        self.attempts = attempts
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.reason in RETRYABLE_REASONS
+
+
+@dataclass
+class ClientConfig:
+    """Where and how to send chat requests.
+
+    ``api_key`` is an init-only value: it is no dataclass field, so it never appears in ``repr``, ``asdict`` or
+    ``fields``, and ``dataclasses.replace`` does not carry it over (the copy falls back to ``api_key_env``).
+    """
+
+    base_urls: list[str]
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    api_key: InitVar[str | None] = None
+    concurrency: int = 16
+    timeout_s: float = 180.0
+    max_retries: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    image_max_side: int = 1024
+    extra_body: dict = field(default_factory=dict)
+    image_format: str = "JPEG"  # JPEG (quality 90) or PNG for the data URLs
+    max_tokens_param: str = "max_tokens"  # "max_completion_tokens" for OpenAI reasoning models
+    cooldown_s: float = 5.0  # how long a server that just failed is avoided when others are available
+
+    def __post_init__(self, api_key: str | None) -> None:
+        self.__dict__["_api_key"] = api_key if isinstance(api_key, str) else None
+        if isinstance(self.base_urls, str):
+            self.base_urls = [u for u in self.base_urls.split(",") if u.strip()]
+        self.base_urls = [u.strip() for u in self.base_urls]
+        if not self.base_urls:
+            raise ValueError("ClientConfig needs at least one base URL")
+        if not self.model:
+            raise ValueError("ClientConfig needs a model name")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_tokens_param not in ("max_tokens", "max_completion_tokens"):
+            raise ValueError("max_tokens_param must be max_tokens or max_completion_tokens")
+
+    def resolve_api_key(self) -> str | None:
+        return self.api_key or os.environ.get(self.api_key_env) or None
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings without the key (safe to write into a manifest)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["api_key_set"] = self.resolve_api_key() is not None
+        return d
+
+
+def _get_api_key(self: ClientConfig) -> str | None:
+    return self.__dict__.get("_api_key")
+
+
+def _set_api_key(self: ClientConfig, value: str | None) -> None:
+    self.__dict__["_api_key"] = value
+
+
+# ``api_key`` is an InitVar (so it is no dataclass field: absent from repr, asdict and fields()); this property
+# makes ``config.api_key`` read and write the privately stored value.
+ClientConfig.api_key = property(_get_api_key, _set_api_key)  # type: ignore[assignment,method-assign]
+
+
+@dataclass
+class ChatResponse:
+    text: str
+    reasoning: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None
+    attempts: int
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Messages
+# --------------------------------------------------------------------------------------------------------------
+
+
+def to_openai_messages(
+    messages: Sequence[dict[str, Any]],
+    images: Sequence[Image.Image] = (),
+    image_max_side: int | None = 1024,
+    image_format: str = "JPEG",
+) -> list[dict[str, Any]]:
+    """trl-style messages -> OpenAI chat messages.
+
+    String content passes through. List content is converted part by part: ``{"type": "text"}`` stays,
+    ``{"type": "image"}`` placeholders are filled with ``images`` in order (or with the part's own
+    ``"image"`` value) as base64 data-URL ``image_url`` parts, ``image_url`` parts pass through. The number of
+    placeholders must equal ``len(images)``.
+    """
+    images = list(images)
+    out: list[dict[str, Any]] = []
+    used = 0
+    for m in messages:
+        content = m.get("content")
+        if content is None or isinstance(content, str):
+            out.append({"role": m["role"], "content": content if content is not None else ""})
+            continue
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                parts.append({"type": "text", "text": part.get("text") or ""})
+            elif kind == "image":
+                img = part.get("image")
+                if img is None:
+                    if used >= len(images):
+                        raise ValueError(
+                            f"messages have more image placeholders than the {len(images)} images given"
+                        )
+                    img = images[used]
+                    used += 1
+                parts.append(_image_part(img, image_max_side, image_format))
+            elif kind == "image_url":
+                parts.append(part)
+            else:
+                raise ValueError(f"unsupported message content part {part!r}")
+        # Servers accept a single text part as plain string content; keep lists when images are present.
+        if len(parts) == 1 and parts[0]["type"] == "text":
+            out.append({"role": m["role"], "content": parts[0]["text"]})
+        else:
+            out.append({"role": m["role"], "content": parts})
+    if used != len(images):
+        raise ValueError(f"{len(images)} images given but the messages have {used} image placeholders")
+    return out
+
+
+def _image_part(img: Any, max_side: int | None, fmt: str) -> dict[str, Any]:
+    if isinstance(img, str) and img.startswith(("data:", "http://", "https://")):
+        url = img
+    elif isinstance(img, Image.Image):
+        url = to_data_url(img, max_side=max_side, fmt=fmt)
+    else:
+        from perception_judge.images import load_image
+
+        url = to_data_url(load_image(img), max_side=max_side, fmt=fmt)
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Client
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _retry_after_seconds(headers: Any) -> float | None:
+    """Seconds a response asks us to wait (``retry-after-ms``, ``retry-after`` as seconds or HTTP date)."""
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            parsed = email.utils.parsedate_to_datetime(value)
+            return max(0.0, parsed.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+@dataclass
+class _Endpoint:
+    url: str
+    in_flight: int = 0
+    cooldown_until: float = 0.0
+    requests: int = 0
+    errors: int = 0
+
+
+class ChatClient:
+    """Async chat completions against one or more OpenAI-compatible servers (see the module docstring)."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self._key = config.resolve_api_key()
+        self._endpoints = [_Endpoint(u) for u in config.base_urls]
+        self._rr = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clients: list[Any] = []
+        self._sem: asyncio.Semaphore | None = None
+        self._completion_type: Any = None
+        self._rng = random.Random()
+        self.usage: dict[str, int] = {
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "requests": 0,
+            "retries": 0,
+            "failures": 0,
+        }
+
+    def __repr__(self) -> str:
+        return f"ChatClient(model={self.config.model!r}, base_urls={self.config.base_urls!r})"
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key replaced by ``***``."""
+        text = str(text)
+        if self._key and len(self._key) >= 4:
+            text = text.replace(self._key, "***")
+        return text
+
+    def _ensure_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is self._loop and self._clients:
+            return
+        from openai import AsyncOpenAI
+        from openai.types.chat import ChatCompletion
+
+        self._completion_type = ChatCompletion
+        # A new event loop (e.g. a second asyncio.run): the old HTTP pools belong to a dead loop.
+        self._loop = loop
+        self._sem = asyncio.Semaphore(self.config.concurrency)
+        self._clients = [
+            AsyncOpenAI(
+                base_url=ep.url,
+                api_key=self._key or "EMPTY",
+                max_retries=0,
+                timeout=self.config.timeout_s,
+            )
+            for ep in self._endpoints
+        ]
+
+    def _pick(self) -> int:
+        now = time.monotonic()
+        n = len(self._endpoints)
+        order = [(self._rr + k) % n for k in range(n)]
+        ready = [i for i in order if self._endpoints[i].cooldown_until <= now]
+        pool = ready or sorted(order, key=lambda i: self._endpoints[i].cooldown_until)[:1]
+        best = min(pool, key=lambda i: self._endpoints[i].in_flight)
+        self._rr = (best + 1) % n
+        return best
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        cap = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
+        delay = self._rng.uniform(0, cap)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, max(self.config.backoff_max_s, self.config.backoff_base_s)))
+        return delay
+
+    def endpoint_stats(self) -> list[dict[str, Any]]:
+        return [{"url": e.url, "requests": e.requests, "errors": e.errors} for e in self._endpoints]
+
+    # -- the call ------------------------------------------------------------------------------------------
+
+    async def chat(
+        self,
+        messages: list[dict],
+        images: Sequence[Image.Image] = (),
+        *,
+        temperature: float = 0.2,
+        top_p: float | None = 0.9,
+        max_tokens: int = 4096,
+        seed: int | None = None,
+        response_format: dict | None = None,
+    ) -> ChatResponse:
+        """One chat completion, retried on transient errors. Raises :class:`LLMError` when it gives up."""
+        self._ensure_loop()
+        cfg = self.config
+        payload_messages = to_openai_messages(messages, images, cfg.image_max_side, cfg.image_format)
+        body: dict[str, Any] = {
+            "model": cfg.model,
+            "messages": payload_messages,
+            "temperature": temperature,
+        }
+        body[cfg.max_tokens_param] = max_tokens
+        if top_p is not None:
+            body["top_p"] = top_p
+        if seed is not None:
+            body["seed"] = seed
+        if response_format is not None:
+            body["response_format"] = response_format
+        body.update(cfg.extra_body or {})
+        attempts = 0
+        last: LLMError | None = None
+        assert self._sem is not None
+        while attempts <= cfg.max_retries:
+            attempts += 1
+            retry_after: float | None = None
+            async with self._sem:
+                idx = self._pick()
+                ep = self._endpoints[idx]
+                ep.in_flight += 1
+                ep.requests += 1
+                self.usage["requests"] += 1
+                try:
+                    async with asyncio.timeout(cfg.timeout_s):
+                        # The SDK's documented raw POST: the body is already a plain chat-completions request,
+                        # so this skips the SDK's per-call parameter transform (milliseconds per request over
+                        # base64 images) while keeping its transport, errors and response parsing.
+                        completion = await self._clients[idx].post(
+                            "/chat/completions", cast_to=self._completion_type, body=body
+                        )
+                    return self._to_response(completion, attempts)
+                except LLMError as e:  # unreadable completion
+                    last = LLMError(e.reason, e.detail, attempts, e.status)
+                except Exception as e:
+                    last, retry_after = self._classify(e, attempts)
+                finally:
+                    ep.in_flight -= 1
+                ep.errors += 1
+                if last.reason in ("server_error", "connection", "timeout"):
+                    ep.cooldown_until = time.monotonic() + cfg.cooldown_s
+                elif last.reason == "rate_limited":
+                    ep.cooldown_until = time.monotonic() + (
+                        retry_after if retry_after is not None else cfg.cooldown_s
+                    )
+            if not last.retryable or attempts > cfg.max_retries:
+                break
+            self.usage["retries"] += 1
+            await asyncio.sleep(self._backoff(attempts, retry_after))
+        self.usage["failures"] += 1
+        assert last is not None
+        raise last
+
+    def _classify(self, e: Exception, attempts: int) -> tuple[LLMError, float | None]:
+        import openai
+
+        detail = self.redact(f"{type(e).__name__}: {e}")[:500]
+        if isinstance(e, TimeoutError | openai.APITimeoutError):
+            return LLMError("timeout", detail or "request timed out", attempts), None
+        if isinstance(e, openai.APIConnectionError):
+            return LLMError("connection", detail, attempts), None
+        if isinstance(e, openai.APIStatusError):
+            status = e.status_code
+            retry_after = _retry_after_seconds(getattr(e.response, "headers", None))
+            if status == 429:
+                return LLMError("rate_limited", detail, attempts, status), retry_after
+            if status >= 500 or status == 408:
+                return LLMError("server_error", detail, attempts, status), retry_after
+            if status in (401, 403):
+                return LLMError("auth", detail, attempts, status), None
+            if status == 404:
+                return LLMError("not_found", detail, attempts, status), None
+            if status in (400, 422):
+                return LLMError("bad_request", detail, attempts, status), None
+            return LLMError("client_error", detail, attempts, status), None
+        if isinstance(e, openai.APIResponseValidationError | json.JSONDecodeError | ValueError | KeyError):
+            return LLMError("bad_response", detail, attempts), None
+        if isinstance(e, openai.OpenAIError):
+            return LLMError("bad_response", detail, attempts), None
+        if isinstance(e, OSError):
+            return LLMError("connection", detail, attempts), None
+        raise e
+
+    def _to_response(self, completion: Any, attempts: int) -> ChatResponse:
+        choices = getattr(completion, "choices", None)
+        if not choices:
+            raise LLMError(
+                "bad_response", f"no choices in the response ({type(completion).__name__})", attempts
+            )
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None) if message is not None else None
+        reasoning = None
+        if message is not None:
+            reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+            extra = getattr(message, "model_extra", None) or {}
+            reasoning = reasoning or extra.get("reasoning_content") or extra.get("reasoning")
+        if text is None and not reasoning:
+            raise LLMError("bad_response", "the response has no message content", attempts)
+        usage = getattr(completion, "usage", None)
+        pt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        ct = int(getattr(usage, "completion_tokens", 0) or 0)
+        self.usage["prompt_tokens"] += pt
+        self.usage["completion_tokens"] += ct
+        return ChatResponse(
+            text=text or "",
+            reasoning=str(reasoning) if reasoning else None,
+            prompt_tokens=pt,
+            completion_tokens=ct,
+            finish_reason=getattr(choice, "finish_reason", None),
+            attempts=attempts,
+        )
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, []
+        for c in clients:
+            with contextlib.suppress(Exception):  # a pool of a finished loop
+                await c.close()
+
+
+__all__ = ["ChatClient", "ChatResponse", "ClientConfig", "LLMError", "to_openai_messages"]

@@ -1,0 +1,484 @@
+"""The PPJD build loop: source -> load -> pre-check -> teacher -> answers -> validate -> store.
+
+Streaming and bounded: a producer walks the source, skips keys that are done (and, unless ``retry_failed``,
+keys that failed before), and feeds a bounded queue; ``concurrency`` workers each take one item through all
+stages and append the result (a record or a failure with stage and reason) to the store. Memory does not grow
+with the number of items, only with the set of finished keys.
+
+Every item ends as exactly one of: a record, a failure line, "skipped" (done or failed in an earlier run),
+"duplicate" (its key appeared earlier in this run), or -- when the run is interrupted -- "in flight" (it will
+be picked up by the next run). Nothing is lost silently: the summary counts all five.
+
+Stopping: SIGINT / SIGTERM (with ``handle_signals``) stop taking new items and let the ones in flight finish;
+a second signal cancels them. A fatal teacher error (bad API key, unknown model) stops the run at once, and so
+do ``max_consecutive_failures`` transient teacher failures in a row (the server is probably down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from perception_judge.images import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_IMAGE_PIXELS,
+    ImageError,
+    image_bytes,
+    load_image,
+)
+from perception_judge.ppjd.sources import Source, item_key
+from perception_judge.ppjd.store import PPJDStore
+from perception_judge.ppjd.teacher import (
+    STAGE_LOAD,
+    STAGE_PRECHECK,
+    STAGE_SOURCE,
+    STAGE_STORE,
+    STAGE_TEACHER,
+    StageError,
+    Teacher,
+    TeacherInput,
+)
+from perception_judge.ppjd.validate import PrecheckConfig, ValidationConfig, precheck, validate
+from perception_judge.schema import Failure, PPJDRecord, SourceItem
+
+_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
+
+
+@dataclass
+class BuildConfig:
+    out_dir: str
+    concurrency: int = 16
+    retry_failed: bool = False
+    limit: int | None = None  # at most this many new items this run
+    shard_size: int = 5000
+    fsync_every: int = 32
+    manifest_every_s: float = 10.0
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    max_consecutive_failures: int = 200  # transient teacher failures in a row before the run stops
+    precheck: PrecheckConfig = field(default_factory=PrecheckConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    progress: bool | None = None  # None: a bar when stderr is a terminal, periodic log lines otherwise
+    handle_signals: bool = False
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError("limit must be >= 0")
+        if isinstance(self.precheck, dict):
+            self.precheck = PrecheckConfig(**self.precheck)
+        if isinstance(self.validation, dict):
+            self.validation = ValidationConfig(**self.validation)
+
+
+@dataclass
+class BuildSummary:
+    status: str = "running"  # complete | interrupted | aborted
+    out_dir: str = ""
+    teacher: str = ""
+    seen: int = 0
+    records_new: int = 0
+    failed_new: int = 0
+    skipped_done: int = 0
+    skipped_failed: int = 0
+    duplicates: int = 0
+    in_flight_lost: int = 0
+    records_total: int = 0
+    failed_total: int = 0
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    records_per_s: float = 0.0
+    abort_reason: str = ""
+    scan: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Abort(Exception):
+    pass
+
+
+def _redactor(teacher: Teacher) -> Any:
+    client = getattr(teacher, "client", None)
+    return getattr(client, "redact", None) or (lambda s: s)
+
+
+def load_item_image(item: SourceItem, config: BuildConfig) -> tuple[bytes, str, Image.Image] | None:
+    """(original bytes, file extension, RGB image) of an item, or None for a text-only item.
+
+    Raises StageError(load, image_<reason>) for missing, corrupt, oversized or escaping images.
+    """
+    err = item.meta.get("image_error")
+    if err:
+        if err.get("reason") == "missing_field":
+            raise StageError(STAGE_PRECHECK, "missing_fields", err.get("detail", "no image"))
+        raise StageError(STAGE_LOAD, f"image_{err.get('reason', 'error')}", err.get("detail", ""))
+    src = item.image
+    if src is None:
+        return None
+    try:
+        if isinstance(src, Image.Image):
+            image = load_image(src, max_pixels=config.max_image_pixels)
+            return image_bytes(image, "PNG"), "png", image
+        if isinstance(src, str | os.PathLike):
+            path = Path(src)
+            if not path.is_file():
+                raise ImageError("missing", f"no image file at {str(path)!r}")
+            size = path.stat().st_size
+            if size > config.max_image_bytes:
+                raise ImageError(
+                    "too_large", f"{str(path)!r} is {size} bytes (limit {config.max_image_bytes})"
+                )
+            data = path.read_bytes()
+        elif isinstance(src, bytes | bytearray | memoryview):
+            data = bytes(src)
+        else:
+            raise ImageError("bad_path", f"unsupported image value {type(src).__name__}")
+        image = load_image(data, max_bytes=config.max_image_bytes, max_pixels=config.max_image_pixels)
+        with Image.open(io.BytesIO(data)) as probe:
+            ext = _EXT.get(probe.format or "", (probe.format or "bin").lower())
+        return data, ext, image
+    except ImageError as e:
+        raise StageError(STAGE_LOAD, f"image_{e.reason}", e.detail) from None
+    except OSError as e:
+        raise StageError(STAGE_LOAD, "image_unreadable", f"{type(e).__name__}: {e}") from None
+
+
+class _Progress:
+    def __init__(self, enabled: bool | None, total: int | None) -> None:
+        self.tty = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = None
+        self.started = time.monotonic()
+        self.last_log = self.started
+        self.total = total
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="rec", desc="build-ppjd", dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, done: int, failed: int) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(done=done, failed=failed, refresh=False)
+            return
+        now = time.monotonic()
+        if now - self.last_log >= 30:
+            self.last_log = now
+            n = done + failed
+            rate = n / max(now - self.started, 1e-9)
+            eta = ""
+            if self.total:
+                eta = f", ETA {max(0, self.total - n) / max(rate, 1e-9):.0f} s"
+            print(
+                f"build-ppjd: {done} done, {failed} failed, {rate:.2f} rec/s{eta}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> BuildSummary:
+    """Build PPJD records from ``source`` with ``teacher`` into ``config.out_dir`` (resumable)."""
+    summary = BuildSummary(out_dir=str(config.out_dir), teacher=teacher.name)
+    started = time.monotonic()
+    store = PPJDStore(config.out_dir, shard_size=config.shard_size, fsync_every=config.fsync_every)
+    scan = store.open()
+    summary.scan = asdict(scan)
+    redact = _redactor(teacher)
+    stop = asyncio.Event()
+    reasons: Counter[str] = Counter()
+    state = {"consecutive": 0, "in_flight": 0, "last_manifest": time.monotonic()}
+    run_info: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "status": "running",
+        "teacher": teacher.describe(),
+        "source": source.describe(),
+        "config": {
+            k: v for k, v in asdict(config).items() if k not in ("out_dir", "handle_signals", "progress")
+        },
+        "pid": os.getpid(),
+    }
+    runs = list(store.manifest.get("runs", []))
+    for r in runs:
+        if r.get("status") == "running":
+            r["status"] = "interrupted"  # that process died without closing
+    runs.append(run_info)
+    store.write_manifest(runs=runs, teacher=teacher.name, source=source.describe())
+
+    estimate = source.estimate_count()
+    total = None
+    if estimate is not None:
+        already = len(store.done) + (0 if config.retry_failed else len(store.failed))
+        total = max(0, estimate - already)
+        if config.limit is not None:
+            total = min(total, config.limit)
+    progress = _Progress(config.progress, total)
+    queue: asyncio.Queue[tuple[str, SourceItem] | None] = asyncio.Queue(maxsize=config.concurrency * 2)
+
+    def write_manifest(status: str) -> None:
+        run_info["status"] = status
+        run_info["summary"] = {
+            "records_new": summary.records_new,
+            "failed_new": summary.failed_new,
+            "skipped_done": summary.skipped_done,
+            "skipped_failed": summary.skipped_failed,
+            "duplicates": summary.duplicates,
+            "usage": teacher.usage(),
+        }
+        run_info["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        store.write_manifest(runs=runs)
+        state["last_manifest"] = time.monotonic()
+
+    def fail(key: str, item: SourceItem, e: StageError) -> None:
+        f = Failure(key, item.item_id, e.stage, e.reason, redact(e.detail)[:1000], e.attempts)
+        store.append_failure(f)
+        summary.failed_new += 1
+        reasons[f"{e.stage}/{e.reason}"] += 1
+
+    async def process(key: str, item: SourceItem) -> None:
+        try:
+            if item.meta.get("row_error"):
+                raise StageError(STAGE_SOURCE, "bad_row", str(item.meta["row_error"])[:300])
+            loaded = load_item_image(item, config)
+            precheck(item, loaded is not None, config.precheck)
+            cf = await teacher.process(TeacherInput(key, item, loaded[2] if loaded else None))
+            checked = validate(item, cf, config.validation)
+            image_rel = image_sha = None
+            if loaded is not None:
+                try:
+                    # a new image file is fsynced: do it off the event loop so other items keep moving
+                    image_rel, image_sha = await asyncio.to_thread(store.put_image, loaded[0], loaded[1])
+                except OSError as e:
+                    raise StageError(STAGE_STORE, "image_write_failed", f"{type(e).__name__}: {e}") from None
+            meta: dict[str, Any] = {
+                "similarity_rp": checked.similarity_rp,
+                "usage": cf.usage,
+                "teacher_meta": cf.meta,
+                "source_meta": {k: v for k, v in item.meta.items() if k not in ("image_ref",)},
+            }
+            if item.spec is not None:
+                meta["spec"] = item.spec
+            record = PPJDRecord(
+                key=key,
+                item_id=item.item_id,
+                source=item.source,
+                question=item.question,
+                answer=item.answer,
+                r_c=item.response,
+                r_rp=cf.r_rp,
+                r_rp_r=cf.r_rp_r,
+                answer_rp=checked.answer_rp,
+                answer_rp_r=checked.answer_rp_r,
+                attributes=list(cf.attributes),
+                image=image_rel,
+                image_sha256=image_sha,
+                teacher=teacher.name,
+                meta=meta,
+            )
+            store.append_record(record)
+            summary.records_new += 1
+            state["consecutive"] = 0
+        except StageError as e:
+            if e.fatal:
+                summary.abort_reason = f"{e.stage}/{e.reason}: {redact(e.detail)[:300]}"
+                stop.set()
+                raise _Abort(summary.abort_reason) from None
+            fail(key, item, e)
+            if e.reason.startswith("llm_"):
+                state["consecutive"] += 1
+                if state["consecutive"] >= config.max_consecutive_failures:
+                    summary.abort_reason = (
+                        f"{state['consecutive']} teacher calls in a row failed (last: {e.stage}/{e.reason}); "
+                        "is the server up?"
+                    )
+                    stop.set()
+            else:
+                state["consecutive"] = 0
+        except Exception as e:
+            fail(key, item, StageError(STAGE_TEACHER, "exception", f"{type(e).__name__}: {e}"))
+        progress.update(summary.records_new, summary.failed_new)
+        if time.monotonic() - state["last_manifest"] >= config.manifest_every_s:
+            write_manifest("running")
+
+    async def producer() -> None:
+        seen_keys: set[str] = set()
+        queued = 0
+        try:
+            for item in source:
+                if stop.is_set():
+                    break
+                summary.seen += 1
+                key = item_key(item)
+                if key in store.done:
+                    summary.skipped_done += 1
+                    continue
+                if key in seen_keys:
+                    summary.duplicates += 1
+                    continue
+                if key in store.failed and not config.retry_failed:
+                    summary.skipped_failed += 1
+                    continue
+                if config.limit is not None and queued >= config.limit:
+                    break
+                seen_keys.add(key)
+                queued += 1
+                await queue.put((key, item))
+        finally:
+            for _ in range(config.concurrency):
+                await queue.put(None)
+
+    async def worker() -> None:
+        while True:
+            job = await queue.get()
+            if job is None:
+                return
+            if stop.is_set():
+                continue  # drain: an item not started yet is picked up by the next run
+            state["in_flight"] += 1
+            try:
+                await process(*job)
+            except _Abort:
+                pass  # stop is set; keep draining the queue
+            except asyncio.CancelledError:
+                summary.in_flight_lost += 1
+                raise
+            finally:
+                state["in_flight"] -= 1
+
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[Any]] = []
+    signals_installed: list[int] = []
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            print(
+                f"\nbuild-ppjd: stopping; finishing {state['in_flight']} item(s) in flight "
+                "(signal again to abort them)",
+                file=sys.stderr,
+                flush=True,
+            )
+            summary.abort_reason = summary.abort_reason or "interrupted"
+            stop.set()
+        else:
+            for t in tasks:
+                t.cancel()
+
+    if config.handle_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal)
+                signals_installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+    status = "complete"
+    try:
+        tasks = [asyncio.create_task(producer())] + [
+            asyncio.create_task(worker()) for _ in range(config.concurrency)
+        ]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        errors = [
+            r for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
+        ]
+        if errors:
+            raise errors[0]
+        cancelled = any(isinstance(r, asyncio.CancelledError) for r in results)
+        if summary.abort_reason and summary.abort_reason != "interrupted":
+            status = "aborted"
+        elif stop.is_set() or cancelled:
+            status = "interrupted"
+    except BaseException:
+        status = "interrupted"
+        raise
+    finally:
+        for sig in signals_installed:
+            loop.remove_signal_handler(sig)
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        progress.close()
+        summary.status = status
+        summary.elapsed_s = round(time.monotonic() - started, 3)
+        n = summary.records_new + summary.failed_new
+        summary.records_per_s = round(n / summary.elapsed_s, 3) if summary.elapsed_s > 0 else 0.0
+        summary.records_total = len(store.done)
+        summary.failed_total = len(store.failed)
+        summary.failures_by_reason = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        summary.usage = teacher.usage()
+        run_info["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        run_info["elapsed_s"] = summary.elapsed_s
+        run_info["abort_reason"] = summary.abort_reason
+        try:
+            store.sync()
+            write_manifest(status)
+        finally:
+            store.close()
+    return summary
+
+
+def build(source: Source, teacher: Teacher, config: BuildConfig) -> BuildSummary:
+    """Synchronous wrapper around :func:`run_build` (closes the teacher at the end)."""
+
+    async def main() -> BuildSummary:
+        try:
+            return await run_build(source, teacher, config)
+        finally:
+            await teacher.aclose()
+
+    return asyncio.run(main())
+
+
+def format_summary(summary: BuildSummary) -> str:
+    """A plain-text summary table (what the CLI prints at the end)."""
+    rows = [
+        (
+            "status",
+            summary.status
+            + (f" ({summary.abort_reason})" if summary.abort_reason not in ("", summary.status) else ""),
+        ),
+        ("teacher", summary.teacher),
+        ("records written this run", summary.records_new),
+        ("failed this run", summary.failed_new),
+        ("skipped: already done", summary.skipped_done),
+        ("skipped: failed before (use --retry-failed)", summary.skipped_failed),
+        ("duplicates in the source", summary.duplicates),
+        ("in flight when stopped", summary.in_flight_lost),
+        ("records in the folder", summary.records_total),
+        ("failed keys in the folder", summary.failed_total),
+        ("elapsed", f"{summary.elapsed_s:.1f} s ({summary.records_per_s:.2f} items/s)"),
+    ]
+    u = summary.usage or {}
+    if u.get("requests"):
+        rows.append(
+            (
+                "teacher usage",
+                f"{u.get('requests', 0)} requests, {u.get('retries', 0)} retries, {u.get('failures', 0)} failed; "
+                f"{u.get('prompt_tokens', 0):,} prompt + {u.get('completion_tokens', 0):,} completion tokens",
+            )
+        )
+    if summary.scan.get("torn_lines_repaired"):
+        rows.append(("torn lines repaired on open", summary.scan["torn_lines_repaired"]))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"  {name.ljust(width)}  {value}" for name, value in rows]
+    if summary.failures_by_reason:
+        lines.append("  failures this run by stage/reason:")
+        lines += [f"    {reason:<40} {n}" for reason, n in summary.failures_by_reason.items()]
+    return "\n".join(["build-ppjd summary", *lines])
+
+
+__all__ = ["BuildConfig", "BuildSummary", "build", "format_summary", "load_item_image", "run_build"]

@@ -1,0 +1,421 @@
+"""PPJD sources: where (image, question, answer, r_c) items come from.
+
+* :class:`TableSource` -- JSONL or parquet files (or folders of them) with a field mapping. Each field is
+  either mapped explicitly (``{"response": "chosen"}``; dotted paths reach into nested dicts) or found by
+  trying candidate column names in order (:data:`DEFAULT_CANDIDATES`). Presets: ``mmpr`` (``image``,
+  ``question``, ``answer_gt``, ``chosen``) and ``synthetic`` (the ``perception-judge synth`` folder).
+* :func:`synthetic_source` -- a ``perception-judge synth`` output folder.
+* :class:`ItemsSource` -- items already in memory (e.g. ``synth.generate_items``), for tests and benchmarks.
+
+Images: a relative path (resolved under ``image_root``; absolute paths and ``..`` escapes are rejected), raw
+bytes, a ``{"bytes", "path"}`` cell (the datasets Image feature) or a ``data:`` URL. Remote URLs are not
+fetched. Problems never stop the stream: a bad row or image is attached to the item
+(``meta["row_error"]`` / ``meta["image_error"]``) and becomes a per-record failure in the builder.
+
+Every item carries ``meta["image_ref"]`` (``path:<relative path>``, ``sha256:<hex of the bytes>`` or None),
+which the record key hashes together with the question, answer and r_c.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from PIL import Image
+
+from perception_judge.images import ImageError, decode_data_url, resolve_under
+from perception_judge.schema import SourceItem, content_key, sha256_hex
+
+FIELDS = ("item_id", "image", "question", "answer", "response")
+
+DEFAULT_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "item_id": ("item_id", "id", "uid", "sample_id", "idx"),
+    "image": ("image", "image_path", "img", "img_path", "image_file", "images"),
+    "question": ("question", "prompt", "query", "instruction"),
+    "answer": ("answer", "answer_gt", "ground_truth", "gt", "label"),
+    "response": ("response", "chosen", "correct_response", "r_c", "solution"),
+}
+
+PRESETS: dict[str, dict[str, str]] = {
+    "mmpr": {"image": "image", "question": "question", "answer": "answer_gt", "response": "chosen"},
+    "synthetic": {
+        "item_id": "item_id",
+        "image": "image",
+        "question": "question",
+        "answer": "answer",
+        "response": "response",
+    },
+}
+
+TABLE_SUFFIXES = (".jsonl", ".parquet")
+
+
+class Source(Protocol):
+    name: str
+
+    def __iter__(self) -> Iterator[SourceItem]: ...
+
+    def estimate_count(self) -> int | None: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Record keys
+# --------------------------------------------------------------------------------------------------------------
+
+
+def image_ref_of(image: Any) -> str | None:
+    """A stable reference to an item's image for its key (without reading files)."""
+    if image is None:
+        return None
+    if isinstance(image, Image.Image):
+        return "pil:" + sha256_hex(f"{image.mode}{image.size}".encode() + image.tobytes())
+    if isinstance(image, bytes | bytearray | memoryview):
+        return "sha256:" + sha256_hex(bytes(image))
+    if isinstance(image, str | os.PathLike):
+        return "path:" + os.fspath(image)
+    return "obj:" + type(image).__name__
+
+
+def item_key(item: SourceItem) -> str:
+    """The record key of an item: a content hash of (question, answer, r_c, image reference).
+
+    The same content reached twice (another file, another run) gets the same key, so it is built once.
+    Rows that could not be read are keyed by where they are.
+    """
+    if item.meta.get("row_error"):
+        return content_key("ppjd-bad-row/1", item.source, item.item_id)
+    ref = item.meta["image_ref"] if "image_ref" in item.meta else image_ref_of(item.image)
+    return content_key("ppjd-item/1", item.question, item.answer, item.response, ref)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Table sources
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _dig(row: dict[str, Any], key: str) -> Any:
+    cur: Any = row
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str | bytes | list | dict) and len(value) == 0)
+
+
+def expand_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Files named directly, plus the ``*.jsonl`` / ``*.parquet`` files of named folders (sorted)."""
+    out: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(f for f in path.iterdir() if f.suffix in TABLE_SUFFIXES and f.is_file())
+            if not found:
+                raise FileNotFoundError(f"no .jsonl or .parquet files in {str(path)!r}")
+            out.extend(found)
+        elif path.is_file():
+            if path.suffix not in TABLE_SUFFIXES:
+                raise ValueError(f"{str(path)!r}: unsupported source file type (expected .jsonl or .parquet)")
+            out.append(path)
+        else:
+            raise FileNotFoundError(f"source input {str(path)!r} does not exist")
+    return out
+
+
+def _count_lines(path: Path) -> int:
+    n = 0
+    last = b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+class TableSource:
+    """Items from JSONL / parquet rows (see the module docstring)."""
+
+    def __init__(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        mapping: dict[str, str] | None = None,
+        image_root: str | os.PathLike[str] | None = None,
+        preset: str | None = None,
+        allow_text_only: bool = False,
+        name: str | None = None,
+        prefix_map: dict[str, str] | None = None,
+    ) -> None:
+        self.files = expand_inputs(paths)
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"unknown source preset {preset!r}; known: {', '.join(PRESETS)}")
+        self.preset = preset
+        self.mapping = {**(PRESETS[preset] if preset else {}), **(mapping or {})}
+        unknown = sorted(set(self.mapping) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"field mapping names unknown fields {unknown}; fields are {', '.join(FIELDS)}")
+        self.image_root = Path(image_root) if image_root is not None else None
+        self.allow_text_only = allow_text_only
+        self.name = name or (preset or "table")
+        self.prefix_map = dict(prefix_map or {})
+        self._prefix: dict[Path, str] = {}
+        for f in self.files:
+            self._prefix[f] = self._prefix_for(f)
+
+    def _prefix_for(self, path: Path) -> str:
+        if not self.prefix_map:
+            return ""
+        for prefix, folder in sorted(self.prefix_map.items(), key=lambda kv: -len(kv[0])):
+            if path.name.startswith(prefix):
+                return folder.rstrip("/") + "/" if folder else ""
+        raise ValueError(
+            f"source file {path.name!r} matches no image_prefix_map entry "
+            f"({', '.join(sorted(self.prefix_map))}); add one or drop the file"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "table",
+            "name": self.name,
+            "preset": self.preset,
+            "files": [str(f) for f in self.files],
+            "mapping": self.mapping,
+            "image_root": str(self.image_root) if self.image_root else None,
+            "allow_text_only": self.allow_text_only,
+            "prefix_map": self.prefix_map,
+        }
+
+    def estimate_count(self) -> int | None:
+        total = 0
+        for f in self.files:
+            if f.suffix == ".parquet":
+                import pyarrow.parquet as pq
+
+                total += pq.ParquetFile(f).metadata.num_rows
+            else:
+                total += _count_lines(f)
+        return total
+
+    def _rows(self) -> Iterator[tuple[Path, int, dict[str, Any] | None, str | None]]:
+        for f in self.files:
+            if f.suffix == ".parquet":
+                import pyarrow.parquet as pq
+
+                pf = pq.ParquetFile(f)
+                n = 0
+                for batch in pf.iter_batches(batch_size=64):
+                    for row in batch.to_pylist():
+                        n += 1
+                        yield f, n, row, None
+            else:
+                with open(f, "rb") as fh:
+                    for n, raw in enumerate(fh, start=1):
+                        if not raw.strip():
+                            continue
+                        try:
+                            row = json.loads(raw)
+                        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                            yield f, n, None, f"invalid JSON: {e}"
+                            continue
+                        if not isinstance(row, dict):
+                            yield f, n, None, f"row is a {type(row).__name__}, not an object"
+                            continue
+                        yield f, n, row, None
+
+    def _field(self, row: dict[str, Any], name: str) -> tuple[Any, str | None]:
+        if name in self.mapping:
+            key = self.mapping[name]
+            return _dig(row, key), key
+        for key in DEFAULT_CANDIDATES[name]:
+            value = row.get(key)
+            if not _empty(value):
+                return value, key
+        return None, None
+
+    def __iter__(self) -> Iterator[SourceItem]:
+        for path, line, row, error in self._rows():
+            loc = f"{path.name}:{line}"
+            if row is None:
+                yield SourceItem(
+                    item_id=loc,
+                    question="",
+                    answer="",
+                    response="",
+                    source=self.name,
+                    meta={"row_error": error},
+                )
+                continue
+            yield self.row_to_item(row, path, line)
+
+    def row_to_item(self, row: dict[str, Any], path: Path, line: int) -> SourceItem:
+        loc = f"{path.name}:{line}"
+        item_id, _ = self._field(row, "item_id")
+        meta: dict[str, Any] = {"file": path.name, "line": line}
+        texts: dict[str, str] = {}
+        for name in ("question", "answer", "response"):
+            value, _ = self._field(row, name)
+            texts[name] = "" if value is None else str(value) if not isinstance(value, str) else value
+        raw_image, _ = self._field(row, "image")
+        image: Any = None
+        if _empty(raw_image):
+            meta["image_ref"] = None
+            if not self.allow_text_only:
+                meta["image_error"] = {
+                    "reason": "missing_field",
+                    "detail": f"row {loc} has no image ({self.mapping.get('image') or 'no image column found'})",
+                }
+        else:
+            image, ref, err = self._resolve_image(raw_image, path)
+            meta["image_ref"] = ref
+            if err is not None:
+                meta["image_error"] = err
+        spec = row.get("spec") if isinstance(row.get("spec"), dict) else None
+        if isinstance(row.get("meta"), dict):
+            meta = {**row["meta"], **meta}
+        source = row.get("source") if isinstance(row.get("source"), str) and row.get("source") else self.name
+        return SourceItem(
+            item_id=str(item_id) if not _empty(item_id) else loc,
+            question=texts["question"],
+            answer=texts["answer"],
+            response=texts["response"],
+            image=image,
+            source=source,
+            spec=spec,
+            meta=meta,
+        )
+
+    def _resolve_image(self, raw: Any, path: Path) -> tuple[Any, str | None, dict[str, str] | None]:
+        """(image value for the builder, image reference for the key, error or None)."""
+        if isinstance(raw, list):
+            if len(raw) != 1:
+                return (
+                    None,
+                    f"list:{len(raw)}",
+                    {
+                        "reason": "multiple_images",
+                        "detail": f"{len(raw)} images in one row; one image per item is supported",
+                    },
+                )
+            raw = raw[0]
+        if isinstance(raw, dict):
+            if raw.get("bytes"):
+                raw = bytes(raw["bytes"])
+            elif raw.get("path"):
+                raw = raw["path"]
+            else:
+                return None, None, {"reason": "missing", "detail": "image cell has neither bytes nor path"}
+        if isinstance(raw, bytes | bytearray | memoryview):
+            data = bytes(raw)
+            return data, "sha256:" + sha256_hex(data), None
+        if not isinstance(raw, str):
+            return (
+                None,
+                None,
+                {"reason": "bad_path", "detail": f"unsupported image value {type(raw).__name__}"},
+            )
+        if raw.startswith("data:"):
+            try:
+                data = decode_data_url(raw)
+            except ImageError as e:
+                return None, None, {"reason": e.reason, "detail": e.detail}
+            return data, "sha256:" + sha256_hex(data), None
+        if raw.startswith(("http://", "https://")):
+            return (
+                None,
+                "url:" + raw,
+                {"reason": "remote", "detail": f"remote image {raw[:80]!r} is not fetched"},
+            )
+        rel = self._prefix.get(path, "") + raw
+        root = self.image_root if self.image_root is not None else path.parent
+        ref = "path:" + rel.replace("\\", "/")
+        try:
+            resolved = resolve_under(root, rel)
+        except ImageError as e:
+            return None, ref, {"reason": e.reason, "detail": e.detail}
+        return str(resolved), ref, None
+
+
+def synthetic_source(folder: str | os.PathLike[str]) -> TableSource:
+    """The source of a ``perception-judge synth`` folder (items.jsonl, images under the folder)."""
+    folder = Path(folder)
+    items = folder / "items.jsonl"
+    if not items.is_file():
+        raise FileNotFoundError(
+            f"{str(folder)!r} is not a synth folder: no items.jsonl (run `perception-judge synth`)"
+        )
+    return TableSource([items], preset="synthetic", image_root=folder, allow_text_only=True, name="synthetic")
+
+
+def is_synth_folder(path: str | os.PathLike[str]) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / "items.jsonl").is_file() and (p / "synth_info.json").is_file()
+
+
+class ItemsSource:
+    """Items already in memory (PIL images, bytes or resolved paths)."""
+
+    def __init__(self, items: Iterable[SourceItem], name: str = "items", count: int | None = None) -> None:
+        self._items = items
+        self.name = name
+        self._count = count if count is not None else (len(items) if isinstance(items, Sequence) else None)
+
+    def __iter__(self) -> Iterator[SourceItem]:
+        return iter(self._items)
+
+    def estimate_count(self) -> int | None:
+        return self._count
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "items", "name": self.name, "count": self._count}
+
+
+def open_source(
+    inputs: Sequence[str | os.PathLike[str]],
+    kind: str = "auto",
+    mapping: dict[str, str] | None = None,
+    image_root: str | os.PathLike[str] | None = None,
+    allow_text_only: bool | None = None,
+    prefix_map: dict[str, str] | None = None,
+) -> Source:
+    """The source the CLI asks for: ``auto`` (a synth folder, else a table), ``synthetic``, ``table``, ``mmpr``."""
+    if not inputs:
+        raise ValueError("no source input given")
+    if kind == "auto":
+        kind = "synthetic" if len(inputs) == 1 and is_synth_folder(inputs[0]) else "table"
+    if kind == "synthetic":
+        if len(inputs) != 1:
+            raise ValueError("the synthetic source takes exactly one synth folder")
+        return synthetic_source(inputs[0])
+    if kind in ("table", "jsonl", "parquet", "mmpr"):
+        return TableSource(
+            inputs,
+            mapping=mapping,
+            image_root=image_root,
+            preset="mmpr" if kind == "mmpr" else None,
+            allow_text_only=bool(allow_text_only),
+            name=kind if kind == "mmpr" else None,
+            prefix_map=prefix_map,
+        )
+    raise ValueError(f"unknown source kind {kind!r}; expected auto, synthetic, table, jsonl, parquet or mmpr")
+
+
+__all__ = [
+    "DEFAULT_CANDIDATES",
+    "PRESETS",
+    "ItemsSource",
+    "Source",
+    "TableSource",
+    "expand_inputs",
+    "image_ref_of",
+    "is_synth_folder",
+    "item_key",
+    "open_source",
+    "synthetic_source",
+]

@@ -1,0 +1,377 @@
+"""The PPJD output folder: append-only JSONL shards, a failures log, content-addressed images, a manifest.
+
+Layout::
+
+    OUT/
+      records-00000.jsonl ...   one PPJDRecord.to_dict() per line; rotated every `shard_size` records
+      failures.jsonl            one Failure.to_dict() per line (a retried key may appear more than once;
+                                the last line of a key is its current state, and a key with a record is done)
+      images/<sha256>.<ext>     the original image bytes of every record (records point here)
+      manifest.json             settings, counts, shard list, token usage and the history of runs
+      .lock                     held (flock) by the one builder writing the folder
+
+Crash safety (``kill -9`` at any moment):
+
+* each line is written with a single ``os.write`` on an ``O_APPEND`` descriptor (fsync every
+  ``fsync_every`` lines and at the end), so a line is either whole or a torn tail;
+* an image is written to a temp file and renamed into place *before* the record line that names it;
+* on open, every shard and the failures log are scanned: a torn last line (no newline, or not JSON) is
+  truncated away, a repeated key is ignored, so resuming never duplicates and never reads half a record;
+* the manifest is rewritten atomically (temp file + ``os.replace``); the shards, not the manifest, are the
+  truth, so a manifest that lags behind a crash is simply rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perception_judge.schema import Failure, PPJDRecord, sha256_hex
+
+MANIFEST_FORMAT = "perception-judge/ppjd/1"
+SHARD_PREFIX = "records-"
+FAILURES_FILE = "failures.jsonl"
+MANIFEST_FILE = "manifest.json"
+LOCK_FILE = ".lock"
+IMAGES_DIR = "images"
+
+
+def shard_name(index: int) -> str:
+    return f"{SHARD_PREFIX}{index:05d}.jsonl"
+
+
+def shard_paths(folder: str | os.PathLike[str]) -> list[Path]:
+    folder = Path(folder)
+    return sorted(p for p in folder.glob(f"{SHARD_PREFIX}*.jsonl") if p.is_file())
+
+
+_TMP_COUNTER = itertools.count()
+
+
+def _tmp_name(path: Path) -> Path:
+    """A temp name unique per process, thread and call (concurrent writers of the same file never collide)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}-{next(_TMP_COUNTER)}")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = _tmp_name(path)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write, fsync, rename into place, fsync the folder (the name survives a power loss too)."""
+    tmp = _tmp_name(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class ScanReport:
+    """What opening a folder found."""
+
+    records: int = 0
+    failures_lines: int = 0
+    torn_lines_repaired: int = 0
+    corrupt_lines: int = 0
+    duplicate_records: int = 0
+    shard_lines: dict[str, int] = field(default_factory=dict)
+
+
+def _scan_jsonl(path: Path, repair: bool) -> Iterator[tuple[dict[str, Any] | None, bool]]:
+    """Yield (object or None for a corrupt line, is_torn_tail). With ``repair``, truncate a torn tail."""
+    good_end = 0
+    with open(path, "rb") as f:
+        while True:
+            line = f.readline()
+            if not line:
+                break
+            if not line.endswith(b"\n"):
+                # Torn tail: the process died mid-write (or mid-line). Drop it.
+                yield None, True
+                break
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                # A complete but unreadable line can only be a torn write followed by another run's append
+                # on a filesystem without O_APPEND atomicity; skip it rather than crash.
+                yield None, False
+                good_end += len(line)
+                continue
+            good_end += len(line)
+            yield (obj if isinstance(obj, dict) else None), False
+    if repair and good_end < path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(good_end)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def iter_records(folder: str | os.PathLike[str]) -> Iterator[PPJDRecord]:
+    """Every record of a PPJD folder, once per key, in shard order (read-only; torn tails skipped)."""
+    seen: set[str] = set()
+    for shard in shard_paths(folder):
+        for obj, _torn in _scan_jsonl(shard, repair=False):
+            if obj is None or obj.get("key") in seen:
+                continue
+            seen.add(obj["key"])
+            yield PPJDRecord.from_dict(obj)
+
+
+def read_failures(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """key -> the last failure line of that key (read-only)."""
+    path = Path(folder) / FAILURES_FILE
+    out: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        for obj, _ in _scan_jsonl(path, repair=False):
+            if obj is not None and "key" in obj:
+                out[obj["key"]] = obj
+    return out
+
+
+def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    path = Path(folder) / MANIFEST_FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class FolderLocked(RuntimeError):
+    pass
+
+
+class PPJDStore:
+    """Writer of one PPJD folder (see the module docstring). Use ``with PPJDStore(...) as store``."""
+
+    def __init__(self, folder: str | os.PathLike[str], shard_size: int = 5000, fsync_every: int = 32) -> None:
+        if shard_size < 1:
+            raise ValueError("shard_size must be >= 1")
+        self.folder = Path(folder)
+        self.shard_size = shard_size
+        self.fsync_every = max(1, fsync_every)
+        self.done: set[str] = set()
+        self.failed: dict[str, tuple[str, str]] = {}
+        self.report = ScanReport()
+        self.manifest: dict[str, Any] = {}
+        self._lock_fd: int | None = None
+        self._shard_fd: int | None = None
+        self._shard_index = 0
+        self._shard_count = 0
+        self._fail_fd: int | None = None
+        self._unsynced = 0
+        self._shard_lines: dict[str, int] = {}
+
+    # -- open / close --------------------------------------------------------------------------------------
+
+    def open(self) -> ScanReport:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / IMAGES_DIR).mkdir(exist_ok=True)
+        fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise FolderLocked(
+                f"another process is building into {str(self.folder)!r} (it holds {LOCK_FILE}); "
+                "wait for it or stop it first"
+            ) from None
+        self._lock_fd = fd
+        # Temp files of writes a killed process never renamed into place (we hold the lock: nobody else writes).
+        for d in (self.folder, self.folder / IMAGES_DIR):
+            for stale in d.glob(".*.tmp-*"):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+        self._scan()
+        self.manifest = read_manifest(self.folder) or {}
+        self._open_shard()
+        self._fail_fd = os.open(self.folder / FAILURES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self.report
+
+    def _scan(self) -> None:
+        rep = self.report
+        for shard in shard_paths(self.folder):
+            lines = 0
+            for obj, torn in _scan_jsonl(shard, repair=True):
+                if torn:
+                    rep.torn_lines_repaired += 1
+                    continue
+                lines += 1
+                if obj is None or "key" not in obj:
+                    rep.corrupt_lines += 1
+                    continue
+                if obj["key"] in self.done:
+                    rep.duplicate_records += 1
+                    continue
+                self.done.add(obj["key"])
+                rep.records += 1
+            self._shard_lines[shard.name] = lines
+        rep.shard_lines = dict(self._shard_lines)
+        fpath = self.folder / FAILURES_FILE
+        if fpath.is_file():
+            for obj, torn in _scan_jsonl(fpath, repair=True):
+                if torn:
+                    rep.torn_lines_repaired += 1
+                    continue
+                if obj is None or "key" not in obj:
+                    rep.corrupt_lines += 1
+                    continue
+                rep.failures_lines += 1
+                if obj["key"] not in self.done:  # a key retried into a record is done, not failed
+                    self.failed[obj["key"]] = (str(obj.get("stage", "")), str(obj.get("reason", "")))
+
+    def _open_shard(self) -> None:
+        shards = shard_paths(self.folder)
+        if shards:
+            last = shards[-1]
+            index = int(last.stem[len(SHARD_PREFIX) :])
+            count = self._shard_lines.get(last.name, 0)
+            if count >= self.shard_size:
+                index, count = index + 1, 0
+        else:
+            index, count = 0, 0
+        self._switch_shard(index, count)
+
+    def _switch_shard(self, index: int, count: int) -> None:
+        if self._shard_fd is not None:
+            os.fsync(self._shard_fd)
+            os.close(self._shard_fd)
+        self._shard_index, self._shard_count = index, count
+        path = self.folder / shard_name(index)
+        self._shard_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._shard_lines.setdefault(path.name, count)
+
+    def close(self) -> None:
+        for fd in (self._shard_fd, self._fail_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.fsync(fd)
+                os.close(fd)
+        self._shard_fd = self._fail_fd = None
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> PPJDStore:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _write_all(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    def _line(self, obj: dict[str, Any]) -> bytes:
+        return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+    def _maybe_sync(self) -> None:
+        self._unsynced += 1
+        if self._unsynced >= self.fsync_every:
+            self.sync()
+
+    def sync(self) -> None:
+        for fd in (self._shard_fd, self._fail_fd):
+            if fd is not None:
+                os.fsync(fd)
+        self._unsynced = 0
+
+    def put_image(self, data: bytes, ext: str) -> tuple[str, str]:
+        """Store image bytes under ``images/<sha256>.<ext>`` (idempotent); returns (relative path, sha256)."""
+        sha = sha256_hex(data)
+        ext = ext.lower().lstrip(".") or "bin"
+        rel = f"{IMAGES_DIR}/{sha}.{ext}"
+        path = self.folder / rel
+        if not (path.is_file() and path.stat().st_size == len(data)):
+            atomic_write_bytes(path, data)
+        return rel, sha
+
+    def append_record(self, record: PPJDRecord) -> bool:
+        """Append a record; False (and nothing written) when its key is already done."""
+        if record.key in self.done:
+            return False
+        if self._shard_count >= self.shard_size:
+            self._switch_shard(self._shard_index + 1, 0)
+        assert self._shard_fd is not None, "store not open"
+        self._write_all(self._shard_fd, self._line(record.to_dict()))
+        self._shard_count += 1
+        self._shard_lines[shard_name(self._shard_index)] = self._shard_count
+        self.done.add(record.key)
+        self.failed.pop(record.key, None)
+        self._maybe_sync()
+        return True
+
+    def append_failure(self, failure: Failure) -> None:
+        assert self._fail_fd is not None, "store not open"
+        self._write_all(self._fail_fd, self._line(failure.to_dict()))
+        self.failed[failure.key] = (failure.stage, failure.reason)
+        self._maybe_sync()
+
+    # -- manifest ------------------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, Any]:
+        reasons = Counter(f"{stage}/{reason}" for stage, reason in self.failed.values())
+        return {
+            "records": len(self.done),
+            "failed": len(self.failed),
+            "failed_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        }
+
+    def write_manifest(self, **updates: Any) -> dict[str, Any]:
+        m = dict(self.manifest)
+        m.setdefault("format", MANIFEST_FORMAT)
+        m.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        m.update(updates)
+        m["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        m["counts"] = self.counts()
+        m["shards"] = [
+            {"file": name, "records": n}
+            for name, n in sorted(self._shard_lines.items())
+            if n or name == shard_name(self._shard_index)
+        ]
+        m["failures_file"] = FAILURES_FILE
+        self.manifest = m
+        atomic_write_text(self.folder / MANIFEST_FILE, json.dumps(m, indent=2, ensure_ascii=False) + "\n")
+        return m
+
+
+__all__ = [
+    "FAILURES_FILE",
+    "IMAGES_DIR",
+    "MANIFEST_FILE",
+    "FolderLocked",
+    "PPJDStore",
+    "ScanReport",
+    "atomic_write_text",
+    "iter_records",
+    "read_failures",
+    "read_manifest",
+    "shard_paths",
+]

@@ -1,0 +1,162 @@
+"""The teacher-independent stages: pre-checks before the teacher, answer extraction and validation after it.
+
+Validation keeps a record only when
+
+* both counterfactuals state a final answer (``no_answer_rp`` / ``no_answer_rp_r``);
+* **both** answers differ from the ground truth (``rp_matches_gt`` / ``rp_r_matches_gt``) -- the published
+  release kept a record when *either* did, and counted a missing answer as "different";
+* the two counterfactuals differ from each other, in text and in final answer (``counterfactuals_identical``
+  / ``counterfactual_answers_equal``);
+* r_rp stays close to r_c: word-level ``difflib`` similarity at least ``min_rp_similarity``
+  (``rp_too_far_from_rc``);
+* r_c's answer format is kept: when r_c uses ``\\boxed{}``, both counterfactuals do (``format_changed``);
+* no prompt scaffolding leaked into either text (``scaffolding_leak``): our prompt tags and JSON keys, the
+  published release's leaked keys, think tags, "r_rp"-style identifiers, or a JSON object instead of prose.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from perception_judge.ppjd.answers import answers_match, extract_final_answer, find_boxed
+from perception_judge.ppjd.teacher import (
+    SCAFFOLDING_TOKENS,
+    STAGE_ANSWERS,
+    STAGE_PRECHECK,
+    STAGE_VALIDATE,
+    Counterfactuals,
+    StageError,
+)
+from perception_judge.schema import SourceItem
+
+_THINK_RE = re.compile(r"</?think(?:ing)?>", re.IGNORECASE)
+_IDENT_RE = re.compile(r"\b(?:r_rp_r|r_rp|rp_r|r_c|r_rp\+r)\b")
+_JSON_KEY_RE = re.compile(r'(?m)^\s*[{\[]?\s*"[A-Za-z_][A-Za-z0-9_ ]{0,40}"\s*:')
+_VERSION_HEADING_RE = re.compile(r"(?im)^\s*(?:version|solution|response)\s*[12]\s*[:.)]")
+
+
+@dataclass
+class PrecheckConfig:
+    max_response_chars: int = 4000  # longer r_c are skipped (precheck/response_too_long)
+    text_only: str = "include"  # "include" or "skip" items without an image
+
+
+@dataclass
+class ValidationConfig:
+    min_rp_similarity: float = 0.5  # word-level difflib ratio between r_c and r_rp
+    require_boxed: bool = True  # counterfactuals must keep r_c's \boxed{} answer format
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_rp_similarity <= 1.0:
+            raise ValueError(f"min_rp_similarity must be in [0, 1], got {self.min_rp_similarity}")
+
+
+def precheck(item: SourceItem, has_image: bool, config: PrecheckConfig) -> None:
+    """Raise StageError(precheck, ...) for items the teacher should never see."""
+    missing = [
+        name for name in ("question", "answer", "response") if not str(getattr(item, name) or "").strip()
+    ]
+    if missing:
+        raise StageError(
+            STAGE_PRECHECK, "missing_fields", f"item {item.item_id!r} has no {', '.join(missing)}"
+        )
+    if _THINK_RE.search(item.response):
+        raise StageError(STAGE_PRECHECK, "response_has_think", "r_c contains <think>/<thinking> tags")
+    if len(item.response) > config.max_response_chars:
+        raise StageError(
+            STAGE_PRECHECK,
+            "response_too_long",
+            f"r_c has {len(item.response)} characters (limit {config.max_response_chars})",
+        )
+    if not has_image and config.text_only == "skip":
+        raise StageError(STAGE_PRECHECK, "text_only_skipped", "the item has no image (--text-only skip)")
+
+
+def similarity(a: str, b: str) -> float:
+    """Word-level edit similarity in [0, 1] (difflib ratio over whitespace tokens)."""
+    wa, wb = a.split(), b.split()
+    if not wa and not wb:
+        return 1.0
+    return difflib.SequenceMatcher(None, wa, wb, autojunk=False).ratio()
+
+
+def find_leak(text: str, reference: str = "") -> str | None:
+    """The first piece of prompt scaffolding in ``text`` that is not already in ``reference`` (r_c), or None.
+
+    (A physics solution may legitimately write ``r_c``; it only counts as a leak when r_c does not.)
+    """
+    for token in SCAFFOLDING_TOKENS:
+        if token in text and token not in reference:
+            return token
+    for pattern in (_THINK_RE, _IDENT_RE, _JSON_KEY_RE, _VERSION_HEADING_RE):
+        for m in pattern.finditer(text):
+            if m.group(0) not in reference:
+                return m.group(0).strip()
+    return None
+
+
+@dataclass
+class Validated:
+    answer_rp: str
+    answer_rp_r: str
+    similarity_rp: float
+
+
+def extract_answers(cf: Counterfactuals) -> tuple[str, str]:
+    a1, a2 = extract_final_answer(cf.r_rp), extract_final_answer(cf.r_rp_r)
+    if not a1:
+        raise StageError(STAGE_ANSWERS, "no_answer_rp", "r_rp states no final answer")
+    if not a2:
+        raise StageError(STAGE_ANSWERS, "no_answer_rp_r", "r_rp+r states no final answer")
+    return a1, a2
+
+
+def validate(item: SourceItem, cf: Counterfactuals, config: ValidationConfig) -> Validated:
+    """Answers and checks (see the module docstring); raises StageError(answers|validate, reason)."""
+    a1, a2 = extract_answers(cf)
+    if answers_match(a1, item.answer):
+        raise StageError(
+            STAGE_VALIDATE, "rp_matches_gt", f"r_rp answers {a1!r}, the ground truth is {item.answer!r}"
+        )
+    if answers_match(a2, item.answer):
+        raise StageError(
+            STAGE_VALIDATE, "rp_r_matches_gt", f"r_rp+r answers {a2!r}, the ground truth is {item.answer!r}"
+        )
+    if cf.r_rp.strip() == cf.r_rp_r.strip():
+        raise StageError(STAGE_VALIDATE, "counterfactuals_identical", "r_rp and r_rp+r are the same text")
+    if answers_match(a1, a2):
+        raise StageError(
+            STAGE_VALIDATE, "counterfactual_answers_equal", f"r_rp and r_rp+r both answer {a1!r}"
+        )
+    for name, text in (("r_rp", cf.r_rp), ("r_rp+r", cf.r_rp_r)):
+        leak = find_leak(text, item.response)
+        if leak is not None:
+            raise StageError(STAGE_VALIDATE, "scaffolding_leak", f"{name} contains {leak[:60]!r}")
+    if config.require_boxed and find_boxed(item.response):
+        for name, text in (("r_rp", cf.r_rp), ("r_rp+r", cf.r_rp_r)):
+            if not find_boxed(text):
+                raise StageError(
+                    STAGE_VALIDATE, "format_changed", f"r_c uses \\boxed{{}} but {name} does not"
+                )
+    sim = similarity(item.response, cf.r_rp)
+    if sim < config.min_rp_similarity:
+        raise StageError(
+            STAGE_VALIDATE,
+            "rp_too_far_from_rc",
+            f"similarity(r_c, r_rp) = {sim:.3f} < {config.min_rp_similarity}",
+        )
+    return Validated(a1, a2, round(sim, 4))
+
+
+__all__ = [
+    "PrecheckConfig",
+    "Validated",
+    "ValidationConfig",
+    "extract_answers",
+    "find_leak",
+    "precheck",
+    "similarity",
+    "validate",
+]

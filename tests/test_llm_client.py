@@ -1,0 +1,237 @@
+"""The shared OpenAI-compatible client against the local fake server: messages, retries, limits, secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import io
+import socket
+import time
+
+import pytest
+from PIL import Image
+
+from perception_judge.llm_client import ChatClient, ClientConfig, LLMError, to_openai_messages
+from perception_judge.testing import FakeOpenAIServer, Faults
+
+SECRET = "sk-test-Very-Secret-Key-0123456789"
+MSG = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(record_requests=True) as srv:
+        yield srv
+
+
+def _config(srv_or_urls, **kw) -> ClientConfig:
+    urls = srv_or_urls if isinstance(srv_or_urls, list) else [srv_or_urls.base_url]
+    kw.setdefault("backoff_base_s", 0.01)
+    kw.setdefault("backoff_max_s", 0.05)
+    kw.setdefault("timeout_s", 5.0)
+    return ClientConfig(base_urls=urls, model="fake-teacher", **kw)
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+async def _chat(client: ChatClient, n: int = 1, **kw):
+    try:
+        return await asyncio.gather(*[client.chat(MSG, **kw) for _ in range(n)])
+    finally:
+        await client.aclose()
+
+
+def _decode(url: str) -> Image.Image:
+    assert url.startswith("data:image/jpeg;base64,")
+    return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Messages
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_to_openai_messages_fills_placeholders_in_order_and_downscales():
+    red, blue = Image.new("RGB", (400, 200), (255, 0, 0)), Image.new("RGB", (50, 60), (0, 0, 255))
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image"},
+                {"type": "text", "text": "compare"},
+                {"type": "image"},
+            ],
+        },
+    ]
+    out = to_openai_messages(messages, [red, blue], image_max_side=100)
+    assert out[0] == {"role": "system", "content": "be brief"}
+    parts = out[1]["content"]
+    assert [p["type"] for p in parts] == ["image_url", "text", "image_url"]
+    first, second = _decode(parts[0]["image_url"]["url"]), _decode(parts[2]["image_url"]["url"])
+    assert first.size == (100, 50)  # longest side capped, aspect kept
+    assert second.size == (50, 60)  # never enlarged
+    assert (
+        first.convert("RGB").getpixel((10, 10))[0] > 200 and second.convert("RGB").getpixel((10, 10))[2] > 200
+    )
+
+
+def test_to_openai_messages_counts_must_match():
+    with pytest.raises(ValueError, match="more image placeholders"):
+        to_openai_messages([{"role": "user", "content": [{"type": "image"}]}], [])
+    with pytest.raises(ValueError, match="2 images given"):
+        to_openai_messages([{"role": "user", "content": [{"type": "image"}]}], [Image.new("RGB", (4, 4))] * 2)
+
+
+def test_text_only_list_content_becomes_a_string():
+    out = to_openai_messages([{"role": "user", "content": [{"type": "text", "text": "hi"}]}], [])
+    assert out == [{"role": "user", "content": "hi"}]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Calls
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_chat_sends_settings_and_counts_usage():
+    with FakeOpenAIServer(record_requests=True, reasoning=True, api_key=SECRET) as srv:
+        client = ChatClient(_config(srv, api_key=SECRET, extra_body={"top_k": 20}))
+        image = Image.new("RGB", (2000, 1000), (0, 200, 0))
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}]
+
+        async def go():
+            try:
+                return await client.chat(
+                    messages, [image], temperature=0.0, top_p=None, max_tokens=77, seed=5
+                )
+            finally:
+                await client.aclose()
+
+        resp = _run(go())
+        body = srv.requests[0]
+        assert body["model"] == "fake-teacher" and body["temperature"] == 0.0 and body["max_tokens"] == 77
+        assert body["seed"] == 5 and body["top_k"] == 20 and "top_p" not in body
+        assert max(_decode(body["messages"][0]["content"][0]["image_url"]["url"]).size) == 1024
+        assert srv.headers_seen[0]["authorization"] == f"Bearer {SECRET}"
+        assert resp.reasoning == "Let me look at the request carefully."
+        assert resp.finish_reason == "stop" and resp.attempts == 1
+        assert resp.prompt_tokens == 256 and resp.completion_tokens >= 1  # 1 image, ~0 text tokens
+        assert client.usage["prompt_tokens"] == resp.prompt_tokens and client.usage["requests"] == 1
+
+
+def test_api_key_never_in_repr_asdict_or_errors(monkeypatch):
+    monkeypatch.setenv("MY_KEY_VAR", SECRET)
+    cfg = ClientConfig(["http://127.0.0.1:9/v1"], "m", api_key_env="MY_KEY_VAR")
+    assert cfg.resolve_api_key() == SECRET
+    explicit = ClientConfig(["http://127.0.0.1:9/v1"], "m", api_key=SECRET)
+    for c in (cfg, explicit):
+        assert SECRET not in repr(c)
+        assert SECRET not in str(dataclasses.asdict(c))
+        assert SECRET not in str(c.public_dict())
+    assert explicit.api_key == SECRET
+    with FakeOpenAIServer(api_key="sk-the-right-one") as srv:
+        client = ChatClient(_config(srv, api_key=SECRET))
+        with pytest.raises(LLMError) as e:
+            _run(_chat(client))
+        assert e.value.reason == "auth" and e.value.attempts == 1  # not retried
+        assert SECRET not in str(e.value) and SECRET not in repr(client)
+        assert client.redact(f"key={SECRET}") == "key=***"
+
+
+def test_retries_429_500_bad_body_then_succeeds(server):
+    server.force("429", "500", "bad_body", None)
+    client = ChatClient(_config(server, max_retries=5))
+    (resp,) = _run(_chat(client))
+    assert resp.attempts == 4
+    stats = server.stats()
+    assert stats["fault_429"] == stats["fault_500"] == stats["fault_bad_body"] == 1
+    assert client.usage["retries"] == 3 and client.usage["failures"] == 0 and client.usage["requests"] == 4
+
+
+def test_retry_after_is_honoured():
+    with FakeOpenAIServer(faults=Faults(retry_after_s=0.6)) as srv:
+        srv.force("429")
+        client = ChatClient(_config(srv, backoff_base_s=0.001, backoff_max_s=5.0))
+        t0 = time.monotonic()
+        (resp,) = _run(_chat(client))
+        assert resp.attempts == 2
+        assert time.monotonic() - t0 >= 0.6
+
+
+def test_timeout_is_retried():
+    with FakeOpenAIServer(faults=Faults(hang_s=3.0)) as srv:
+        srv.force("hang")
+        client = ChatClient(_config(srv, timeout_s=0.4, max_retries=2))
+        t0 = time.monotonic()
+        (resp,) = _run(_chat(client))
+        assert resp.attempts == 2 and time.monotonic() - t0 < 2.5
+        assert srv.stats()["fault_hang"] == 1
+
+
+def test_gives_up_with_a_reason_after_max_retries(server):
+    server.set_faults(Faults(rate_500=1.0))
+    client = ChatClient(_config(server, max_retries=2))
+    with pytest.raises(LLMError) as e:
+        _run(_chat(client))
+    assert e.value.reason == "server_error" and e.value.attempts == 3 and e.value.retryable
+    assert server.stats()["fault_500"] == 3
+    assert client.usage["failures"] == 1
+
+
+def test_connection_refused_is_a_connection_error():
+    client = ChatClient(_config([f"http://127.0.0.1:{_free_port()}/v1"], max_retries=1))
+    with pytest.raises(LLMError) as e:
+        _run(_chat(client))
+    assert e.value.reason == "connection" and e.value.attempts == 2
+
+
+def test_concurrency_limit_is_respected():
+    with FakeOpenAIServer(latency_s=0.1) as srv:
+        client = ChatClient(_config(srv, concurrency=3))
+        t0 = time.monotonic()
+        _run(_chat(client, n=12))
+        elapsed = time.monotonic() - t0
+        assert srv.stats()["peak_in_flight"] == 3
+        assert elapsed >= 0.38  # 12 calls / 3 at a time x 0.1 s
+
+
+def test_requests_spread_over_base_urls_and_avoid_a_dead_one():
+    with FakeOpenAIServer(latency_s=0.02) as a, FakeOpenAIServer(latency_s=0.02) as b:
+        client = ChatClient(_config([a.base_url, b.base_url], concurrency=4))
+        _run(_chat(client, n=20))
+        na, nb = a.stats()["status_200"], b.stats()["status_200"]
+        assert na + nb == 20 and min(na, nb) >= 6
+        dead = f"http://127.0.0.1:{_free_port()}/v1"
+        client = ChatClient(_config([dead, a.base_url], concurrency=2, max_retries=3, cooldown_s=30))
+        results = _run(_chat(client, n=10))
+        assert len(results) == 10
+        stats = {e["url"]: e for e in client.endpoint_stats()}
+        assert stats[dead]["requests"] <= 2  # cooled down after failing, the live server took the rest
+
+
+def test_client_survives_successive_event_loops(server):
+    client = ChatClient(_config(server))
+
+    async def one():
+        return await client.chat(MSG)
+
+    assert asyncio.run(one()).text
+    assert asyncio.run(one()).text  # a fresh loop: the HTTP pool is rebuilt
+    _run(client.aclose())
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(ValueError, match="base URL"):
+        ClientConfig([], "m")
+    with pytest.raises(ValueError, match="concurrency"):
+        ClientConfig(["http://x/v1"], "m", concurrency=0)
+    assert ClientConfig("http://a/v1, http://b/v1", "m").base_urls == ["http://a/v1", "http://b/v1"]

@@ -1,0 +1,320 @@
+"""The PPJD builder end to end: accounting under faults, bad inputs, resume, kill -9, secrets."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from perception_judge.llm_client import ClientConfig
+from perception_judge.ppjd import synth
+from perception_judge.ppjd.programmatic import ProgrammaticTeacher
+from perception_judge.ppjd.runner import BuildConfig, build
+from perception_judge.ppjd.sources import TableSource, item_key, synthetic_source
+from perception_judge.ppjd.store import iter_records, read_failures, read_manifest, shard_paths
+from perception_judge.ppjd.teacher import STAGES, LLMTeacher, LLMTeacherConfig
+from perception_judge.ppjd.validate import PrecheckConfig
+from perception_judge.schema import sha256_hex
+from perception_judge.testing import FakeOpenAIServer, Faults
+
+SECRET = "sk-build-Secret-Value-42xyz"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth")
+    synth.write_synthetic(d, 40, seed=3)
+    return d
+
+
+def _keys(source) -> set[str]:
+    return {item_key(it) for it in source}
+
+
+def _shard_lines(folder) -> list[dict]:
+    out = []
+    for shard in shard_paths(folder):
+        data = shard.read_bytes()
+        assert data.endswith(b"\n"), "torn line left behind"
+        out += [json.loads(line) for line in data.splitlines()]
+    return out
+
+
+def _llm(url: str, **client_kw) -> LLMTeacher:
+    client_kw.setdefault("backoff_base_s", 0.005)
+    client_kw.setdefault("backoff_max_s", 0.02)
+    client_kw.setdefault("timeout_s", 5.0)
+    teacher_kw = {"stage_attempts": client_kw.pop("stage_attempts", 3)}
+    return LLMTeacher(ClientConfig([url], "fake-teacher", **client_kw), LLMTeacherConfig(**teacher_kw))
+
+
+def _cfg(out, **kw) -> BuildConfig:
+    kw.setdefault("progress", False)
+    kw.setdefault("concurrency", 8)
+    return BuildConfig(out_dir=str(out), **kw)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Offline: programmatic teacher
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_programmatic_build_accounts_for_every_item_and_resumes(synth_dir, tmp_path):
+    out = tmp_path / "ppjd"
+    first = build(
+        synthetic_source(synth_dir),
+        ProgrammaticTeacher(),
+        _cfg(out, precheck=PrecheckConfig(text_only="skip")),
+    )
+    keys = _keys(synthetic_source(synth_dir))
+    records = list(iter_records(out))
+    failures = read_failures(out)
+    assert first.status == "complete" and first.seen == 40
+    assert {r.key for r in records} | set(failures) == keys
+    assert not {r.key for r in records} & set(failures)
+    n_text = sum(1 for it in synthetic_source(synth_dir) if it.image is None)
+    assert first.failures_by_reason.get("precheck/text_only_skipped") == n_text
+    for r in records:
+        assert r.teacher == "programmatic" and r.meta["spec"]["family"] != "text"
+        assert r.image == f"images/{r.image_sha256}.png"
+        assert sha256_hex((out / r.image).read_bytes()) == r.image_sha256
+        assert r.answer_rp and r.answer_rp_r and r.answer_rp != r.answer
+    manifest = read_manifest(out)
+    assert manifest["counts"]["records"] == len(records) == first.records_total
+    assert manifest["runs"][-1]["status"] == "complete"
+
+    again = build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(out))
+    assert again.records_new == 0 and again.skipped_done == len(records)
+    assert again.skipped_failed == len(failures)  # failed keys wait for --retry-failed
+
+    retried = build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(out, retry_failed=True))
+    assert retried.records_new >= n_text - 1  # text items now included (a rare slip failure is allowed)
+    lines = _shard_lines(out)
+    assert len(lines) == len({x["key"] for x in lines})  # never a duplicate
+    assert read_manifest(out)["counts"]["failed"] == retried.failed_total == len(keys) - len(lines)
+
+
+def test_limit_processes_a_slice_per_run(synth_dir, tmp_path):
+    out = tmp_path / "ppjd"
+    a = build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(out, limit=7))
+    b = build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(out, limit=7))
+    assert a.records_new + a.failed_new == 7 == b.records_new + b.failed_new
+    assert len(_shard_lines(out)) == a.records_new + b.records_new
+
+
+# --------------------------------------------------------------------------------------------------------------
+# LLM teacher against the fault-injecting server
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_every_record_ends_done_or_failed_with_a_reason_under_faults(synth_dir, tmp_path):
+    faults = Faults(
+        rate_429=0.08,
+        rate_500=0.08,
+        rate_hang=0.02,
+        rate_bad_body=0.04,
+        rate_malformed_json=0.08,
+        rate_truncated=0.08,
+        rate_sloppy_latex=0.3,
+        retry_after_s=0.01,
+        hang_s=1.0,
+    )
+    out = tmp_path / "ppjd"
+    with FakeOpenAIServer(faults=faults, seed=7) as srv:
+        teacher = _llm(srv.base_url, max_retries=2, timeout_s=0.4, stage_attempts=2)
+        summary = build(synthetic_source(synth_dir), teacher, _cfg(out, concurrency=8))
+        stats = srv.stats()
+    keys = _keys(synthetic_source(synth_dir))
+    lines = _shard_lines(out)
+    record_keys = [x["key"] for x in lines]
+    failures = read_failures(out)
+    assert len(record_keys) == len(set(record_keys)), "duplicate records"
+    assert set(record_keys) | set(failures) == keys, "lost records"
+    assert not set(record_keys) & set(failures)
+    assert summary.records_new + summary.failed_new == 40 and summary.status == "complete"
+    for f in failures.values():
+        assert f["stage"] in STAGES and f["reason"], f
+    assert len(record_keys) >= 20  # the faults are survivable
+    for name in ("fault_429", "fault_500", "fault_bad_body", "fault_malformed_json", "fault_truncated"):
+        assert stats.get(name, 0) > 0, name  # every fault kind was exercised
+    assert summary.usage["retries"] > 0 and summary.usage["prompt_tokens"] > 0
+
+
+def _bad_inputs(folder: Path) -> list[dict]:
+    (folder / "img").mkdir()
+    ok = io.BytesIO()
+    Image.new("RGB", (24, 24), (0, 120, 0)).save(ok, "PNG")
+    (folder / "img" / "ok.png").write_bytes(ok.getvalue())
+    (folder / "img" / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n this is not really a png")
+    big = io.BytesIO()
+    Image.new("RGB", (700, 700), (1, 2, 3)).save(big, "PNG")
+    (folder / "img" / "huge.png").write_bytes(big.getvalue())
+    (folder.parent / "outside.png").write_bytes(ok.getvalue())
+    resp = "Step 1: I count 3 green squares.\nStep 2: So there are 3.\n\nSo the answer is \\boxed{3}."
+    base = {"question": "How many green squares are there?", "answer_gt": "3", "chosen": resp}
+    return [
+        {**base, "image": "img/ok.png"},
+        {**base, "image": "img/ok.png", "question": ""},
+        {**base, "image": "img/missing.png"},
+        {**base, "image": "img/corrupt.png"},
+        {**base, "image": "img/huge.png"},
+        {**base, "image": "../outside.png"},
+        {**base, "image": "/etc/hostname"},
+        "{broken json",
+        {**base, "image": "https://example.com/cat.png"},
+        {**base, "image": "img/ok.png", "chosen": resp.replace("3", "4")},
+    ]
+
+
+def test_bad_inputs_give_per_record_errors_and_the_run_goes_on(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = _bad_inputs(data)
+    with open(data / "part.jsonl", "w") as f:
+        for r in rows:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+    out = tmp_path / "ppjd"
+    with FakeOpenAIServer() as srv:
+        summary = build(
+            TableSource([data / "part.jsonl"], preset="mmpr", image_root=data),
+            _llm(srv.base_url),
+            _cfg(out, max_image_pixels=300 * 300),
+        )
+    failures = {f["item_id"]: (f["stage"], f["reason"]) for f in read_failures(out).values()}
+    assert failures == {
+        "part.jsonl:2": ("precheck", "missing_fields"),
+        "part.jsonl:3": ("load", "image_missing"),
+        "part.jsonl:4": ("load", "image_corrupt"),
+        "part.jsonl:5": ("load", "image_too_large"),
+        "part.jsonl:6": ("load", "image_path_escapes_root"),
+        "part.jsonl:7": ("load", "image_path_escapes_root"),
+        "part.jsonl:8": ("source", "bad_row"),
+        "part.jsonl:9": ("load", "image_remote"),
+    }
+    records = list(iter_records(out))
+    assert sorted(r.item_id for r in records) == ["part.jsonl:1", "part.jsonl:10"]
+    assert summary.status == "complete" and summary.records_new == 2 and summary.failed_new == 8
+    # the two records share the image: stored once, by content
+    assert len(list((out / "images").iterdir())) == 1
+
+
+def test_fatal_auth_error_stops_the_run_and_the_key_is_never_written(
+    synth_dir, tmp_path, monkeypatch, capsys
+):
+    from perception_judge.cli import main
+
+    out = tmp_path / "ppjd"
+    monkeypatch.setenv("PJ_TEST_KEY", SECRET)
+    with FakeOpenAIServer(api_key="sk-another-key") as srv:
+        code = main(
+            ["build-ppjd", "--input", str(synth_dir), "--out", str(out), "--teacher", "llm", "--base-url",
+             srv.base_url, "--model", "fake-teacher", "--api-key-env", "PJ_TEST_KEY", "--no-progress"]
+        )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 1 and "aborted" in captured.err and "llm_auth" in captured.err
+    assert len(read_failures(out)) == 0  # a bad key is not the records' fault
+    assert read_manifest(out)["runs"][-1]["status"] == "aborted"
+    with FakeOpenAIServer(api_key=SECRET, faults=Faults(rate_500=0.2, rate_truncated=0.2), seed=1) as srv:
+        code = main(
+            ["build-ppjd", "--input", str(synth_dir), "--out", str(out), "--teacher", "llm", "--base-url",
+             srv.base_url, "--model", "fake-teacher", "--api-key-env", "PJ_TEST_KEY", "--no-progress",
+             "--max-retries", "1", "--limit", "12"]
+        )  # fmt: skip
+        assert srv.stats()["status_200"] > 0
+    captured = capsys.readouterr()
+    assert code == 0
+    assert SECRET not in captured.out + captured.err
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_consecutive_transport_failures_abort_the_run(synth_dir, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    summary = build(
+        synthetic_source(synth_dir),
+        _llm(dead, max_retries=0),
+        _cfg(tmp_path / "ppjd", concurrency=2, max_consecutive_failures=4),
+    )
+    assert summary.status == "aborted" and "in a row" in summary.abort_reason
+    assert 4 <= summary.failed_new < 40
+    assert all(f["reason"] == "llm_connection" for f in read_failures(tmp_path / "ppjd").values())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# kill -9 and resume
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _cli(synth_dir, out, url) -> list[str]:
+    return [
+        sys.executable, "-m", "perception_judge.cli", "build-ppjd", "--input", str(synth_dir), "--out", str(out),
+        "--teacher", "llm", "--base-url", url, "--model", "fake-teacher", "--concurrency", "4", "--no-progress",
+    ]  # fmt: skip
+
+
+def test_kill_9_then_resume_gives_the_same_records_as_an_uninterrupted_run(synth_dir, tmp_path):
+    ref, killed = tmp_path / "ref", tmp_path / "killed"
+    with FakeOpenAIServer(latency_s=0.06) as srv:
+        reference = build(synthetic_source(synth_dir), _llm(srv.base_url), _cfg(ref, concurrency=4))
+        assert reference.status == "complete"
+
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen(
+            _cli(synth_dir, killed, srv.base_url), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 60
+        lines_at_kill = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            shards = shard_paths(killed) if killed.exists() else []
+            lines_at_kill = sum(p.read_bytes().count(b"\n") for p in shards)
+            if lines_at_kill >= 8:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, f"the build finished before it could be killed: {proc.stderr.read()!r}"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+        partial = {
+            json.loads(x)["key"]
+            for p in shard_paths(killed)
+            for x in p.read_bytes().splitlines()
+            if x.endswith(b"}")
+        }
+        assert 8 <= len(partial) < reference.records_total, "kill came too late to test resume"
+
+        resumed = subprocess.run(
+            _cli(synth_dir, killed, srv.base_url), env=env, capture_output=True, text=True, timeout=120
+        )
+        assert resumed.returncode == 0, resumed.stderr
+
+    ref_records = {r.key: r for r in iter_records(ref)}
+    lines = _shard_lines(killed)
+    keys = [x["key"] for x in lines]
+    assert len(keys) == len(set(keys)), "duplicate records after resume"
+    assert set(keys) == set(ref_records)
+    assert set(read_failures(killed)) - set(keys) == set(read_failures(ref))
+    for x in lines:  # same content, not only the same keys (teacher replies and seeds are deterministic)
+        r = ref_records[x["key"]]
+        assert (x["r_rp"], x["r_rp_r"], x["answer_rp"], x["image_sha256"]) == (
+            r.r_rp,
+            r.r_rp_r,
+            r.answer_rp,
+            r.image_sha256,
+        )
+    runs = read_manifest(killed)["runs"]
+    assert [r["status"] for r in runs] == ["interrupted", "complete"]
+    assert "records written this run" in resumed.stdout

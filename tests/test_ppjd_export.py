@@ -1,0 +1,180 @@
+"""Export: permutations and ground truth, protocol mix, split by image, loadable with datasets."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import pytest
+from PIL import Image
+
+from perception_judge.ppjd import synth
+from perception_judge.ppjd.export import ExportConfig, ExportError, export_ppjd, parse_mix, record_rows
+from perception_judge.ppjd.programmatic import ProgrammaticTeacher
+from perception_judge.ppjd.runner import BuildConfig, build
+from perception_judge.ppjd.sources import synthetic_source
+from perception_judge.ppjd.store import iter_records
+from perception_judge.protocol import build_messages
+from perception_judge.schema import RESPONSE_KINDS, order_from_kinds
+from perception_judge.trainset import load_training_set
+
+RANK = {k: i for i, k in enumerate(RESPONSE_KINDS)}
+
+
+@pytest.fixture(scope="module")
+def ppjd_dir(tmp_path_factory):
+    base = tmp_path_factory.mktemp("export")
+    synth.write_synthetic(base / "synth", 90, seed=4)
+    summary = build(
+        synthetic_source(base / "synth"),
+        ProgrammaticTeacher(),
+        BuildConfig(str(base / "ppjd"), progress=False),
+    )
+    assert summary.records_total >= 85
+    return base / "ppjd"
+
+
+@pytest.fixture(scope="module")
+def exported(ppjd_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trainset")
+    info = export_ppjd(ppjd_dir, out, ExportConfig(seed=1, val_fraction=0.2, mix="batch=1,pair=1,single=1"))
+    return out, info
+
+
+def _image_bytes(cell) -> bytes:
+    return cell["bytes"] if isinstance(cell, dict) else None
+
+
+def test_loads_with_datasets_and_rows_are_consistent(ppjd_dir, exported):
+    import datasets
+
+    out, info = exported
+    raw = datasets.load_dataset(
+        "parquet",
+        data_files={"train": str(out / "train.parquet"), "validation": str(out / "validation.parquet")},
+    )
+    ds = load_training_set(out)
+    assert raw["train"].num_rows == ds["train"].num_rows == info["rows_total"]["train"]
+    records = {r.key: r for r in iter_records(ppjd_dir)}
+    seen_records: Counter = Counter()
+    for split in ("train", "validation"):
+        for row in ds[split]:
+            rec = records[row["record_key"]]
+            texts = rec.responses()
+            assert row["responses"] == [texts[k] for k in row["kinds"]]
+            n_images = 0 if rec.image is None else 1
+            assert row["prompt"] == _normalise(
+                build_messages(row["protocol"], rec.question, row["responses"], n_images)
+            )
+            assert len(row["images"]) == n_images
+            if n_images:
+                original = Image.open(ppjd_dir / rec.image).convert("RGB")
+                assert row["images"][0].convert("RGB").tobytes() == original.tobytes()
+                assert row["image_group"] == rec.image_sha256
+            kinds = row["kinds"]
+            if row["protocol"] == "batch":
+                assert sorted(kinds) == sorted(RESPONSE_KINDS)
+                assert row["ground_truth"] == order_from_kinds(kinds)
+                seen_records[(split, rec.key)] += 1
+            elif row["protocol"] == "pair":
+                assert row["ground_truth"] == ("AB" if RANK[kinds[0]] < RANK[kinds[1]] else "BA")
+            else:
+                assert row["ground_truth"] == ("correct" if kinds == ["r_c"] else "incorrect")
+    assert set(k for _, k in seen_records) == set(records)  # every record, once (mix batch=1)
+    assert all(v == 1 for v in seen_records.values())
+
+
+def _normalise(messages):
+    # datasets fills absent struct fields with None (e.g. "text" of an image block)
+    return [
+        {"role": m["role"], "content": [{"type": p["type"], "text": p.get("text")} for p in m["content"]]}
+        for m in messages
+    ]
+
+
+def test_split_is_grouped_by_image(exported):
+    out, info = exported
+    ds = load_training_set(out)
+    train, val = set(ds["train"]["image_group"]), set(ds["validation"]["image_group"])
+    assert train and val and not train & val
+    assert info["image_groups"]["validation"] == round(0.2 * (len(train) + len(val)))
+
+
+def test_permutations_and_labels_are_balanced(exported):
+    out, info = exported
+    assert set(info["ground_truth"]["batch"]) == {"ABC", "ACB", "BAC", "BCA", "CAB", "CBA"}
+    assert set(info["ground_truth"]["pair"]) == {"AB", "BA"}
+    assert set(info["ground_truth"]["single"]) == {"correct", "incorrect"}
+    total = sum(info["records"].values())
+    for split in ("train", "validation"):
+        rows = info["rows"][split]
+        assert rows["batch"] == rows["pair"] == rows["single"] == info["records"][split]
+    assert sum(info["rows_total"].values()) == 3 * total
+    card = (out / "README.md").read_text()
+    assert f"| train | {info['records']['train']} |" in card and "batch=1" in card
+
+
+def test_export_is_deterministic_and_seeded(ppjd_dir, tmp_path):
+    records = list(iter_records(ppjd_dir))
+    mix = parse_mix("batch=1,pair=0.5")
+    a = [r for rec in records for r in record_rows(rec, None, mix, seed=0)]
+    b = [r for rec in records for r in record_rows(rec, None, mix, seed=0)]
+    c = [r for rec in records for r in record_rows(rec, None, mix, seed=1)]
+    assert a == b and a != c
+    pairs = sum(r["protocol"] == "pair" for r in a)
+    assert 0.3 * len(records) < pairs < 0.7 * len(records)
+    two = [r for rec in records[:20] for r in record_rows(rec, None, parse_mix("batch=2"), seed=0)]
+    by_key: dict = {}
+    for r in two:
+        by_key.setdefault(r["record_key"], []).append(r["ground_truth"])
+    assert all(len(v) == 2 and v[0] != v[1] for v in by_key.values())  # two different permutations
+
+
+def test_missing_image_is_an_error_naming_the_record_or_skipped(ppjd_dir, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(ppjd_dir, broken)
+    victim = next(r for r in iter_records(broken) if r.image)
+    (broken / victim.image).unlink()
+    with pytest.raises(ExportError, match=victim.key):
+        export_ppjd(broken, tmp_path / "out1")
+    info = export_ppjd(broken, tmp_path / "out2", ExportConfig(skip_invalid=True))
+    skipped = set(info["skipped_records"])
+    assert victim.key in skipped
+    # every record that shared the deleted (content-addressed) image is skipped, nothing else
+    assert all(r.image == victim.image for r in iter_records(broken) if r.key in skipped)
+    with pytest.raises(FileExistsError):
+        export_ppjd(broken, tmp_path / "out2", ExportConfig(skip_invalid=True))
+
+
+def test_text_only_records_have_no_image(exported):
+    out, info = exported
+    ds = load_training_set(out)
+    text_rows = [r for r in ds["train"] if not r["images"]] + [r for r in ds["validation"] if not r["images"]]
+    assert text_rows and info["text_only_records"] > 0
+    for r in text_rows:
+        assert all(p["type"] == "text" for m in r["prompt"] for p in m["content"])
+        assert r["image_group"].startswith("text:")
+
+
+@pytest.mark.parametrize("bad", ["batch", "video=1", "batch=-1", "batch=0,pair=0", "batch=x"])
+def test_bad_mix(bad):
+    with pytest.raises(ValueError):
+        parse_mix(bad)
+
+
+def test_empty_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no PPJD records"):
+        export_ppjd(tmp_path, tmp_path / "out")
+
+
+def test_png_bytes_are_the_originals(ppjd_dir, exported):
+    import pyarrow.parquet as pq
+
+    out, _ = exported
+    table = pq.read_table(out / "train.parquet", columns=["images", "record_key"]).to_pylist()
+    records = {r.key: r for r in iter_records(ppjd_dir)}
+    row = next(r for r in table if r["images"])
+    assert row["images"][0]["bytes"] == (ppjd_dir / records[row["record_key"]].image).read_bytes()
+    Image.open(io.BytesIO(row["images"][0]["bytes"])).verify()
