@@ -4,7 +4,9 @@ Backend
     ``JudgeBackend.judge(requests, sampling) -> list[JudgeResult]`` (same order as the requests). Every
     backend renders prompts with :func:`perception_judge.protocol.render_generation_prompt` (local models) or
     sends the same messages to a server, applies the run's :class:`~perception_judge.images.PixelPolicy`, and
-    parses completions with the parser the request names (:data:`PARSERS`).
+    parses completions with the parser the request names (:data:`PARSERS`). A failed call gives
+    :func:`error_result` (no text, an error starting with :data:`BACKEND_ERROR_PREFIX`; see
+    :func:`is_backend_error`), never an exception; backends that seed per request use :func:`request_seed`.
 
 Suite
     A function ``run(backend, config: SuiteConfig) -> SuiteResult`` registered in :data:`SUITES` as
@@ -17,14 +19,15 @@ Suite
 from __future__ import annotations
 
 import abc
+import hashlib
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.images import PixelPolicy
-from perception_judge.protocol import parse_scores
+from perception_judge.images import PixelPolicy, load_image
+from perception_judge.protocol import count_image_placeholders, parse_scores
 from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
 # --------------------------------------------------------------------------------------------------------------
@@ -45,20 +48,75 @@ PARSERS: dict[str, ParserFn] = {"protocol": _protocol_parser}
 """Score parsers by name. The evaluation package registers more (e.g. the MM-JudgeBias ``### Score:`` parser)
 with :func:`register_parser`."""
 
+_BUILTIN_PARSERS: dict[str, str] = {
+    "mmjb": "perception_judge.evaluation.bias.prompts:parse_mmjb",
+    "mmjb_strict": "perception_judge.evaluation.bias.prompts:parse_mmjb_strict",
+}
+"""Parsers shipped with the evaluation package, registered on first use (so any backend can parse them)."""
+
 
 def register_parser(name: str, fn: ParserFn) -> ParserFn:
     PARSERS[name] = fn
     return fn
 
 
+def get_parser(name: str) -> ParserFn:
+    """A parser by name (built-in ones are imported on first use); clear error for unknown names."""
+    if name not in PARSERS and name in _BUILTIN_PARSERS:
+        module, attr = _BUILTIN_PARSERS[name].split(":")
+        register_parser(name, getattr(importlib.import_module(module), attr))
+    if name not in PARSERS:
+        raise KeyError(f"unknown parser {name!r}; known: {sorted(set(PARSERS) | set(_BUILTIN_PARSERS))}")
+    return PARSERS[name]
+
+
+BACKEND_ERROR_PREFIX = "backend error: "
+"""Prefix of ``JudgeResult.error`` when the call itself failed (no completion), as opposed to a parse failure."""
+
+
 def parse_result(request: JudgeRequest, text: str, reasoning: str | None = None, **usage: int) -> JudgeResult:
     """Build a JudgeResult from raw text with the request's parser (never raises on bad text)."""
-    if request.parser not in PARSERS:
-        raise KeyError(
-            f"request {request.request_id!r} names unknown parser {request.parser!r}; known: {sorted(PARSERS)}"
-        )
-    scores, error = PARSERS[request.parser](text, request.n_scores, reasoning)
+    try:
+        parser = get_parser(request.parser)
+    except KeyError as e:
+        raise KeyError(f"request {request.request_id!r}: {e.args[0]}") from None
+    scores, error = parser(text, request.n_scores, reasoning)
     return JudgeResult(request.request_id, text, scores, error, reasoning, **usage)
+
+
+def error_result(request: JudgeRequest, message: str) -> JudgeResult:
+    """The result of a request whose call failed (bad image, backend exception, ...): no text, no scores."""
+    return JudgeResult(request.request_id, "", None, BACKEND_ERROR_PREFIX + message)
+
+
+def is_backend_error(result: JudgeResult) -> bool:
+    return bool(result.error) and result.error.startswith(BACKEND_ERROR_PREFIX)
+
+
+def request_seed(seed: int, request_id: str) -> int:
+    """A per-request seed derived from the run seed and the request id (stable across processes and batch
+    composition); backends that seed each request (vLLM, OpenAI-compatible servers) use it."""
+    digest = hashlib.sha256(f"{int(seed)}:{request_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Progress bars
+# --------------------------------------------------------------------------------------------------------------
+
+_PROGRESS = {"enabled": True}
+
+
+def set_progress(enabled: bool) -> None:
+    """Turn the evaluation progress bars on or off (``perception-judge eval -q`` turns them off)."""
+    _PROGRESS["enabled"] = bool(enabled)
+
+
+def progress_bar(total: int, desc: str, unit: str = "it", **kwargs: Any) -> Any:
+    """A tqdm bar for long evaluation loops (disabled when there is nothing to do or progress is off)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not _PROGRESS["enabled"] or not total, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -81,6 +139,17 @@ class JudgeBackend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """Provenance recorded with every result (backend, model, pixel policy, ...)."""
         return {"backend": self.name, "pixel_policy": self.pixel_policy.to_dict()}
+
+    def prepare_images(self, request: JudgeRequest) -> list[Any]:
+        """The request's images loaded (:func:`~perception_judge.images.load_image`) and put through the pixel
+        policy, after checking that they match the image placeholders. Raises ``ValueError`` /
+        :class:`~perception_judge.images.ImageError` naming the request."""
+        n = count_image_placeholders(request.messages)
+        if n != len(request.images):
+            raise ValueError(
+                f"request {request.request_id!r} has {n} image placeholder(s) but {len(request.images)} image(s)"
+            )
+        return [self.pixel_policy.apply(load_image(img)) for img in request.images]
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (engines, sessions)."""

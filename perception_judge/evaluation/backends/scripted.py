@@ -1,14 +1,23 @@
 """A scripted judge: a Python function decides the completion text. For tests with exact expected metrics
-(an oracle, a constant scorer, an over-reactor, a parser-stress judge) and for dry runs of suites."""
+(an oracle, a constant scorer, an over-reactor, a parser-stress judge) and for dry runs of suites.
+
+Built-in judges for dry runs (``--backend scripted:NAME``): ``constant`` (every score 8; ``constant:5`` for
+another value), ``random`` (scores drawn from a hash of the seed and the request id), ``garbage`` (never a
+parsable score). ``scripted:package.module:function`` imports any ``fn(request, sampling) -> text``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from perception_judge.evaluation.base import JudgeBackend, parse_result
 from perception_judge.images import PixelPolicy
 from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
+
+ScriptFn = Callable[[JudgeRequest, Sampling], "str | tuple[str, str | None]"]
 
 
 class ScriptedBackend(JudgeBackend):
@@ -18,7 +27,7 @@ class ScriptedBackend(JudgeBackend):
 
     def __init__(
         self,
-        fn: Callable[[JudgeRequest, Sampling], str | tuple[str, str | None]],
+        fn: ScriptFn,
         pixel_policy: PixelPolicy | None = None,
         label: str = "scripted",
     ) -> None:
@@ -43,3 +52,63 @@ class ScriptedBackend(JudgeBackend):
 def answer_tags(*scores: int, reasoning: str = "scripted") -> str:
     """A well-formed protocol completion with the given scores."""
     return f"<think>{reasoning}</think>" + "".join(f"<answer>{s}</answer>" for s in scores)
+
+
+def format_scores(request: JudgeRequest, scores: Sequence[int], reasoning: str = "scripted") -> str:
+    """A well-formed completion for the request's parser: ``<answer>`` tags, or the ``### Score:`` layout."""
+    if request.parser in ("mmjb", "mmjb_strict"):
+        return f"<think>{reasoning}</think>### Feedback: {reasoning} ### Score: {int(scores[0])}"
+    return answer_tags(*scores, reasoning=reasoning)
+
+
+def _hash_score(seed: int, request_id: str, k: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{request_id}:{k}".encode()).digest()
+    return 1 + digest[0] % 10
+
+
+def constant_judge(value: int = 8) -> ScriptFn:
+    def fn(request: JudgeRequest, sampling: Sampling) -> str:
+        return format_scores(request, [value] * request.n_scores)
+
+    return fn
+
+
+def random_judge(request: JudgeRequest, sampling: Sampling) -> str:
+    return format_scores(
+        request, [_hash_score(sampling.seed, request.request_id, k) for k in range(request.n_scores)]
+    )
+
+
+def garbage_judge(request: JudgeRequest, sampling: Sampling) -> str:
+    return "I would rather not say."
+
+
+def scripted_fn(name: str) -> ScriptFn:
+    """A built-in judge by name (``constant``, ``constant:5``, ``random``, ``garbage``) or ``module:function``."""
+    head, _, arg = name.partition(":")
+    if head == "constant":
+        return constant_judge(int(arg) if arg else 8)
+    if head == "random" and not arg:
+        return random_judge
+    if head == "garbage" and not arg:
+        return garbage_judge
+    if arg:
+        module = importlib.import_module(head)
+        fn = getattr(module, arg, None)
+        if not callable(fn):
+            raise ValueError(f"{head}:{arg} is not a callable scripted judge")
+        return fn
+    raise ValueError(
+        f"unknown scripted judge {name!r}: use constant[:N], random, garbage or package.module:function"
+    )
+
+
+__all__ = [
+    "ScriptedBackend",
+    "answer_tags",
+    "constant_judge",
+    "format_scores",
+    "garbage_judge",
+    "random_judge",
+    "scripted_fn",
+]

@@ -1,0 +1,237 @@
+"""The ``hf`` backend: transformers ``generate``, batched with left padding, full checkpoints or LoRA adapters.
+
+* Prompts come from :func:`perception_judge.protocol.render_generation_prompt` (the renderer training uses,
+  with the same ``think_prefix``); images go through the run's :class:`~perception_judge.images.PixelPolicy`.
+* Requests are sorted by prompt length and generated ``batch_size`` at a time with left padding; greedy when
+  ``temperature == 0``, else sampled with temperature / top_p / top_k; ``max_new_tokens``; stops at the model's
+  end-of-turn tokens.
+* Seeding: each batch runs under ``torch.manual_seed(request_seed(seed, batch ids))`` inside a forked RNG, so
+  results are reproducible for a given seed, request set and batch size (HF ``generate`` has no per-request
+  generator; vLLM and servers seed each request).
+* When the prompt opened a think block (the ``<think>\\n`` prefill), that prefix is put back in front of the
+  returned text, so the stored completion is what the model "said" and the parser sees a complete block.
+* One bad request (unreadable image, placeholder mismatch, an exception inside a batch) fails only itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perception_judge.evaluation.backends.common import fingerprint, has_processor, resolve_model, run_batches
+from perception_judge.evaluation.base import (
+    JudgeBackend,
+    error_result,
+    parse_result,
+    progress_bar,
+    request_seed,
+)
+from perception_judge.images import PixelPolicy
+from perception_judge.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
+from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(device: str = "auto") -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def pick_dtype(dtype: str, device: str) -> Any:
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        return getattr(torch, dtype)
+    except AttributeError:
+        raise ValueError(f"unknown dtype {dtype!r}") from None
+
+
+def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) -> Any:
+    """A ``GenerationConfig`` for a :class:`Sampling` (greedy when temperature is 0, else sampled with
+    temperature / top_p / top_k; ``top_k=None`` disables top-k). Passing a config object (rather than keyword
+    arguments) also skips a costly legacy-config check inside ``generate`` on every call."""
+    from transformers import GenerationConfig
+
+    kw: dict[str, Any] = {
+        "max_new_tokens": int(sampling.max_new_tokens),
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+    }
+    if sampling.temperature and sampling.temperature > 0:
+        kw.update(
+            do_sample=True,
+            temperature=float(sampling.temperature),
+            top_p=float(sampling.top_p) if sampling.top_p is not None else 1.0,
+            top_k=int(sampling.top_k) if sampling.top_k else 0,
+        )
+    else:
+        kw.update(do_sample=False)
+    return GenerationConfig(**kw)
+
+
+class HFBackend(JudgeBackend):
+    """A local transformers judge.
+
+    ``model`` is a full model folder, or an adapter folder (then the base comes from ``base_model`` or the
+    adapter's config); ``adapter`` a LoRA adapter folder on top of ``model``. The processor is read from
+    ``processor``, else the adapter folder when it holds processor files, else the model folder.
+    ``merge_adapter`` merges the LoRA weights for faster generation (the numbers are the same up to rounding).
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str | Path,
+        adapter: str | Path | None = None,
+        base_model: str | Path | None = None,
+        processor: str | Path | None = None,
+        pixel_policy: PixelPolicy | dict | None = None,
+        think_prefix: str = "auto",
+        batch_size: int = 8,
+        dtype: str = "auto",
+        device: str = "auto",
+        merge_adapter: bool = True,
+        label: str | None = None,
+        progress: bool = True,
+        attn_implementation: str | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        if isinstance(pixel_policy, dict):
+            pixel_policy = PixelPolicy(**pixel_policy)
+        super().__init__(pixel_policy)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model_path, self.adapter_path = resolve_model(model, adapter, base_model)
+        self.think_prefix = think_prefix
+        self.batch_size = int(batch_size)
+        self.device = pick_device(device)
+        self.torch_dtype = pick_dtype(dtype, self.device)
+        self.label = label or Path(self.adapter_path or self.model_path).name
+        self.progress = progress
+        proc_dir = processor or (
+            self.adapter_path if self.adapter_path and has_processor(self.adapter_path) else self.model_path
+        )
+        self.processor_path = str(proc_dir)
+        self.processor = AutoProcessor.from_pretrained(self.processor_path)
+        tok = getattr(self.processor, "tokenizer", self.processor)
+        tok.padding_side = "left"
+        kwargs: dict[str, Any] = {"dtype": self.torch_dtype}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        net = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
+        self.merged = False
+        if self.adapter_path:
+            from peft import PeftModel
+
+            net = PeftModel.from_pretrained(net, self.adapter_path)
+            if merge_adapter:
+                net = net.merge_and_unload()
+                self.merged = True
+        self.model = net.to(self.device).eval()
+        gen_cfg = getattr(self.model, "generation_config", None)
+        eos = getattr(gen_cfg, "eos_token_id", None) if gen_cfg is not None else None
+        self.eos_token_id = eos if eos is not None else tok.eos_token_id
+        pad = getattr(gen_cfg, "pad_token_id", None) if gen_cfg is not None else None
+        self.pad_token_id = (
+            pad
+            if pad is not None
+            else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        )
+        self._fingerprint = fingerprint(self.model_path, self.adapter_path)
+        self._torch = torch
+
+    # ----------------------------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "label": self.label,
+            "model": self.model_path,
+            "adapter": self.adapter_path,
+            "adapter_merged": self.merged,
+            "processor": self.processor_path,
+            "think_prefix": self.think_prefix,
+            "dtype": str(self.torch_dtype).replace("torch.", ""),
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "weights_fingerprint": self._fingerprint,
+            "seeding": "torch.manual_seed(request_seed(seed, batch request ids)) per batch",
+        }
+
+    def close(self) -> None:
+        self.model = None
+        if self.device.startswith("cuda"):
+            self._torch.cuda.empty_cache()
+
+    # ----------------------------------------------------------------------------------------------------------
+    def render(self, request: JudgeRequest) -> str:
+        return render_generation_prompt(self.processor, request.messages, self.think_prefix)
+
+    def _generate(self, batch: list[tuple[int, JudgeRequest, Any]], sampling: Sampling) -> list[JudgeResult]:
+        torch = self._torch
+        prompts = [prep[0] for _, _, prep in batch]
+        images = [img for _, _, prep in batch for img in prep[1]]
+        inputs = self.processor(text=prompts, images=images or None, padding=True, return_tensors="pt").to(
+            self.device
+        )
+        gen_cfg = generation_config(sampling, self.eos_token_id, self.pad_token_id)
+        seed = request_seed(sampling.seed, "|".join(req.request_id for _, req, _ in batch))
+        devices = [torch.cuda.current_device()] if self.device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            out = self.model.generate(**inputs, generation_config=gen_cfg)
+        new = out[:, inputs["input_ids"].shape[1] :]
+        texts = self.processor.batch_decode(new, skip_special_tokens=True)
+        stop_ids = set(self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id])
+        stop_ids.add(self.pad_token_id)
+        results = []
+        for row, ((_, req, prep), text) in enumerate(zip(batch, texts)):
+            toks = new[row].tolist()
+            n_new = next((i + 1 for i, t in enumerate(toks) if t in stop_ids), len(toks))
+            if opens_think_block(prep[0]):
+                text = THINK_PREFIX + text
+            results.append(
+                parse_result(
+                    req,
+                    text,
+                    prompt_tokens=int(inputs["attention_mask"][row].sum()),
+                    completion_tokens=int(n_new),
+                )
+            )
+        return results
+
+    def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
+        if self.model is None:
+            raise RuntimeError("this hf backend was closed")
+        results: dict[int, JudgeResult] = {}
+        ready: list[tuple[int, JudgeRequest, Any]] = []
+        for i, req in enumerate(requests):
+            try:
+                images = self.prepare_images(req)
+                prompt = self.render(req)
+            except Exception as e:  # a bad request fails alone
+                log.warning("request %s cannot be prepared: %s: %s", req.request_id, type(e).__name__, e)
+                results[i] = error_result(req, f"{type(e).__name__}: {e}")
+                continue
+            ready.append((i, req, (prompt, images)))
+        # similar lengths together: less padding (image tokens count alike for equal-size images)
+        ready.sort(key=lambda item: (len(item[2][0]), len(item[2][1])))
+        bar = progress_bar(len(ready) if self.progress else 0, f"hf {self.label}", "req", leave=False)
+        try:
+            results.update(run_batches(ready, self.batch_size, lambda b: self._generate(b, sampling), bar))
+        finally:
+            bar.close()
+        return [results[i] for i in range(len(requests))]
+
+
+__all__ = ["HFBackend", "generation_config", "pick_device", "pick_dtype"]

@@ -1,0 +1,174 @@
+"""The ``openai`` backend: any OpenAI-compatible chat server (vLLM / SGLang / transformers serve / OpenAI).
+
+It wraps the teacher client of the PPJD builder (:class:`perception_judge.llm_client.ChatClient`), so judge calls
+get the same retries with exponential backoff, the same timeout and the same concurrency limit as teacher calls.
+The judge messages (with ``{"type": "image"}`` placeholders) are sent as they are; images go through the run's
+:class:`~perception_judge.images.PixelPolicy` first (the client then only downscales images larger than
+``image_max_side``). The server applies its own chat template; a ``reasoning_content`` it returns is kept
+separately and the parser reads the final answer only.
+
+Seeding: each request sends ``seed = request_seed(seed, request_id)``. ``top_k`` is not part of the OpenAI
+API: ``send_top_k=True`` adds it to the request body (vLLM and SGLang accept it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from perception_judge.evaluation.base import (
+    JudgeBackend,
+    error_result,
+    parse_result,
+    progress_bar,
+    request_seed,
+)
+from perception_judge.images import PixelPolicy
+from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
+
+log = logging.getLogger(__name__)
+
+
+def _llm_client() -> Any:
+    try:
+        from perception_judge import llm_client
+    except ImportError as e:  # pragma: no cover - the module ships with the PPJD builder
+        raise ImportError(
+            "the openai backend needs perception_judge.llm_client (the PPJD teacher client); it is missing"
+        ) from e
+    return llm_client
+
+
+def chat_kwargs(sampling: Sampling, request_id: str) -> dict[str, Any]:
+    """Keyword arguments of ``ChatClient.chat`` for one request (greedy → temperature 0)."""
+    greedy = not sampling.temperature or sampling.temperature <= 0
+    return {
+        "temperature": 0.0 if greedy else float(sampling.temperature),
+        "top_p": 1.0 if greedy or sampling.top_p is None else float(sampling.top_p),
+        "max_tokens": int(sampling.max_new_tokens),
+        "seed": request_seed(sampling.seed, request_id),
+    }
+
+
+class OpenAIBackend(JudgeBackend):
+    """Judge through an OpenAI-compatible server. ``base_urls`` (several = round robin in the client) default
+    to ``$OPENAI_BASE_URL``; the key is read from ``api_key_env`` (never stored in results)."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_urls: list[str] | str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        api_key: str | None = None,
+        concurrency: int = 16,
+        timeout_s: float = 180,
+        max_retries: int = 6,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        image_max_side: int = 1024,
+        extra_body: dict[str, Any] | None = None,
+        send_top_k: bool = False,
+        pixel_policy: PixelPolicy | dict | None = None,
+        label: str | None = None,
+        progress: bool = True,
+        client_factory: Callable[[Any], Any] | None = None,
+    ) -> None:
+        if isinstance(pixel_policy, dict):
+            pixel_policy = PixelPolicy(**pixel_policy)
+        super().__init__(pixel_policy)
+        if isinstance(base_urls, str):
+            base_urls = [u.strip() for u in base_urls.split(",") if u.strip()]
+        if not base_urls:
+            env = os.environ.get("OPENAI_BASE_URL")
+            base_urls = [env] if env else ["https://api.openai.com/v1"]
+        self.model = model
+        self.base_urls = list(base_urls)
+        self.client_settings = {
+            "base_urls": self.base_urls,
+            "model": model,
+            "api_key_env": api_key_env,
+            "api_key": api_key,
+            "concurrency": int(concurrency),
+            "timeout_s": timeout_s,
+            "max_retries": int(max_retries),
+            "backoff_base_s": backoff_base_s,
+            "backoff_max_s": backoff_max_s,
+            "image_max_side": int(image_max_side),
+            "extra_body": dict(extra_body or {}),
+        }
+        self.send_top_k = send_top_k
+        self.label = label or model
+        self.progress = progress
+        self.client_factory = client_factory
+
+    def describe(self) -> dict[str, Any]:
+        shown = {k: v for k, v in self.client_settings.items() if k != "api_key"}
+        return {
+            **super().describe(),
+            "label": self.label,
+            "model": self.model,
+            "client": shown,
+            "send_top_k": self.send_top_k,
+            "think_prefix": "server chat template",
+            "seeding": "seed = request_seed(seed, request_id) per request",
+        }
+
+    def _make_client(self, sampling: Sampling) -> Any:
+        settings = dict(self.client_settings)
+        if self.send_top_k and sampling.top_k and sampling.temperature:
+            settings["extra_body"] = {**settings["extra_body"], "top_k": int(sampling.top_k)}
+        if self.client_factory is not None:
+            return self.client_factory(settings)
+        mod = _llm_client()
+        return mod.ChatClient(mod.ClientConfig(**settings))
+
+    async def _run(
+        self, ready: list[tuple[int, JudgeRequest, list[Any]]], sampling: Sampling
+    ) -> dict[int, JudgeResult]:
+        client = self._make_client(sampling)
+        bar = progress_bar(len(ready) if self.progress else 0, f"openai {self.label}", "req", leave=False)
+
+        async def one(req: JudgeRequest, images: list[Any]) -> JudgeResult:
+            try:
+                resp = await client.chat(req.messages, images, **chat_kwargs(sampling, req.request_id))
+            except Exception as e:  # LLMError after retries, or anything else: this request only
+                reason = getattr(e, "reason", None) or str(e)
+                return error_result(req, f"{type(e).__name__}: {reason}")
+            finally:
+                bar.update(1)
+            return parse_result(
+                req,
+                resp.text or "",
+                resp.reasoning,
+                prompt_tokens=int(resp.prompt_tokens or 0),
+                completion_tokens=int(resp.completion_tokens or 0),
+            )
+
+        try:
+            out = await asyncio.gather(*(one(req, imgs) for _, req, imgs in ready))
+        finally:
+            bar.close()
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                await close()
+        return {i: res for (i, _, _), res in zip(ready, out)}
+
+    def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
+        results: dict[int, JudgeResult] = {}
+        ready = []
+        for i, req in enumerate(requests):
+            try:
+                ready.append((i, req, self.prepare_images(req)))
+            except Exception as e:  # a bad request fails alone
+                results[i] = error_result(req, f"{type(e).__name__}: {e}")
+        if ready:
+            results.update(asyncio.run(self._run(ready, sampling)))
+        return [results[i] for i in range(len(requests))]
+
+
+__all__ = ["OpenAIBackend", "chat_kwargs"]

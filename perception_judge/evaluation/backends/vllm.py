@@ -1,0 +1,255 @@
+"""The ``vllm`` backend: vLLM's offline engine, with LoRA adapters as ``LoRARequest`` objects.
+
+vLLM is imported only when a :class:`VLLMBackend` is created (it needs a GPU; it is not installed for CPU
+tests). Everything that decides *what* is sent lives in pure functions that need no vLLM and are tested on
+CPU: :func:`prompt_inputs` (the rendered prompt from the same renderer training uses, plus the images after
+the pixel policy), :func:`sampling_kwargs` (temperature, top_p, top_k, max_tokens and a per-request seed),
+:func:`engine_kwargs` and :func:`lora_request_args`.
+
+Seeding: every request gets ``SamplingParams.seed = request_seed(seed, request_id)``, so a request's sample
+does not depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perception_judge.evaluation.backends.common import fingerprint, has_processor, resolve_model, run_batches
+from perception_judge.evaluation.base import JudgeBackend, error_result, parse_result, request_seed
+from perception_judge.images import PixelPolicy
+from perception_judge.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
+from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
+
+log = logging.getLogger(__name__)
+
+
+def prompt_inputs(
+    request: JudgeRequest, processor: Any, images: list[Any], think_prefix: str = "auto"
+) -> dict[str, Any]:
+    """The vLLM prompt dict of one request: ``{"prompt": text, "multi_modal_data": {"image": [...]}}``
+    (no ``multi_modal_data`` for text-only requests). ``images`` are already loaded and policy-resized."""
+    prompt = render_generation_prompt(processor, request.messages, think_prefix)
+    out: dict[str, Any] = {"prompt": prompt}
+    if images:
+        out["multi_modal_data"] = {"image": list(images)}
+    return out
+
+
+def sampling_kwargs(sampling: Sampling, request_id: str, stop: list[str] | None = None) -> dict[str, Any]:
+    """``SamplingParams`` keyword arguments: greedy when temperature is 0; ``top_k=None`` → -1 (disabled)."""
+    greedy = not sampling.temperature or sampling.temperature <= 0
+    kw: dict[str, Any] = {
+        "n": 1,
+        "temperature": 0.0 if greedy else float(sampling.temperature),
+        "top_p": 1.0 if greedy or sampling.top_p is None else float(sampling.top_p),
+        "top_k": -1 if greedy or not sampling.top_k else int(sampling.top_k),
+        "max_tokens": int(sampling.max_new_tokens),
+        "seed": request_seed(sampling.seed, request_id),
+    }
+    if stop:
+        kw["stop"] = list(stop)
+    return kw
+
+
+def engine_kwargs(
+    model: str,
+    enable_lora: bool = False,
+    max_lora_rank: int = 64,
+    max_images_per_prompt: int = 1,
+    dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.85,
+    max_model_len: int | None = None,
+    seed: int = 0,
+    tokenizer: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM``."""
+    kw: dict[str, Any] = {
+        "model": model,
+        "dtype": dtype,
+        "tensor_parallel_size": int(tensor_parallel_size),
+        "gpu_memory_utilization": float(gpu_memory_utilization),
+        "limit_mm_per_prompt": {"image": max(0, int(max_images_per_prompt))},
+        "seed": int(seed),
+    }
+    if tokenizer:
+        kw["tokenizer"] = tokenizer
+    if max_model_len:
+        kw["max_model_len"] = int(max_model_len)
+    if enable_lora:
+        kw.update(enable_lora=True, max_lora_rank=int(max_lora_rank), max_loras=1)
+    kw.update(extra or {})
+    return kw
+
+
+_LORA_IDS: dict[str, int] = {}
+
+
+def lora_request_args(adapter_path: str | Path) -> tuple[str, int, str]:
+    """(name, integer id, path) for ``vllm.lora.request.LoRARequest``; ids are stable per path in a process."""
+    path = str(Path(adapter_path).resolve())
+    if path not in _LORA_IDS:
+        _LORA_IDS[path] = len(_LORA_IDS) + 1
+    return Path(path).name or "adapter", _LORA_IDS[path], path
+
+
+def adapter_rank(adapter_path: str | Path) -> int:
+    import json
+
+    cfg = json.loads((Path(adapter_path) / "adapter_config.json").read_text())
+    return int(cfg.get("r", 8))
+
+
+class VLLMBackend(JudgeBackend):
+    """A vLLM offline-engine judge. ``engine`` lets several adapters share one engine (see
+    :meth:`for_adapter`); the backend that created an engine owns it."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str | Path,
+        adapter: str | Path | None = None,
+        base_model: str | Path | None = None,
+        processor: str | Path | None = None,
+        pixel_policy: PixelPolicy | dict | None = None,
+        think_prefix: str = "auto",
+        batch_size: int = 256,
+        dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = None,
+        max_images_per_prompt: int = 1,
+        max_lora_rank: int | None = None,
+        enable_lora: bool | None = None,
+        label: str | None = None,
+        engine: Any = None,
+        engine_extra: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(pixel_policy, dict):
+            pixel_policy = PixelPolicy(**pixel_policy)
+        super().__init__(pixel_policy)
+        from transformers import AutoProcessor
+
+        self.model_path, self.adapter_path = resolve_model(model, adapter, base_model)
+        self.think_prefix = think_prefix
+        self.batch_size = int(batch_size)
+        self.label = label or Path(self.adapter_path or self.model_path).name
+        proc_dir = processor or (
+            self.adapter_path if self.adapter_path and has_processor(self.adapter_path) else self.model_path
+        )
+        self.processor_path = str(proc_dir)
+        self.processor = AutoProcessor.from_pretrained(self.processor_path)
+        self._fingerprint = fingerprint(self.model_path, self.adapter_path)
+        self.owns_engine = engine is None
+        lora = bool(self.adapter_path) if enable_lora is None else bool(enable_lora)
+        rank = max_lora_rank or (adapter_rank(self.adapter_path) if self.adapter_path else 64)
+        self.engine_config = engine_kwargs(
+            self.model_path,
+            enable_lora=lora,
+            max_lora_rank=rank,
+            max_images_per_prompt=max_images_per_prompt,
+            dtype=dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            extra=engine_extra,
+        )
+        if engine is None:
+            try:
+                from vllm import LLM
+            except ImportError as e:
+                raise ImportError(
+                    "the vllm backend needs vLLM (GPU only): pip install 'perception-judge[gpu]'"
+                ) from e
+            engine = LLM(**self.engine_config)
+        self.engine = engine
+
+    def for_adapter(self, adapter: str | Path, label: str | None = None) -> VLLMBackend:
+        """A backend for another adapter of the same base model that shares this engine (LoRA must be on)."""
+        if not self.engine_config.get("enable_lora"):
+            raise ValueError("this engine was started without LoRA; create it with enable_lora=True")
+        clone = object.__new__(VLLMBackend)
+        clone.__dict__.update(self.__dict__)
+        clone.adapter_path = resolve_model(self.model_path, adapter)[1]
+        clone.label = label or Path(str(adapter)).name
+        clone._fingerprint = fingerprint(self.model_path, clone.adapter_path)
+        clone.owns_engine = False
+        return clone
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "label": self.label,
+            "model": self.model_path,
+            "adapter": self.adapter_path,
+            "processor": self.processor_path,
+            "think_prefix": self.think_prefix,
+            "engine": {k: v for k, v in self.engine_config.items() if k != "model"},
+            "weights_fingerprint": self._fingerprint,
+            "seeding": "SamplingParams.seed = request_seed(seed, request_id) per request",
+        }
+
+    def close(self) -> None:
+        if self.owns_engine and self.engine is not None:
+            del self.engine
+            try:
+                import gc
+
+                import torch
+
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+            except ImportError:  # pragma: no cover
+                pass
+        self.engine = None
+
+    def _generate(self, batch: list[tuple[int, JudgeRequest, Any]], sampling: Sampling) -> list[JudgeResult]:
+        from vllm import SamplingParams
+
+        lora = None
+        if self.adapter_path:
+            from vllm.lora.request import LoRARequest
+
+            lora = LoRARequest(*lora_request_args(self.adapter_path))
+        inputs = [prep for _, _, prep in batch]
+        params = [SamplingParams(**sampling_kwargs(sampling, req.request_id)) for _, req, _ in batch]
+        outs = self.engine.generate(inputs, sampling_params=params, lora_request=lora, use_tqdm=True)
+        results = []
+        for (_, req, prep), out in zip(batch, outs):
+            comp = out.outputs[0]
+            text = comp.text
+            if opens_think_block(prep["prompt"]):
+                text = THINK_PREFIX + text
+            results.append(
+                parse_result(
+                    req,
+                    text,
+                    prompt_tokens=len(out.prompt_token_ids or []),
+                    completion_tokens=len(comp.token_ids or []),
+                )
+            )
+        return results
+
+    def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
+        if self.engine is None:
+            raise RuntimeError("this vllm backend was closed")
+        results: dict[int, JudgeResult] = {}
+        ready = []
+        for i, req in enumerate(requests):
+            try:
+                ready.append(
+                    (i, req, prompt_inputs(req, self.processor, self.prepare_images(req), self.think_prefix))
+                )
+            except Exception as e:  # a bad request fails alone
+                results[i] = error_result(req, f"{type(e).__name__}: {e}")
+        results.update(run_batches(ready, self.batch_size, lambda b: self._generate(b, sampling)))
+        return [results[i] for i in range(len(requests))]
+
+
+__all__ = ["VLLMBackend", "engine_kwargs", "lora_request_args", "prompt_inputs", "sampling_kwargs"]

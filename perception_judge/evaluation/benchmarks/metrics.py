@@ -1,0 +1,266 @@
+"""Pure metric functions for the judge benchmarks and the conventional judge biases.
+
+Every function is deterministic, takes plain Python values and states its formula in the docstring. "No data"
+is ``None``, never a silent ``0.0``. Vocabulary:
+
+* a **verdict** is ``"A"`` (the first response is better), ``"B"`` (the second is better) or ``"C"`` (a tie);
+  ``None`` is a parse failure;
+* a **ranking** is an order string of slot letters, best first (``"CABD"``: slot C best, D worst);
+* seeds are aggregated in three ways (see :mod:`perception_judge.evaluation.benchmarks.common`): ``mean``
+  (metric per seed, then the mean over seeds: the Perception-Judge protocol), ``vote`` (predictions combined
+  per item across seeds, then one metric) and ``flex`` (a replica of Flex-Judge's ``test/evaluate.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from perception_judge.schema import SLOTS
+
+VERDICTS: tuple[str, ...] = ("A", "B", "C")
+_SIGN = {"A": -1, "B": 1, "C": 0}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Small statistics
+# ----------------------------------------------------------------------------------------------------------
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    """Arithmetic mean of the values that are not None; None when there are none."""
+    xs = [float(v) for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values that are not None (mean of the two middle values for an even count); None if
+    there are none."""
+    xs = sorted(float(v) for v in values if v is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def rate(numerator: int, denominator: int) -> float | None:
+    """``numerator / denominator``; None when the denominator is 0."""
+    return numerator / denominator if denominator else None
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson correlation r = Σ(x−x̄)(y−ȳ) / sqrt(Σ(x−x̄)² · Σ(y−ȳ)²).
+
+    None when fewer than two pairs or when either side has zero variance (r is undefined there; the Flex-Judge
+    evaluator turns that NaN into 0, see :func:`flex_score_pearson`)."""
+    if len(x) != len(y):
+        raise ValueError(f"pearson needs equal lengths, got {len(x)} and {len(y)}")
+    n = len(x)
+    if n < 2:
+        return None
+    mx, my = sum(x) / n, sum(y) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    sxx = sum((a - mx) ** 2 for a in x)
+    syy = sum((b - my) ** 2 for b in y)
+    if sxx == 0 or syy == 0:
+        return None
+    r = sxy / math.sqrt(sxx * syy)
+    return max(-1.0, min(1.0, r))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Score handling
+# ----------------------------------------------------------------------------------------------------------
+
+
+def ceil_half(score: float) -> int:
+    """Map a 1-10 judge score onto the 1-5 human scale: ``ceil(s / 2)`` (1,2→1; 3,4→2; ...; 9,10→5), as in the
+    Perception-Judge evaluation of MLLM-as-a-Judge's score setting."""
+    return math.ceil(score / 2)
+
+
+def pair_verdict(s1: float, s2: float) -> str:
+    """``"A"`` if s1 > s2, ``"B"`` if s1 < s2, else ``"C"`` (a tie)."""
+    return "A" if s1 > s2 else "B" if s1 < s2 else "C"
+
+
+def swap_verdict(verdict: str | None) -> str | None:
+    """The verdict with the two responses' positions exchanged (A↔B; C and None unchanged). Used to un-swap
+    a judgment made on the swapped order."""
+    return {"A": "B", "B": "A"}.get(verdict, verdict) if verdict is not None else None
+
+
+def ranking_from_scores(scores: Sequence[float]) -> str:
+    """Slot letters sorted by score, highest first. **Ties**: the later slot comes first (D before C), the
+    ordering of ``sorted(zip(scores, labels), reverse=True)`` that the published MLLM-as-a-Judge evaluators
+    use, so equal scores give the same ranking as theirs.
+
+    >>> ranking_from_scores([3, 9, 9, 1])
+    'CBAD'
+    """
+    if len(scores) > len(SLOTS):
+        raise ValueError(f"at most {len(SLOTS)} scores, got {len(scores)}")
+    order = sorted(range(len(scores)), key=lambda i: (scores[i], i), reverse=True)
+    return "".join(SLOTS[i] for i in order)
+
+
+def has_tied_scores(scores: Sequence[float]) -> bool:
+    return len(set(scores)) != len(scores)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ranking distance
+# ----------------------------------------------------------------------------------------------------------
+
+
+def levenshtein(a: str, b: str) -> int:
+    """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b."""
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def normalized_levenshtein(pred: str, gt: str) -> float:
+    """``levenshtein(pred, gt) / max(len(pred), len(gt))`` in [0, 1]; **lower is better**. An empty prediction
+    against a non-empty ground truth gives 1.0; two empty strings give 0.0."""
+    longest = max(len(pred), len(gt))
+    return levenshtein(pred, gt) / longest if longest else 0.0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pair accuracy
+# ----------------------------------------------------------------------------------------------------------
+
+
+def pair_accuracy(
+    preds: Sequence[str | None], gts: Sequence[str], *, with_tie: bool, failure: str = "wrong"
+) -> float | None:
+    """Accuracy of pair verdicts against human labels in {A, B, C}.
+
+    * ``with_tie=True``: over **all** items, correct iff pred == gt (a predicted C is right when gt is C).
+    * ``with_tie=False``: items whose **gt** is C are dropped; a predicted C counts as wrong.
+    * ``failure="wrong"`` (ours): a parse failure (None) is wrong. ``failure="tie"``: a failure counts as the
+      verdict C, as in the published Flex-Judge / Perception-Judge evaluators (so it is *right* when gt is C).
+
+    None when no item is left."""
+    if failure not in ("wrong", "tie"):
+        raise ValueError(f"failure must be 'wrong' or 'tie', got {failure!r}")
+    correct = total = 0
+    for pred, gt in zip(preds, gts, strict=True):
+        if not with_tie and gt == "C":
+            continue
+        total += 1
+        if pred is None and failure == "tie":
+            pred = "C"
+        correct += pred is not None and pred == gt
+    return rate(correct, total)
+
+
+def vote_verdict(verdicts: Iterable[str | None]) -> str | None:
+    """Majority verdict over runs: A = −1, B = +1, C = 0, take the sign of the sum (0 → C). Parse failures
+    (None) abstain; None when every run failed. With failures counted as C this is Flex-Judge's vote."""
+    parsed = [v for v in verdicts if v is not None]
+    if not parsed:
+        return None
+    total = sum(_SIGN[v] for v in parsed)
+    return "A" if total < 0 else "B" if total > 0 else "C"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Position bias
+# ----------------------------------------------------------------------------------------------------------
+
+
+def consistency_rate(
+    pairs: Iterable[tuple[str | None, str | None]], failure: str = "exclude"
+) -> float | None:
+    """Share of pairs judged the same way in both orders: each element is (verdict in the original order,
+    verdict in the swapped order **already un-swapped**); consistent iff the two are equal (C == C counts).
+
+    ``failure="exclude"``: pairs with a parse failure in either order are left out. ``failure="inconsistent"``:
+    they count as inconsistent. None when no pair is left."""
+    if failure not in ("exclude", "inconsistent"):
+        raise ValueError(f"failure must be 'exclude' or 'inconsistent', got {failure!r}")
+    same = total = 0
+    for first, second in pairs:
+        if first is None or second is None:
+            if failure == "exclude":
+                continue
+            total += 1
+            continue
+        total += 1
+        same += first == second
+    return rate(same, total)
+
+
+def first_position_win_rate(slot_verdicts: Iterable[str | None]) -> float | None:
+    """Among decisive judgments (verdict A or B, in **slot** terms, i.e. not un-swapped), the share won by the
+    response shown first: #A / (#A + #B). 0.5 is position-neutral when each pair is judged in both orders.
+    Ties and failures are left out; None when there is no decisive judgment."""
+    a = b = 0
+    for v in slot_verdicts:
+        a += v == "A"
+        b += v == "B"
+    return rate(a, a + b)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Flex-Judge's evaluator, replicated (for comparison with published Flex numbers only)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def flex_score_pearson(runs_pred: Sequence[Sequence[float]], human: Sequence[float]) -> float | None:
+    """Flex-Judge's score metric for one subset: run j's Pearson r is computed on the **concatenation** of
+    runs 0..j (its lists are never reset), an undefined r counts as 0, and the reported value is the median
+    of the k cumulative r values. Callers encode parse failures as −1 beforehand, as Flex does."""
+    if not runs_pred:
+        return None
+    xs: list[float] = []
+    ys: list[float] = []
+    rs: list[float] = []
+    for run in runs_pred:
+        xs.extend(run)
+        ys.extend(human)
+        r = pearson(xs, ys)
+        rs.append(0.0 if r is None else r)
+    return median(rs)
+
+
+def flex_batch_distance(runs_dist: Sequence[Sequence[float]]) -> float | None:
+    """Flex-Judge's batch metric for one subset: after run j the mean distance over runs 0..j (accumulated,
+    never reset), and the reported value is the **maximum** of those k means."""
+    acc: list[float] = []
+    means: list[float] = []
+    for run in runs_dist:
+        acc.extend(run)
+        if acc:
+            means.append(sum(acc) / len(acc))
+    return max(means) if means else None
+
+
+__all__ = [
+    "VERDICTS",
+    "ceil_half",
+    "consistency_rate",
+    "first_position_win_rate",
+    "flex_batch_distance",
+    "flex_score_pearson",
+    "has_tied_scores",
+    "levenshtein",
+    "mean",
+    "median",
+    "normalized_levenshtein",
+    "pair_accuracy",
+    "pair_verdict",
+    "pearson",
+    "ranking_from_scores",
+    "rate",
+    "swap_verdict",
+    "vote_verdict",
+]

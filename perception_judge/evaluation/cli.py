@@ -1,0 +1,378 @@
+"""``perception-judge eval``: evaluate judges, sweep a training run's checkpoints, render reports."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from perception_judge.cli import Command
+
+DESCRIPTION = """\
+Evaluate multimodal judges.
+
+  perception-judge eval sweep RUN_DIR --suites bias,perception
+      evaluate the base model and every checkpoint (full weights or LoRA adapter) of a training run; re-running
+      skips finished cells (model x suite x seed). Writes RUN_DIR/eval/ (or --out): cells/, results.csv,
+      results.json, report.md, report.json, plots/*.png.
+  perception-judge eval run --model NAME=PATH [--model ...] --suites bias --out DIR
+      evaluate and compare any judges (local folders, adapters, an OpenAI-compatible server, scripted judges).
+  perception-judge eval report DIR
+      re-render report.md / report.json / plots from an evaluation folder.
+  perception-judge eval list
+      the registered suites and the nine bias types.
+
+Suites: bias (MM-JudgeBias compositional biases), perception (held-out PPJD: r_c vs its counterfactuals), and
+the judge benchmarks (mllm_judge, vlrewardbench, mjbench, position, verbosity, self_enhancement).
+
+Settings come from an eval job YAML (--config, e.g. eval/configs/tiny.yaml) and the flags below; suite options
+are set with --set SUITE.KEY=VALUE (values are YAML: --set bias.n_per_type=8 --set perception.protocols=[pair]);
+--set sampling.KEY=VALUE and --set backend.KEY=VALUE work too. See docs/evaluation.md.
+"""
+
+CONFIG_KEYS = {"suites", "seeds", "limit", "sampling", "backend", "options", "models", "out", "models_filter"}
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("what to run")
+    g.add_argument(
+        "--config", type=Path, help="eval job YAML (suites, seeds, sampling, backend, options, models)"
+    )
+    g.add_argument("--suites", type=_csv, help="comma-separated suites (default: bias,perception)")
+    g.add_argument(
+        "--seeds", type=lambda s: [int(x) for x in _csv(s)], help="comma-separated judge seeds (default: 0)"
+    )
+    g.add_argument("--limit", type=int, help="cap items per suite (bias: pairs per bias type)")
+    g.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="SUITE.KEY=VALUE suite option, or sampling.KEY=VALUE / backend.KEY=VALUE (repeatable)",
+    )
+    g.add_argument("--out", type=Path, help="output folder")
+    g.add_argument("--force", action="store_true", help="re-run finished cells too")
+    g.add_argument("--no-report", action="store_true", help="write the results table but no report")
+    b = p.add_argument_group("backend")
+    b.add_argument(
+        "--backend", choices=["hf", "vllm", "openai", "scripted"], help="judge backend (default: hf)"
+    )
+    b.add_argument("--batch-size", type=int, help="hf / vllm batch size")
+    b.add_argument("--dtype", help="hf / vllm dtype (auto, float32, bfloat16)")
+    b.add_argument("--device", help="hf device (auto, cpu, cuda)")
+    b.add_argument("--base-url", dest="base_urls", type=_csv, help="openai: server URL(s), comma-separated")
+    s = p.add_argument_group("decoding")
+    s.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
+    s.add_argument("--top-p", type=float)
+    s.add_argument("--top-k", type=int, help="0 disables top-k")
+    s.add_argument("--max-new-tokens", type=int)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sw = sub.add_parser(
+        "sweep",
+        help="evaluate every checkpoint of a training run",
+        description="Evaluate the base model, every checkpoint and the final model of a training run "
+        "(RUN_DIR/perception_judge_run.json names the base model, tuning, pixel policy, think prefix and training "
+        "set). Finished cells are skipped on re-runs.",
+    )
+    sw.add_argument("run_dir", type=Path, help="training output folder (train_grpo.py --output_dir)")
+    sw.add_argument("--models", type=_csv, help="only these models (shell patterns: base,checkpoint-*,final)")
+    _common(sw)
+    rn = sub.add_parser(
+        "run",
+        help="evaluate and compare judges",
+        description="Evaluate judges given with --model NAME=TARGET: a model folder or adapter folder (hf, vllm), a "
+        "served model name (openai), or a scripted judge (scripted: constant, random, module:function).",
+    )
+    rn.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        default=[],
+        metavar="[NAME=]TARGET",
+        help="a judge to evaluate (repeatable); an adapter folder is loaded on the base its config names",
+    )
+    rn.add_argument("--adapter", help="LoRA adapter for a single --model")
+    rn.add_argument("--base-model", help="base model of adapter folders whose config names another path")
+    rn.add_argument(
+        "--think-prefix", choices=["auto", "off"], default=None, help="think prefill (default auto)"
+    )
+    rn.add_argument("--pixel-size", type=int, help="fixed pixel policy size (default 448)")
+    rn.add_argument(
+        "--pixel-mode", choices=["fixed", "smart", "none"], help="pixel policy mode (default fixed)"
+    )
+    _common(rn)
+    rp = sub.add_parser("report", help="re-render the report of an evaluation folder")
+    rp.add_argument("eval_dir", type=Path, help="a folder with results.json (a sweep's RUN_DIR/eval)")
+    sub.add_parser("list", help="list suites and bias types")
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def parse_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def load_config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    import yaml
+
+    if not path.is_file():
+        raise FileNotFoundError(f"eval config {str(path)!r} does not exist")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"eval config {str(path)!r} must be a mapping")
+    unknown = set(data) - CONFIG_KEYS
+    if unknown:
+        raise ValueError(
+            f"eval config {str(path)!r}: unknown key(s) {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}"
+        )
+    return data
+
+
+def apply_sets(cfg: dict[str, Any], sets: list[str]) -> dict[str, Any]:
+    """Apply ``SUITE.KEY=VALUE`` / ``sampling.KEY=VALUE`` / ``backend.KEY=VALUE`` overrides in place."""
+    from perception_judge.evaluation.base import SUITES
+
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        head, dot, rest = key.strip().partition(".")
+        if not sep or not dot or not rest:
+            raise ValueError(
+                f"--set {item!r}: expected SUITE.KEY=VALUE (or sampling.KEY=VALUE, backend.KEY=VALUE)"
+            )
+        value = parse_value(raw)
+        if head in ("sampling", "backend"):
+            cfg.setdefault(head, {})[rest] = value
+        elif head in SUITES:
+            cfg.setdefault("options", {}).setdefault(head, {})[rest] = value
+        else:
+            raise ValueError(
+                f"--set {item!r}: {head!r} is neither a suite ({', '.join(SUITES)}) nor sampling/backend"
+            )
+    return cfg
+
+
+def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> Any:
+    from perception_judge.evaluation.sweep import EvalPlan
+    from perception_judge.schema import Sampling
+
+    sampling_d = dict(cfg.get("sampling") or {})
+    for flag, key in (
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("max_new_tokens", "max_new_tokens"),
+    ):
+        if getattr(args, flag, None) is not None:
+            sampling_d[key] = getattr(args, flag)
+    if sampling_d.get("top_k") == 0:
+        sampling_d["top_k"] = None
+    fields = {f.name for f in dataclasses.fields(Sampling)}
+    bad = set(sampling_d) - fields
+    if bad:
+        raise ValueError(f"unknown sampling key(s) {sorted(bad)}; known: {sorted(fields)}")
+    sampling_d.pop("seed", None)  # seeds come from --seeds / seeds:
+    backend = dict(cfg.get("backend") or {})
+    if args.backend:
+        backend["kind"] = args.backend
+    backend.setdefault("kind", "hf")
+    for flag in ("batch_size", "dtype", "device", "base_urls"):
+        if getattr(args, flag, None) is not None:
+            backend[flag] = getattr(args, flag)
+    if args.quiet:
+        backend.setdefault("progress", False)
+    if backend["kind"] in ("vllm", "scripted"):
+        backend.pop("progress", None)
+    suites = args.suites or cfg.get("suites") or ["bias", "perception"]
+    seeds = args.seeds or cfg.get("seeds") or [0]
+    limit = args.limit if args.limit is not None else cfg.get("limit")
+    return EvalPlan(
+        suites=list(suites),
+        out_dir=out_dir,
+        seeds=[int(s) for s in seeds],
+        sampling=Sampling(**sampling_d),
+        limit=limit,
+        options={k: dict(v or {}) for k, v in (cfg.get("options") or {}).items()},
+        backend=backend,
+        force=args.force,
+    )
+
+
+def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
+    print(
+        f"cells: {outcome.done} run, {outcome.skipped} already done (skipped), {outcome.failed} failed"
+        f" -> {out_dir}/results.csv, results.json" + (", report.md, plots/" if report else "")
+    )
+    for c in outcome.cells:
+        if c.get("status") == "failed":
+            print(f"  FAILED {c['cell']}: {c.get('error')}", file=sys.stderr)
+
+
+def _summary_line(out_dir: Path) -> None:
+    path = out_dir / "report.json"
+    if path.is_file():
+        s = json.loads(path.read_text()).get("summary", {})
+        if s.get("best") and s.get("all_tied"):
+            print(f"no model stands out: all tie on every primary metric (tie-break pick: {s['best']})")
+        elif s.get("best"):
+            print(f"best model: {s['best']}  ({s.get('criterion')})")
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from perception_judge.evaluation.sweep import read_run, sweep
+
+    cfg = apply_sets(load_config(args.config), args.sets)
+    run = read_run(args.run_dir)
+    out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else run.run_dir / "eval")
+    plan = build_plan(args, cfg, out_dir)
+    models = args.models or cfg.get("models_filter")
+    outcome, _ = sweep(run.run_dir, plan, models=models, report=not args.no_report, progress=not args.quiet)
+    _print_outcome(outcome, out_dir, not args.no_report)
+    _summary_line(out_dir)
+    return 1 if outcome.failed else 0
+
+
+def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> list[Any]:
+    from perception_judge.evaluation.sweep import ModelEntry
+
+    entries = []
+    for i, m in enumerate(cfg.get("models") or []):
+        if not isinstance(m, dict) or not (m.get("model") or m.get("fn")):
+            raise ValueError(
+                f"config models[{i}] must be a mapping with 'model' (and optional name, adapter, step)"
+            )
+        name = str(m.get("name") or Path(str(m.get("model") or m.get("fn"))).name)
+        spec = {k: v for k, v in m.items() if k not in ("name", "step")}
+        entries.append(ModelEntry(name, m.get("step"), "model", spec))
+    for item in args.models:
+        name, sep, target = item.partition("=")
+        if not sep:
+            name, target = Path(item.rstrip("/")).name or item, item
+        key = "fn" if kind == "scripted" else "model"
+        spec: dict[str, Any] = {key: target}
+        if args.adapter:
+            spec["adapter"] = args.adapter
+        if args.base_model:
+            spec["base_model"] = args.base_model
+        entries.append(ModelEntry(name, None, "model", spec))
+    if args.adapter and len(args.models) != 1:
+        raise ValueError("--adapter applies to exactly one --model")
+    names = [e.name for e in entries]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise ValueError(f"duplicate model names {sorted(dupes)}: name them with --model NAME=TARGET")
+    if not entries:
+        raise ValueError("no model to evaluate: pass --model [NAME=]TARGET (or models: in --config)")
+    return entries
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from perception_judge.evaluation.sweep import evaluate
+    from perception_judge.images import PixelPolicy
+
+    cfg = apply_sets(load_config(args.config), args.sets)
+    out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else None)
+    if out_dir is None:
+        raise ValueError("eval run needs --out DIR (or out: in the config)")
+    plan = build_plan(args, cfg, out_dir)
+    policy = dict(plan.backend.pop("pixel_policy", None) or {})
+    if args.pixel_mode:
+        policy["mode"] = args.pixel_mode
+    if args.pixel_size:
+        policy["size"] = args.pixel_size
+    plan.pixel_policy = PixelPolicy(**policy) if policy else PixelPolicy()
+    plan.think_prefix = args.think_prefix or plan.backend.pop("think_prefix", None) or "auto"
+    entries = _model_entries(args, cfg, plan.backend["kind"])
+    outcome, _ = evaluate(entries, plan, report=not args.no_report, progress=not args.quiet)
+    _print_outcome(outcome, out_dir, not args.no_report)
+    _summary_line(out_dir)
+    return 1 if outcome.failed else 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from perception_judge.evaluation.report import write_report
+    from perception_judge.evaluation.sweep import write_results
+
+    if not (args.eval_dir / "cells").is_dir():
+        raise FileNotFoundError(f"{str(args.eval_dir)!r} has no cells/ folder: not an evaluation folder")
+    if not (args.eval_dir / "results.json").is_file():
+        write_results(args.eval_dir)
+    rep = write_report(args.eval_dir)
+    print(f"wrote {args.eval_dir}/report.md, report.json and {len(rep['plots'])} plot(s)")
+    if rep["summary"].get("best"):
+        print(f"best model: {rep['summary']['best']}")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from perception_judge.evaluation.base import SUITES
+    from perception_judge.evaluation.bias.taxonomy import BIASES
+
+    print("suites:")
+    for name, target in SUITES.items():
+        print(f"  {name:18s} {target}")
+    print("bias types (MM-JudgeBias):")
+    for b in BIASES:
+        print(f"  {b.bias_type:26s} {b.category:12s} {b.metric.upper()}  {b.perturbation}")
+    return 0
+
+
+def _quiet() -> None:
+    from perception_judge.evaluation.base import set_progress
+
+    set_progress(False)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "quiet", False):
+        _quiet()
+    logging.basicConfig(
+        level=logging.WARNING if getattr(args, "quiet", False) else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    actions = {"sweep": run_sweep, "run": run_eval, "report": run_report, "list": run_list}
+    try:
+        return actions[args.action](args)
+    except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"perception-judge eval {args.action}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+COMMAND = Command(add_arguments=add_arguments, run=run, description=DESCRIPTION)
+
+__all__ = ["COMMAND", "apply_sets", "build_plan", "load_config"]

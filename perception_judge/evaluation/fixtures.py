@@ -1,0 +1,211 @@
+"""Small offline fixtures for evaluation tests, dry runs and docs: a held-out PPJD split and a fake training run.
+
+Nothing here is used by the evaluation code itself; it builds the *inputs* the suites and sweeps read, in the
+documented formats, independently of the PPJD builder and the trainer:
+
+* :func:`make_validation_set` writes ``validation.parquet`` (the exported training-set format, with records whose
+  three responses r_c / r_rp / r_rp_r are known);
+* :func:`make_fake_run` writes a run folder like ``train_grpo.py`` does: ``perception_judge_run.json``,
+  ``checkpoint-<N>/`` (full weights = the base with perturbed weights, or a LoRA adapter made with peft) plus
+  processor files, the final model or adapter at the root and ``trainer_state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from perception_judge.images import PixelPolicy
+from perception_judge.protocol import build_messages
+from perception_judge.schema import RESPONSE_KINDS, order_from_kinds
+
+_COLOURS = [
+    ("red", (220, 40, 40)),
+    ("blue", (40, 80, 220)),
+    ("green", (40, 170, 70)),
+    ("orange", (240, 140, 30)),
+]
+
+
+def validation_records(n: int = 4, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` records: an image of k circles, a question, and r_c / r_rp / r_rp_r responses."""
+    rng = random.Random(f"fixture-records:{seed}")
+    out = []
+    for i in range(n):
+        name, rgb = _COLOURS[i % len(_COLOURS)]
+        k = rng.randint(2, 5)
+        img = Image.new("RGB", (64, 48), (250, 250, 250))
+        d = ImageDraw.Draw(img)
+        for j in range(k):
+            d.ellipse((4 + j * 12, 18, 14 + j * 12, 28), fill=rgb)
+        out.append(
+            {
+                "key": f"fixture-{seed}-{i}",
+                "question": f"How many {name} circles are in the image?",
+                "image": img,
+                "responses": {
+                    "r_c": f"I count {k} {name} circles in a row. The answer is {k}.",
+                    "r_rp": f"I count {k + 1} {name} circles in a row. The answer is {k + 1}.",
+                    "r_rp_r": f"I count {k + 2} {name} circles, and doubling gives {2 * k + 4}. The answer is {2 * k + 4}.",
+                },
+            }
+        )
+    return out
+
+
+def make_validation_set(
+    folder: str | Path, n: int = 4, seed: int = 0, splits: tuple[str, ...] = ("validation",)
+) -> Path:
+    """Write an exported-training-set folder with batch, pair and single rows for ``n`` records."""
+    from perception_judge.trainset import rows_to_dataset
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(f"fixture-rows:{seed}")
+    rows = []
+    for rec in validation_records(n, seed):
+        resp = rec["responses"]
+        kinds = list(RESPONSE_KINDS)
+        rng.shuffle(kinds)
+        common = {
+            "question": rec["question"],
+            "record_key": rec["key"],
+            "image_group": rec["key"],
+            "images": [rec["image"]],
+        }
+        texts = [resp[k] for k in kinds]
+        rows.append(
+            {
+                **common,
+                "prompt": build_messages("batch", rec["question"], texts, 1),
+                "protocol": "batch",
+                "ground_truth": order_from_kinds(kinds),
+                "responses": texts,
+                "kinds": kinds,
+            }
+        )
+        pk = ["r_c", "r_rp"] if rng.random() < 0.5 else ["r_rp", "r_c"]
+        rows.append(
+            {
+                **common,
+                "prompt": build_messages("pair", rec["question"], [resp[k] for k in pk], 1),
+                "protocol": "pair",
+                "ground_truth": "AB" if pk[0] == "r_c" else "BA",
+                "responses": [resp[k] for k in pk],
+                "kinds": pk,
+            }
+        )
+        sk = rng.choice(RESPONSE_KINDS)
+        rows.append(
+            {
+                **common,
+                "prompt": build_messages("single", rec["question"], [resp[sk]], 1),
+                "protocol": "single",
+                "ground_truth": "correct" if sk == "r_c" else "incorrect",
+                "responses": [resp[sk]],
+                "kinds": [sk],
+            }
+        )
+    ds = rows_to_dataset(rows)
+    for split in splits:
+        ds.to_parquet(str(folder / f"{split}.parquet"))
+    return folder
+
+
+def kinds_by_text(folder_or_records: Any) -> dict[str, str]:
+    """Response text -> kind, for scripted oracles in tests."""
+    recs = folder_or_records if isinstance(folder_or_records, list) else validation_records()
+    return {text: kind for rec in recs for kind, text in rec["responses"].items()}
+
+
+def _copy_processor(src: Path, dst: Path) -> None:
+    for f in src.iterdir():
+        if (
+            f.is_file()
+            and not f.name.endswith(".safetensors")
+            and f.name not in ("config.json", "generation_config.json", "tiny_model.json")
+        ):
+            shutil.copy2(f, dst / f.name)
+
+
+def _save_full(base: Path, dst: Path, seed: int, scale: float) -> None:
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    dst.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dst)
+    _copy_processor(base, dst)
+
+
+def _save_lora(base: Path, dst: Path, seed: int) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch.float32)
+    cfg = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "v_proj"],
+        exclude_modules=r".*visual.*",
+        init_lora_weights=False,
+    )
+    peft_model = get_peft_model(model, cfg)
+    dst.mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(dst)
+    _copy_processor(base, dst)
+
+
+def make_fake_run(
+    run_dir: str | Path,
+    base_model: str | Path,
+    tuning: str = "full",
+    steps: tuple[int, ...] = (1, 2),
+    final: bool = True,
+    train_set: str | Path | None = None,
+    pixel_policy: PixelPolicy | None = None,
+    think_prefix: str = "auto",
+    scale: float = 0.02,
+) -> Path:
+    """A training-run folder in the trainer's layout (see the module docstring)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    base = Path(base_model)
+    model_type = json.loads((base / "config.json").read_text()).get("model_type", "")
+    info = {
+        "base_model": str(base),
+        "model_type": model_type,
+        "tuning": tuning,
+        "think_prefix": think_prefix,
+        "pixel_policy": (pixel_policy or PixelPolicy(mode="fixed", size=56, factor=28)).to_dict(),
+        "rewards": {"judge": 1.0},
+        "train_set": str(train_set) if train_set else None,
+    }
+    (run_dir / "perception_judge_run.json").write_text(json.dumps(info, indent=2))
+    for step in steps:
+        dst = run_dir / f"checkpoint-{step}"
+        (_save_lora(base, dst, step) if tuning == "lora" else _save_full(base, dst, step, scale))
+        (dst / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    if final:
+        last = max(steps) if steps else 0
+        (
+            _save_lora(base, run_dir, 1000 + last)
+            if tuning == "lora"
+            else _save_full(base, run_dir, 1000 + last, scale)
+        )
+        (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": last}))
+    return run_dir
+
+
+__all__ = ["kinds_by_text", "make_fake_run", "make_validation_set", "validation_records"]

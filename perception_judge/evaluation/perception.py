@@ -1,0 +1,405 @@
+"""The perceptual-sensitivity suite on held-out PPJD: does the judge prefer the correct response r_c over its
+perceptual counterfactuals r_rp (perception errors) and r_rp_r (perception and reasoning errors)?
+
+Data: the ``validation`` split of an exported training set (:func:`perception_judge.trainset.load_training_set`;
+columns ``question``, ``responses`` in slot order, ``kinds``, ``images``, ``record_key``). Rows of one record are
+merged, so every record contributes its question, image and the three responses once.
+
+Protocols (all with the trained judge's own prompts, :func:`perception_judge.protocol.build_messages`):
+
+``pair``    r_c vs r_rp and r_c vs r_rp_r, each pair judged in **both orders**. A judgement is correct when r_c
+            gets the strictly higher score (a tie or a parse failure is wrong). Metrics: ``pair_acc_c_vs_rp``,
+            ``pair_acc_c_vs_rp_r``, ``pair_acc`` (all pair judgements), ``pair_consistency`` (share of pairs whose
+            verdict -- r_c better, other better, tie -- is the same in both orders, parse failures inconsistent),
+            ``pair_parse_fail_rate``.
+``batch``   the three responses in one prompt, slots permuted (one seeded permutation per record, or all six with
+            ``batch_orders: all``). ``batch_ranking_reward`` = the training reward (fraction of the three pairs ordered
+            as r_c > r_rp > r_rp_r; ties and parse failures 0); ``batch_kendall_tau`` = mean Kendall tau-b between
+            the scores and that order over parsed completions; ``batch_parse_fail_rate``.
+``single``  each response alone; the verdict is right when r_c scores >= ``tau`` (default 6) and a counterfactual
+            < ``tau`` (:func:`perception_judge.rewards.verdict_reward`). ``single_verdict_acc`` (all),
+            ``single_acc_r_c``, ``single_acc_perturbed``, ``single_parse_fail_rate``.
+
+With k seeds every metric is the mean over seeds (``<metric>_std`` = sample std when k > 1).
+
+Options: ``data`` (training-set folder or a parquet file; the sweep fills it from the run's ``train_set``),
+``split`` (default ``validation``), ``protocols`` (default all three), ``batch_orders`` (``random`` | ``all``),
+``tau`` (6.0), ``data_seed`` (0), ``chunk_size`` (256).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, progress_bar
+from perception_judge.evaluation.bias.metrics import mean_std
+from perception_judge.protocol import build_messages
+from perception_judge.rewards import ranking_reward, verdict_reward
+from perception_judge.schema import (
+    RESPONSE_KINDS,
+    SLOTS,
+    VERDICT_CORRECT,
+    VERDICT_INCORRECT,
+    JudgeRequest,
+    JudgeResult,
+)
+
+PROTOCOL_NAMES = ("pair", "batch", "single")
+DEFAULTS: dict[str, Any] = {
+    "data": None,
+    "split": "validation",
+    "protocols": list(PROTOCOL_NAMES),
+    "batch_orders": "random",
+    "tau": 6.0,
+    "data_seed": 0,
+    "chunk_size": 256,
+}
+COMPARISONS = (("r_c", "r_rp"), ("r_c", "r_rp_r"))
+
+
+@dataclasses.dataclass
+class Record:
+    key: str
+    question: str
+    images: list[Any]
+    responses: dict[str, str]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pure metrics
+# --------------------------------------------------------------------------------------------------------------
+
+
+def kendall_tau_b(x: list[float], y: list[float]) -> float:
+    """Kendall tau-b between two score lists: (C - D) / sqrt((P - Tx)(P - Ty)), with P the number of pairs and
+    Tx, Ty the pairs tied in x, y. 0.0 when either list is constant (no ordering information)."""
+    if len(x) != len(y):
+        raise ValueError("kendall_tau_b needs lists of equal length")
+    c = d = tx = ty = 0
+    for i, j in itertools.combinations(range(len(x)), 2):
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        if dx == 0:
+            tx += 1
+        if dy == 0:
+            ty += 1
+        if dx and dy:
+            if (dx > 0) == (dy > 0):
+                c += 1
+            else:
+                d += 1
+    p = len(x) * (len(x) - 1) // 2
+    denom = math.sqrt((p - tx) * (p - ty))
+    return (c - d) / denom if denom else 0.0
+
+
+def pair_verdict(scores: list[float] | None, correct_slot: int) -> str:
+    """``"correct"`` (r_c scored strictly higher), ``"wrong"``, ``"tie"`` or ``"fail"`` (no scores)."""
+    if scores is None:
+        return "fail"
+    a, b = scores[correct_slot], scores[1 - correct_slot]
+    return "correct" if a > b else ("tie" if a == b else "wrong")
+
+
+def _rate(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------------------
+
+
+def load_records(path: str | Path, split: str = "validation", limit: int | None = None) -> list[Record]:
+    """Merge the rows of a split into one :class:`Record` per ``record_key`` (order of first appearance)."""
+    from perception_judge.trainset import features, load_training_set
+
+    p = Path(path)
+    if p.is_file() and p.suffix == ".parquet":
+        from datasets import load_dataset
+
+        ds = load_dataset("parquet", data_files=str(p), split="train").cast(features())
+    elif p.is_dir():
+        dd = load_training_set(p, [split])
+        if split not in dd:
+            raise FileNotFoundError(f"no {split}.parquet in {str(p)!r}")
+        ds = dd[split]
+    else:
+        raise FileNotFoundError(
+            f"perception data {str(p)!r} not found (a training-set folder or a .parquet file)"
+        )
+    missing = [
+        c for c in ("question", "responses", "kinds", "images", "record_key") if c not in ds.column_names
+    ]
+    if missing:
+        raise ValueError(f"{str(p)!r} lacks the columns {missing}")
+    records: dict[str, Record] = {}
+    for row in ds:
+        key = row["record_key"]
+        rec = records.get(key)
+        if rec is None:
+            if limit is not None and len(records) >= limit:
+                continue
+            rec = records[key] = Record(key, row["question"], list(row["images"] or []), {})
+        for kind, text in zip(row["kinds"], row["responses"]):
+            if kind in RESPONSE_KINDS:
+                rec.responses.setdefault(kind, text)
+    return list(records.values())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Requests
+# --------------------------------------------------------------------------------------------------------------
+
+
+def build_requests(
+    records: list[Record], protocols: list[str], batch_orders: str, data_seed: int
+) -> list[JudgeRequest]:
+    """Every request of the suite; ``meta`` carries what scoring needs (protocol, kinds in slot order)."""
+    reqs: list[JudgeRequest] = []
+    for rec in records:
+        n_img = len(rec.images)
+
+        def add(protocol: str, kinds: list[str], tag: str, rec: Record = rec, n_img: int = n_img) -> None:
+            responses = [rec.responses[k] for k in kinds]
+            reqs.append(
+                JudgeRequest(
+                    request_id=f"perception-{protocol}-{rec.key}-{tag}",
+                    messages=build_messages(protocol, rec.question, responses, n_img),
+                    images=list(rec.images),
+                    n_scores=1 if protocol == "single" else len(kinds),
+                    parser="protocol",
+                    meta={"suite": "perception", "protocol": protocol, "record": rec.key, "kinds": kinds},
+                )
+            )
+
+        if "pair" in protocols:
+            for good, bad in COMPARISONS:
+                if good in rec.responses and bad in rec.responses:
+                    add("pair", [good, bad], f"{bad}-first_c")
+                    add("pair", [bad, good], f"{bad}-second_c")
+        if "batch" in protocols and all(k in rec.responses for k in RESPONSE_KINDS):
+            perms = list(itertools.permutations(RESPONSE_KINDS))
+            if batch_orders == "all":
+                chosen = perms
+            elif batch_orders == "random":
+                chosen = [random.Random(f"perception:{data_seed}:{rec.key}").choice(perms)]
+            else:
+                raise ValueError(f"batch_orders must be 'random' or 'all', got {batch_orders!r}")
+            for perm in chosen:
+                add("batch", list(perm), "".join(SLOTS[RESPONSE_KINDS.index(k)] for k in perm))
+        if "single" in protocols:
+            for kind in RESPONSE_KINDS:
+                if kind in rec.responses:
+                    add("single", [kind], kind)
+    return reqs
+
+
+def score_seed(
+    requests: list[JudgeRequest], results: list[JudgeResult], tau: float
+) -> tuple[dict[str, float | None], dict[str, int], list[dict]]:
+    """Metrics, counts and per-sample lines of one seed."""
+    c: dict[str, int] = dict.fromkeys(
+        (
+            "pair_n",
+            "pair_fail",
+            "pair_correct",
+            "pair_n_rp",
+            "pair_correct_rp",
+            "pair_n_rp_r",
+            "pair_correct_rp_r",
+            "pair_groups",
+            "pair_consistent",
+            "batch_n",
+            "batch_fail",
+            "single_n",
+            "single_fail",
+            "single_correct",
+            "single_n_c",
+            "single_correct_c",
+            "single_n_bad",
+            "single_correct_bad",
+        ),
+        0,
+    )
+    batch_rewards: list[float] = []
+    taus: list[float] = []
+    groups: dict[tuple[str, str], list[str]] = {}
+    lines = []
+    for req, res in zip(requests, results):
+        m = req.meta
+        kinds = m["kinds"]
+        line = {
+            "request_id": req.request_id,
+            "protocol": m["protocol"],
+            "record": m["record"],
+            "kinds": kinds,
+            "scores": res.scores,
+            "error": res.error,
+            "text": res.text,
+        }
+        if m["protocol"] == "pair":
+            other = kinds[1] if kinds[0] == "r_c" else kinds[0]
+            verdict = pair_verdict(res.scores, kinds.index("r_c"))
+            c["pair_n"] += 1
+            c["pair_fail"] += verdict == "fail"
+            c["pair_correct"] += verdict == "correct"
+            c[f"pair_n_{other[2:]}"] += 1
+            c[f"pair_correct_{other[2:]}"] += verdict == "correct"
+            groups.setdefault((m["record"], other), []).append(verdict)
+            line["verdict"] = verdict
+        elif m["protocol"] == "batch":
+            order = "".join(SLOTS[kinds.index(k)] for k in RESPONSE_KINDS)
+            reward = ranking_reward(res.scores, order, ties="zero")
+            batch_rewards.append(reward)
+            c["batch_n"] += 1
+            if res.scores is None:
+                c["batch_fail"] += 1
+            else:
+                gt = [float(len(RESPONSE_KINDS) - RESPONSE_KINDS.index(k)) for k in kinds]
+                t = kendall_tau_b(list(res.scores), gt)
+                taus.append(t)
+                line["kendall_tau"] = t
+            line["reward"] = reward
+            line["order"] = order
+        else:
+            kind = kinds[0]
+            verdict = VERDICT_CORRECT if kind == "r_c" else VERDICT_INCORRECT
+            r = verdict_reward(res.scores[0] if res.scores else None, verdict, tau)
+            c["single_n"] += 1
+            c["single_fail"] += res.scores is None
+            c["single_correct"] += int(r)
+            if kind == "r_c":
+                c["single_n_c"] += 1
+                c["single_correct_c"] += int(r)
+            else:
+                c["single_n_bad"] += 1
+                c["single_correct_bad"] += int(r)
+            line["verdict_reward"] = r
+        lines.append(line)
+    for verdicts in groups.values():
+        if len(verdicts) == 2:
+            c["pair_groups"] += 1
+            c["pair_consistent"] += verdicts[0] == verdicts[1] and verdicts[0] != "fail"
+    metrics = {
+        "pair_acc_c_vs_rp": _rate(c["pair_correct_rp"], c["pair_n_rp"]),
+        "pair_acc_c_vs_rp_r": _rate(c["pair_correct_rp_r"], c["pair_n_rp_r"]),
+        "pair_acc": _rate(c["pair_correct"], c["pair_n"]),
+        "pair_consistency": _rate(c["pair_consistent"], c["pair_groups"]),
+        "pair_parse_fail_rate": _rate(c["pair_fail"], c["pair_n"]),
+        "batch_ranking_reward": sum(batch_rewards) / len(batch_rewards) if batch_rewards else None,
+        "batch_kendall_tau": sum(taus) / len(taus) if taus else None,
+        "batch_parse_fail_rate": _rate(c["batch_fail"], c["batch_n"]),
+        "single_verdict_acc": _rate(c["single_correct"], c["single_n"]),
+        "single_acc_r_c": _rate(c["single_correct_c"], c["single_n_c"]),
+        "single_acc_perturbed": _rate(c["single_correct_bad"], c["single_n_bad"]),
+        "single_parse_fail_rate": _rate(c["single_fail"], c["single_n"]),
+    }
+    return metrics, c, lines
+
+
+def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
+    """Run the perceptual-sensitivity suite (see the module docstring)."""
+    unknown = set(config.options) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown perception-suite option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    opts = {**DEFAULTS, **config.options}
+    if not opts["data"]:
+        raise ValueError(
+            "the perception suite needs the option data=PATH (an exported training set with validation.parquet); "
+            "a sweep takes it from the run's train_set"
+        )
+    protocols = [p for p in opts["protocols"] if p]
+    bad = set(protocols) - set(PROTOCOL_NAMES)
+    if bad:
+        raise ValueError(f"unknown perception protocol(s) {sorted(bad)}; known: {PROTOCOL_NAMES}")
+    out_dir = Path(config.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = load_records(opts["data"], opts["split"], config.limit)
+    requests = build_requests(records, protocols, opts["batch_orders"], int(opts["data_seed"]))
+    per_seed: dict[str, Any] = {}
+    all_lines: list[dict] = []
+    totals: dict[str, int] = {}
+    for seed in config.seeds:
+        sampling = dataclasses.replace(config.sampling, seed=int(seed))
+        results: list[JudgeResult] = []
+        chunk = max(1, int(opts["chunk_size"]))
+        bar = progress_bar(len(requests), f"perception seed {seed}", "req", leave=False)
+        for start in range(0, len(requests), chunk):
+            part = requests[start : start + chunk]
+            out = backend.judge(part, sampling)
+            if len(out) != len(part):
+                raise RuntimeError(
+                    f"backend {backend.name!r} returned {len(out)} results for {len(part)} requests"
+                )
+            results += out
+            bar.update(len(part))
+        bar.close()
+        metrics, counts, lines = score_seed(requests, results, float(opts["tau"]))
+        per_seed[str(seed)] = {"metrics": metrics, "counts": counts}
+        for line in lines:
+            line["seed"] = seed
+        all_lines += lines
+        for k, v in counts.items():
+            totals[k] = totals.get(k, 0) + v
+    names = list(next(iter(per_seed.values()))["metrics"]) if per_seed else []
+    metrics: dict[str, float | None] = {}
+    stds: dict[str, float | None] = {}
+    for name in names:
+        m, s = mean_std([per_seed[k]["metrics"][name] for k in per_seed])
+        metrics[name] = m
+        stds[f"{name}_std"] = s
+    if len(per_seed) > 1:
+        metrics.update(stds)
+    samples_path = out_dir / "samples.jsonl"
+    with samples_path.open("w", encoding="utf-8") as f:
+        for line in all_lines:
+            f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    counts = {
+        "n_records": len(records),
+        "n_requests": len(requests) * len(per_seed),
+        "n_runs": len(per_seed),
+        "n_pair_judgements": totals.get("pair_n", 0),
+        "n_batch_judgements": totals.get("batch_n", 0),
+        "n_single_judgements": totals.get("single_n", 0),
+        "n_parse_failures": totals.get("pair_fail", 0)
+        + totals.get("batch_fail", 0)
+        + totals.get("single_fail", 0),
+    }
+    protocol = {
+        "suite": "perception",
+        "data": str(opts["data"]),
+        "split": opts["split"],
+        "protocols": protocols,
+        "batch_orders": opts["batch_orders"],
+        "tau": float(opts["tau"]),
+        "seeds": list(config.seeds),
+        "sampling": dataclasses.asdict(config.sampling),
+        "backend": backend.describe(),
+        "parser": "protocol (perception_judge.protocol.parse_scores: final answer only, exactly N tags, 1-10)",
+        "pair_rule": "correct iff r_c scores strictly higher; tie and parse failure count as wrong; both orders",
+        "batch_rule": "ranking_reward(ties='zero'), failures 0; Kendall tau-b over parsed completions",
+        "aggregation": "per seed, then mean over seeds (sample std when k > 1)",
+        "primary_metric": "pair_acc",
+        "higher_is_better": True,
+        "lower_is_better": [n for n in names if n.endswith("parse_fail_rate")],
+    }
+    extra = {"per_seed": per_seed}
+    return SuiteResult("perception", metrics, protocol, counts, str(samples_path), extra)
+
+
+__all__ = [
+    "DEFAULTS",
+    "Record",
+    "build_requests",
+    "kendall_tau_b",
+    "load_records",
+    "pair_verdict",
+    "run",
+    "score_seed",
+]

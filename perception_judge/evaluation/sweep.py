@@ -1,0 +1,680 @@
+"""Evaluation sweeps: every model of a training run (or a list of judges) × suite × seed, resumable.
+
+A *cell* is one (model, suite, seed). Each finished cell is written atomically to its own JSON file
+``OUT/cells/<model>__<suite>__seed<seed>.json`` (the suite's per-sample files go to the folder of the same name),
+so a sweep that is killed loses at most the cells in flight, and a re-run skips every finished cell whose
+*fingerprint* (suite, seed, options, sampling, limit, backend settings, model folders, pixel policy, think prefix)
+is unchanged. A cell whose suite raised is recorded as failed and retried on the next run.
+
+Models of a training run (``RUN_DIR/perception_judge_run.json``, written by the trainer):
+
+* ``base``: the run's ``base_model`` (step 0);
+* ``checkpoint-<N>``: full weights, or a LoRA adapter on the base model (step N);
+* ``final``: the model or adapter at the run's root, when present (step from ``trainer_state.json``, else the
+  last checkpoint's).
+
+Outputs: ``OUT/cells/``, ``OUT/results.csv`` (long format: model, step, kind, suite, metric, mean, std, n_seeds,
+values), ``OUT/results.json`` (the same rows, plus models, cells and the plan), then the report
+(:mod:`perception_judge.evaluation.report`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import fnmatch
+import json
+import logging
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perception_judge.evaluation.backends.common import (
+    fingerprint,
+    has_full_weights,
+    has_processor,
+    is_adapter_dir,
+)
+from perception_judge.evaluation.base import SUITES, JudgeBackend, SuiteConfig, get_suite, progress_bar
+from perception_judge.evaluation.bias.metrics import mean_std
+from perception_judge.images import PixelPolicy
+from perception_judge.schema import Sampling, content_key
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "perception_judge_run.json"
+_CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Runs and models
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunInfo:
+    """What a sweep needs from ``perception_judge_run.json``."""
+
+    run_dir: Path
+    base_model: str
+    model_type: str = ""
+    tuning: str = "full"
+    think_prefix: str = "auto"
+    pixel_policy: PixelPolicy = field(default_factory=PixelPolicy)
+    train_set: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def read_run(run_dir: str | os.PathLike[str]) -> RunInfo:
+    """Read a run's ``perception_judge_run.json``; errors name the missing file or key."""
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{str(path)!r} not found: RUN_DIR must be the output folder of train_grpo.py (it writes {RUN_FILE})"
+        )
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{str(path)!r} is not valid JSON: {e}") from None
+    if not raw.get("base_model"):
+        raise KeyError(f"{str(path)!r} lacks the key 'base_model'")
+    base = str(raw["base_model"])
+    if not os.path.isabs(base) and (run_dir / base).exists():
+        base = str(run_dir / base)
+    tuning = raw.get("tuning", "full")
+    if tuning not in ("full", "lora"):
+        raise ValueError(f"{str(path)!r}: tuning must be 'full' or 'lora', got {tuning!r}")
+    policy = raw.get("pixel_policy") or {}
+    train_set = raw.get("train_set")
+    if (
+        train_set
+        and not os.path.isabs(train_set)
+        and not Path(train_set).exists()
+        and (run_dir / train_set).exists()
+    ):
+        train_set = str(run_dir / train_set)
+    return RunInfo(
+        run_dir=run_dir,
+        base_model=base,
+        model_type=str(raw.get("model_type", "")),
+        tuning=tuning,
+        think_prefix=str(raw.get("think_prefix", "auto")),
+        pixel_policy=PixelPolicy(**policy) if policy else PixelPolicy(),
+        train_set=train_set,
+        raw=raw,
+    )
+
+
+@dataclass
+class ModelEntry:
+    """One judge to evaluate. ``spec`` holds the backend's model keys (``model``, ``adapter``, ``processor``)."""
+
+    name: str
+    step: int | None = None
+    kind: str = "model"  # base | checkpoint | final | model
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _final_step(run_dir: Path, checkpoints: list[ModelEntry], raw: dict[str, Any]) -> int | None:
+    """The step of the final model: ``trainer_state.json`` at the root, else the run file's ``global_step``,
+    else the last checkpoint's step."""
+    state = run_dir / "trainer_state.json"
+    if state.is_file():
+        try:
+            return int(json.loads(state.read_text())["global_step"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s has no usable global_step", state)
+    if isinstance(raw.get("global_step"), int):
+        return raw["global_step"]
+    steps = [c.step for c in checkpoints if c.step is not None]
+    return max(steps) if steps else None
+
+
+def _entry_for_folder(
+    name: str, step: int | None, kind: str, folder: Path, run: RunInfo
+) -> ModelEntry | None:
+    if is_adapter_dir(folder):
+        spec = {"model": run.base_model, "adapter": str(folder)}
+        spec["processor"] = str(folder) if has_processor(folder) else run.base_model
+        return ModelEntry(name, step, kind, spec)
+    if has_full_weights(folder):
+        return ModelEntry(
+            name,
+            step,
+            kind,
+            {"model": str(folder), "processor": str(folder) if has_processor(folder) else run.base_model},
+        )
+    return None
+
+
+def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]:
+    """base, every complete checkpoint (by step) and the final model of a run. Incomplete checkpoint folders
+    (no weights, no adapter) are skipped with a warning."""
+    entries: list[ModelEntry] = []
+    if include_base:
+        entries.append(ModelEntry("base", 0, "base", {"model": run.base_model}))
+    ckpts: list[ModelEntry] = []
+    for d in sorted(run.run_dir.iterdir()) if run.run_dir.is_dir() else []:
+        m = _CKPT_RE.match(d.name)
+        if not (m and d.is_dir()):
+            continue
+        e = _entry_for_folder(d.name, int(m.group(1)), "checkpoint", d, run)
+        if e is None:
+            log.warning("skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", d)
+            continue
+        ckpts.append(e)
+    ckpts.sort(key=lambda e: e.step or 0)
+    entries += ckpts
+    final = _entry_for_folder("final", None, "final", run.run_dir, run)
+    if final is not None:
+        final.step = _final_step(run.run_dir, ckpts, run.raw)
+        entries.append(final)
+    return entries
+
+
+def select_models(entries: list[ModelEntry], patterns: list[str] | None) -> list[ModelEntry]:
+    """Keep the entries whose name matches one of the shell patterns (``base``, ``checkpoint-*``, ``final``)."""
+    if not patterns:
+        return entries
+    kept = [e for e in entries if any(fnmatch.fnmatchcase(e.name, p) for p in patterns)]
+    if not kept:
+        raise ValueError(f"no model matches {patterns}; available: {[e.name for e in entries]}")
+    return kept
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The plan and its cells
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalPlan:
+    """Everything that decides the numbers of a sweep, besides the models."""
+
+    suites: list[str]
+    out_dir: Path
+    seeds: list[int] = field(default_factory=lambda: [0])
+    sampling: Sampling = field(default_factory=Sampling)
+    limit: int | None = None
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # suite -> options
+    backend: dict[str, Any] = field(default_factory=lambda: {"kind": "hf"})
+    pixel_policy: PixelPolicy = field(default_factory=PixelPolicy)
+    think_prefix: str = "auto"
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.suites if s not in SUITES]
+        if unknown:
+            raise KeyError(f"unknown suite(s) {unknown}; available: {', '.join(SUITES)}")
+        if not self.suites:
+            raise ValueError("no suite to run")
+        self.out_dir = Path(self.out_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suites": list(self.suites),
+            "seeds": list(self.seeds),
+            "sampling": dataclasses.asdict(self.sampling),
+            "limit": self.limit,
+            "options": _jsonable(self.options),
+            "backend": _jsonable(self.backend),
+            "pixel_policy": self.pixel_policy.to_dict(),
+            "think_prefix": self.think_prefix,
+        }
+
+
+def _jsonable(x: Any) -> Any:
+    return json.loads(json.dumps(x, default=lambda o: f"<{type(o).__name__}>"))
+
+
+def cell_id(model: str, suite: str, seed: int) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model)
+    return f"{safe}__{suite}__seed{seed}"
+
+
+def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -> str:
+    """What must match for a finished cell to be reused."""
+    folders = [entry.spec.get("model"), entry.spec.get("adapter")]
+    weights = fingerprint(*[f for f in folders if f and Path(str(f)).is_dir()])
+    return content_key(
+        suite,
+        int(seed),
+        _jsonable(plan.options.get(suite, {})),
+        dataclasses.asdict(plan.sampling),
+        plan.limit,
+        {k: v for k, v in _jsonable(plan.backend).items() if k not in ("progress",)},
+        _jsonable(entry.spec),
+        weights,
+        plan.pixel_policy.to_dict(),
+        plan.think_prefix,
+    )
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _claim_cell_dir(folder: Path, fp: str) -> None:
+    """Mark a cell's output folder with the fingerprint it is run with; leftovers of an interrupted run with
+    other settings are removed first (an interrupted run with the same settings is kept: suites resume from it)."""
+    import shutil
+
+    mark = folder / ".fingerprint"
+    if folder.is_dir() and (not mark.is_file() or mark.read_text().strip() != fp):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    mark.write_text(fp)
+
+
+def read_cell(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Backends for models
+# --------------------------------------------------------------------------------------------------------------
+
+BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
+
+
+class BackendPool:
+    """Builds the backend of each model from the plan's backend settings; with vLLM and LoRA checkpoints one
+    engine (LoRA enabled) serves the base model and every adapter."""
+
+    def __init__(self, plan: EvalPlan, entries: list[ModelEntry]) -> None:
+        self.plan = plan
+        self.entries = entries
+        self._shared: dict[str, Any] = {}
+        self._users: dict[str, int] = {}  # base model -> entries still to be served by its shared engine
+        for e in entries:
+            base = e.spec.get("model")
+            if base:
+                self._users[str(base)] = self._users.get(str(base), 0) + 1
+
+    def get(self, entry: ModelEntry) -> JudgeBackend:
+        from perception_judge.evaluation.backends import load_backend, parse_spec
+
+        settings = parse_spec(self.plan.backend)
+        kind = settings["kind"]
+        spec = dict(settings)
+        if kind in ("hf", "vllm"):
+            spec.update({k: v for k, v in entry.spec.items() if v is not None})
+            spec.setdefault("think_prefix", self.plan.think_prefix)
+        elif kind == "openai":
+            spec.setdefault("model", entry.spec.get("model"))
+        elif kind == "scripted":
+            spec.setdefault("fn", entry.spec.get("fn") or "constant")
+        spec["pixel_policy"] = self.plan.pixel_policy
+        spec["label"] = entry.name
+        if kind == "vllm" and any(e.spec.get("adapter") for e in self.entries):
+            base = spec["model"]
+            engine_owner = self._shared.get(base)
+            if engine_owner is None:
+                owner_spec = {k: v for k, v in spec.items() if k not in ("adapter", "processor")}
+                owner_spec["enable_lora"] = True
+                ranks = [e.spec["adapter"] for e in self.entries if e.spec.get("adapter")]
+                from perception_judge.evaluation.backends.vllm import adapter_rank
+
+                owner_spec["max_lora_rank"] = max(adapter_rank(a) for a in ranks)
+                owner_spec["label"] = "base"
+                engine_owner = self._shared[base] = load_backend(owner_spec)
+            if entry.spec.get("adapter"):
+                return engine_owner.for_adapter(entry.spec["adapter"], label=entry.name)
+            return engine_owner
+        return load_backend(spec)
+
+    def release(self, backend: JudgeBackend, entry: ModelEntry | None = None) -> None:
+        """Done with a model: close its backend; a shared engine closes after the last model it serves."""
+        base = str(entry.spec.get("model")) if entry is not None else None
+        if base is not None and base in self._shared:
+            self._users[base] -= 1
+            if backend is not self._shared[base]:
+                backend.close()  # an adapter view: releases nothing of the shared engine
+            if self._users[base] <= 0:
+                self._shared.pop(base).close()
+            return
+        if backend in self._shared.values():
+            return  # a shared engine lives until its last model or close_all
+        backend.close()
+
+    def close_all(self) -> None:
+        for b in self._shared.values():
+            b.close()
+        self._shared.clear()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Running cells
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepOutcome:
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    cells: list[dict[str, Any]] = field(default_factory=list)
+
+
+def suite_config(
+    entry: ModelEntry, suite: str, seed: int, plan: EvalPlan, run: RunInfo | None
+) -> SuiteConfig:
+    options = dict(plan.options.get(suite, {}))
+    if suite == "perception" and not options.get("data") and run is not None and run.train_set:
+        options["data"] = run.train_set
+    if suite == "bias":
+        options.setdefault("model_key", entry.name)
+    return SuiteConfig(
+        out_dir=plan.out_dir / "cells" / cell_id(entry.name, suite, seed),
+        seeds=[int(seed)],
+        sampling=plan.sampling,
+        limit=plan.limit,
+        options=options,
+    )
+
+
+def run_cells(
+    entries: list[ModelEntry],
+    plan: EvalPlan,
+    run: RunInfo | None = None,
+    backend_factory: BackendFactory | None = None,
+    progress: bool = True,
+) -> SweepOutcome:
+    """Run every unfinished cell; returns what was done, skipped (already finished) and failed."""
+    cells_dir = plan.out_dir / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    outcome = SweepOutcome()
+    todo: list[tuple[ModelEntry, str, int, str, Path]] = []
+    for entry in entries:
+        for suite in plan.suites:
+            for seed in plan.seeds:
+                cid = cell_id(entry.name, suite, seed)
+                path = cells_dir / f"{cid}.json"
+                fp = cell_fingerprint(entry, suite, seed, plan)
+                old = read_cell(path)
+                if not plan.force and old and old.get("status") == "done" and old.get("fingerprint") == fp:
+                    outcome.skipped += 1
+                    outcome.cells.append(old)
+                    continue
+                if old and old.get("status") == "done" and old.get("fingerprint") != fp and not plan.force:
+                    log.info("cell %s: settings changed since it was run; running it again", cid)
+                todo.append((entry, suite, seed, fp, path))
+    pending = {item[0].name for item in todo}
+    pool = BackendPool(plan, [e for e in entries if e.name in pending]) if backend_factory is None else None
+    bar = progress_bar(len(todo) if progress else 0, "cells", "cell")
+    try:
+        by_model: dict[str, list[tuple[ModelEntry, str, int, str, Path]]] = {}
+        for item in todo:
+            by_model.setdefault(item[0].name, []).append(item)
+        for name, items in by_model.items():
+            entry = items[0][0]
+            backend: JudgeBackend | None = None
+            load_error = None
+            t_load = time.time()
+            try:
+                backend = backend_factory(entry, plan) if backend_factory else pool.get(entry)
+            except Exception as e:  # record it on every cell of this model
+                load_error = f"{type(e).__name__}: {e}"
+                log.error("cannot load model %s: %s", name, load_error)
+            load_s = time.time() - t_load
+            try:
+                for entry, suite, seed, fp, path in items:
+                    bar.set_postfix_str(f"{name} / {suite} / seed {seed}")
+                    cell = {
+                        "cell": cell_id(entry.name, suite, seed),
+                        "model": entry.name,
+                        "step": entry.step,
+                        "kind": entry.kind,
+                        "suite": suite,
+                        "seed": int(seed),
+                        "fingerprint": fp,
+                        "model_spec": _jsonable(entry.spec),
+                        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    }
+                    t0 = time.time()
+                    _claim_cell_dir(plan.out_dir / "cells" / cell["cell"], fp)
+                    if backend is None:
+                        cell.update(status="failed", error=f"model could not be loaded: {load_error}")
+                    else:
+                        try:
+                            cfg = suite_config(entry, suite, seed, plan, run)
+                            result = get_suite(suite)(backend, cfg)
+                            cell.update(status="done", result=_jsonable(result.to_dict()))
+                        except Exception as e:  # one failing cell does not stop the sweep
+                            log.error("cell %s failed: %s: %s", cell["cell"], type(e).__name__, e)
+                            cell.update(
+                                status="failed",
+                                error=f"{type(e).__name__}: {e}",
+                                traceback=traceback.format_exc(limit=8),
+                            )
+                    cell["seconds"] = round(time.time() - t0, 3)
+                    cell["model_load_seconds"] = round(load_s, 3)
+                    cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+                    atomic_write_json(path, cell)
+                    outcome.cells.append(cell)
+                    if cell["status"] == "done":
+                        outcome.done += 1
+                    else:
+                        outcome.failed += 1
+                    bar.update(1)
+            finally:
+                if backend is not None:
+                    if pool is not None:
+                        pool.release(backend, entry)
+                    else:
+                        backend.close()
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.close_all()
+    return outcome
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The results table
+# --------------------------------------------------------------------------------------------------------------
+
+CSV_COLUMNS = ("model", "step", "kind", "suite", "metric", "mean", "std", "n_seeds", "values")
+
+
+def collect_cells(out_dir: Path) -> list[dict[str, Any]]:
+    cells = []
+    for p in sorted((Path(out_dir) / "cells").glob("*.json")):
+        c = read_cell(p)
+        if c and "suite" in c and "model" in c:
+            cells.append(c)
+    return cells
+
+
+def model_order(cells: list[dict[str, Any]], entries: list[ModelEntry] | None = None) -> list[str]:
+    """Models ordered by step (base first, final last among equal steps), then name."""
+    if entries:
+        names = [e.name for e in entries]
+        extra = sorted({c["model"] for c in cells} - set(names))
+        return names + extra
+    info = {}
+    for c in cells:
+        kind_rank = {"base": 0, "checkpoint": 1, "final": 2}.get(c.get("kind", "model"), 3)
+        step = c.get("step")
+        info[c["model"]] = (step is None, step if step is not None else 0, kind_rank, c["model"])
+    return sorted(info, key=lambda m: info[m])
+
+
+def build_rows(cells: list[dict[str, Any]], order: list[str] | None = None) -> list[dict[str, Any]]:
+    """Long-format rows: one per (model, suite, metric), mean and sample std over the finished seeds."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        if c.get("status") != "done":
+            continue
+        grouped.setdefault((c["model"], c["suite"]), []).append(c)
+        meta[c["model"]] = {"step": c.get("step"), "kind": c.get("kind", "model")}
+    order = order or model_order(cells)
+    rows = []
+    for model in order:
+        for (m, suite), cs in sorted(grouped.items(), key=lambda kv: kv[0][1]):
+            if m != model:
+                continue
+            cs = sorted(cs, key=lambda c: c["seed"])
+            names: list[str] = []
+            for c in cs:
+                for k in c["result"]["metrics"]:
+                    if k not in names:
+                        names.append(k)
+            for metric in names:
+                values = {str(c["seed"]): c["result"]["metrics"].get(metric) for c in cs}
+                mean, std = mean_std(list(values.values()))
+                rows.append(
+                    {
+                        "model": model,
+                        "step": meta[model]["step"],
+                        "kind": meta[model]["kind"],
+                        "suite": suite,
+                        "metric": metric,
+                        "mean": mean,
+                        "std": std,
+                        "n_seeds": sum(v is not None for v in values.values()),
+                        "values": values,
+                    }
+                )
+    return rows
+
+
+def write_results(
+    out_dir: Path,
+    entries: list[ModelEntry] | None = None,
+    plan: EvalPlan | None = None,
+    run: RunInfo | None = None,
+) -> dict[str, Any]:
+    """Write ``results.csv`` and ``results.json`` from every cell file under ``out_dir``; returns the JSON."""
+    out_dir = Path(out_dir)
+    cells = collect_cells(out_dir)
+    order = model_order(cells, entries)
+    rows = build_rows(cells, order)
+    with (out_dir / ".results.csv.tmp").open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "values": json.dumps(r["values"])})
+    os.replace(out_dir / ".results.csv.tmp", out_dir / "results.csv")
+    models = []
+    for name in order:
+        c = next((c for c in cells if c["model"] == name), None)
+        if c is not None:
+            models.append(
+                {
+                    "name": name,
+                    "step": c.get("step"),
+                    "kind": c.get("kind", "model"),
+                    "spec": c.get("model_spec", {}),
+                }
+            )
+    data = {
+        "run_dir": str(run.run_dir) if run else None,
+        "run": _jsonable(run.raw) if run else None,
+        "plan": plan.to_dict() if plan else None,
+        "models": models,
+        "suites": sorted({c["suite"] for c in cells}),
+        "cells": [
+            {k: c.get(k) for k in ("cell", "model", "step", "suite", "seed", "status", "error", "seconds")}
+            for c in cells
+        ],
+        "rows": rows,
+    }
+    atomic_write_json(out_dir / "results.json", data)
+    return data
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------------------------
+
+
+def sweep(
+    run_dir: str | os.PathLike[str],
+    plan: EvalPlan | None = None,
+    suites: list[str] | None = None,
+    models: list[str] | None = None,
+    backend_factory: BackendFactory | None = None,
+    report: bool = True,
+    progress: bool = True,
+) -> tuple[SweepOutcome, dict[str, Any]]:
+    """Evaluate the base model and every checkpoint of a run. ``plan`` defaults to the given suites with the
+    run's pixel policy and think prefix, written to ``RUN_DIR/eval``."""
+    run = read_run(run_dir)
+    if plan is None:
+        plan = EvalPlan(suites=suites or ["bias", "perception"], out_dir=run.run_dir / "eval")
+    plan.pixel_policy = run.pixel_policy
+    plan.think_prefix = run.think_prefix
+    entries = select_models(discover_models(run), models)
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        plan.out_dir / "plan.json", {"plan": plan.to_dict(), "models": [e.to_dict() for e in entries]}
+    )
+    outcome = run_cells(entries, plan, run, backend_factory, progress)
+    data = write_results(plan.out_dir, entries, plan, run)
+    if report:
+        from perception_judge.evaluation.report import write_report
+
+        write_report(plan.out_dir)
+    return outcome, data
+
+
+def evaluate(
+    entries: list[ModelEntry],
+    plan: EvalPlan,
+    backend_factory: BackendFactory | None = None,
+    report: bool = True,
+    progress: bool = True,
+) -> tuple[SweepOutcome, dict[str, Any]]:
+    """Evaluate a list of judges (no training run): same cells, table and report as a sweep."""
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        plan.out_dir / "plan.json", {"plan": plan.to_dict(), "models": [e.to_dict() for e in entries]}
+    )
+    outcome = run_cells(entries, plan, None, backend_factory, progress)
+    data = write_results(plan.out_dir, entries, plan, None)
+    if report:
+        from perception_judge.evaluation.report import write_report
+
+        write_report(plan.out_dir)
+    return outcome, data
+
+
+__all__ = [
+    "RUN_FILE",
+    "BackendPool",
+    "EvalPlan",
+    "ModelEntry",
+    "RunInfo",
+    "SweepOutcome",
+    "build_rows",
+    "cell_fingerprint",
+    "cell_id",
+    "collect_cells",
+    "discover_models",
+    "evaluate",
+    "read_run",
+    "run_cells",
+    "select_models",
+    "sweep",
+    "write_results",
+]

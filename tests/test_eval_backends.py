@@ -1,0 +1,444 @@
+"""Judge backends: the spec factory, scripted judges, the hf backend on a tiny model with a LoRA adapter, the
+vLLM request builders (pure, CPU) and the OpenAI-compatible backend against the local fake server."""
+
+from __future__ import annotations
+
+import importlib.util
+import types
+from typing import ClassVar
+
+import pytest
+from PIL import Image
+
+from perception_judge.evaluation.backends import load_backend, parse_spec
+from perception_judge.evaluation.backends.scripted import ScriptedBackend, scripted_fn
+from perception_judge.evaluation.base import is_backend_error, request_seed
+from perception_judge.images import PixelPolicy
+from perception_judge.protocol import build_messages, render_generation_prompt
+from perception_judge.schema import JudgeRequest, Sampling
+
+
+def _req(i: int, n_images: int = 1, protocol: str = "single") -> JudgeRequest:
+    responses = ["There are three red circles."] if protocol == "single" else ["three", "four"]
+    return JudgeRequest(
+        f"req-{i}",
+        build_messages(protocol, f"How many red circles? ({i})", responses, n_images),
+        [Image.new("RGB", (64, 48), (20 * i % 256, 40, 90)) for _ in range(n_images)],
+        n_scores=1 if protocol == "single" else 2,
+    )
+
+
+def test_request_seed_is_stable_and_spread():
+    assert request_seed(0, "a") == request_seed(0, "a")
+    assert len({request_seed(s, r) for s in range(3) for r in "abc"}) == 9
+    assert 0 <= request_seed(123, "x") < 2**31
+
+
+def test_parse_spec_and_scripted_factory():
+    assert parse_spec("hf:/models/x") == {"kind": "hf", "model": "/models/x"}
+    assert parse_spec("openai:gpt-4o") == {"kind": "openai", "model": "gpt-4o"}
+    assert parse_spec({"backend": "vllm", "model": "m"}) == {"kind": "vllm", "model": "m"}
+    for bad in ("x", "gpu:/m", "hf:", {"model": "m"}):
+        with pytest.raises(ValueError):
+            parse_spec(bad)
+    b = load_backend("scripted:constant:5", pixel_policy={"mode": "fixed", "size": 56})
+    assert isinstance(b, ScriptedBackend) and b.pixel_policy.size == 56
+    (r,) = b.judge([_req(0)], Sampling())
+    assert r.scores == [5.0]
+    (r,) = load_backend("scripted:garbage").judge([_req(0)], Sampling())
+    assert r.scores is None and r.error
+    r1 = load_backend("scripted:random").judge([_req(0, protocol="pair")], Sampling(seed=1))[0]
+    r2 = load_backend("scripted:random").judge([_req(0, protocol="pair")], Sampling(seed=1))[0]
+    assert r1.scores == r2.scores and len(r1.scores) == 2
+    assert scripted_fn("perception_judge.evaluation.backends.scripted:garbage_judge")(_req(0), Sampling())
+    with pytest.raises(ValueError):
+        scripted_fn("nope")
+
+
+# ------------------------------------------------------------------------------------------------ hf backend
+@pytest.fixture(scope="module")
+def lora_adapter(tiny_qwen25, tmp_path_factory):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen25, dtype=torch.float32)
+    cfg = LoraConfig(
+        r=4,
+        lora_alpha=16,
+        target_modules=["q_proj", "v_proj"],
+        exclude_modules=r".*visual.*",
+        init_lora_weights=False,
+    )
+    out = tmp_path_factory.mktemp("lora")
+    get_peft_model(model, cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_base(tiny_qwen25):
+    from perception_judge.evaluation.backends.hf import HFBackend
+
+    return HFBackend(
+        tiny_qwen25,
+        batch_size=4,
+        device="cpu",
+        dtype="float32",
+        progress=False,
+        pixel_policy=PixelPolicy(size=56),
+    )
+
+
+SAMPLED = Sampling(temperature=1.0, top_p=0.95, top_k=20, max_new_tokens=8, seed=7)
+
+
+def test_hf_backend_batches_isolates_bad_requests_and_seeds(hf_base):
+    reqs = [_req(i) for i in range(5)] + [_req(5, n_images=0)]
+    bad_path = JudgeRequest("bad-image", build_messages("single", "q", ["r"], 1), ["/nonexistent/x.png"])
+    mismatch = JudgeRequest("mismatch", build_messages("single", "q", ["r"], 2), [Image.new("RGB", (8, 8))])
+    out = hf_base.judge([*reqs[:3], bad_path, *reqs[3:], mismatch], SAMPLED)
+    assert [r.request_id for r in out] == [
+        "req-0",
+        "req-1",
+        "req-2",
+        "bad-image",
+        "req-3",
+        "req-4",
+        "req-5",
+        "mismatch",
+    ]
+    assert is_backend_error(out[3]) and "missing" in out[3].error
+    assert is_backend_error(out[7]) and "placeholder" in out[7].error
+    good = [r for r in out if not is_backend_error(r)]
+    assert len(good) == 6
+    for r in good:
+        assert r.text.startswith("<think>\n")  # the prefill is put back in front of the completion
+        assert 1 <= r.completion_tokens <= 8 and r.prompt_tokens > 100
+        assert (
+            r.scores is None and r.error
+        )  # random weights never produce a verdict: a parse failure, not a crash
+    again = hf_base.judge([*reqs[:3], bad_path, *reqs[3:], mismatch], SAMPLED)
+    assert [r.text for r in again] == [r.text for r in out]  # same seed, same batches: same samples
+    other = hf_base.judge(
+        [*reqs[:3], bad_path, *reqs[3:], mismatch], Sampling(**{**SAMPLED.__dict__, "seed": 8})
+    )
+    assert [r.text for r in other] != [r.text for r in out]
+    d = hf_base.describe()
+    assert (
+        d["backend"] == "hf"
+        and d["pixel_policy"]["size"] == 56
+        and d["think_prefix"] == "auto"
+        and d["weights_fingerprint"]
+    )
+
+
+def test_hf_backend_survives_a_failing_batch(hf_base, monkeypatch):
+    real = hf_base._generate
+
+    def flaky(batch, sampling):
+        if any(req.request_id == "req-2" for _, req, _ in batch):
+            raise RuntimeError("boom")
+        return real(batch, sampling)
+
+    monkeypatch.setattr(hf_base, "_generate", flaky)
+    out = hf_base.judge([_req(i) for i in range(4)], Sampling(temperature=0, max_new_tokens=4))
+    assert [is_backend_error(r) for r in out] == [False, False, True, False]
+    assert "boom" in out[2].error
+
+
+def test_hf_greedy_batched_equals_one_at_a_time(hf_base):
+    reqs = [_req(i) for i in range(4)]
+    greedy = Sampling(temperature=0, max_new_tokens=6)
+    hf_base.batch_size = 4
+    batched = [r.text for r in hf_base.judge(reqs, greedy)]
+    hf_base.batch_size = 1
+    single = [r.text for r in hf_base.judge(reqs, greedy)]
+    hf_base.batch_size = 4
+    assert batched == single
+
+
+def test_hf_backend_with_lora_adapter(tiny_qwen25, lora_adapter, hf_base):
+    from perception_judge.evaluation.backends.hf import HFBackend
+
+    reqs = [_req(i) for i in range(4)]
+    lora = HFBackend(
+        tiny_qwen25,
+        adapter=lora_adapter,
+        device="cpu",
+        dtype="float32",
+        progress=False,
+        pixel_policy=PixelPolicy(size=56),
+    )
+    d = lora.describe()
+    assert d["adapter"] == str(lora_adapter) and d["adapter_merged"] is True
+    assert d["weights_fingerprint"] != hf_base.describe()["weights_fingerprint"]
+    with_adapter = [r.text for r in lora.judge(reqs, SAMPLED)]
+    base = [r.text for r in hf_base.judge(reqs, SAMPLED)]
+    assert with_adapter != base  # the adapter changes the model
+    # an adapter folder given as the model resolves its base from adapter_config.json
+    same = HFBackend(
+        lora_adapter, device="cpu", dtype="float32", progress=False, pixel_policy=PixelPolicy(size=56)
+    )
+    assert same.model_path == str(tiny_qwen25) and [r.text for r in same.judge(reqs, SAMPLED)] == with_adapter
+    unmerged = HFBackend(
+        tiny_qwen25,
+        adapter=lora_adapter,
+        merge_adapter=False,
+        device="cpu",
+        dtype="float32",
+        progress=False,
+        pixel_policy=PixelPolicy(size=56),
+    )
+    greedy = Sampling(temperature=0, max_new_tokens=4)
+    assert [r.text for r in unmerged.judge(reqs, greedy)] == [r.text for r in lora.judge(reqs, greedy)]
+    with pytest.raises(FileNotFoundError, match="adapter"):
+        HFBackend(tiny_qwen25, adapter=tiny_qwen25)
+
+
+def test_hf_backend_on_a_thinking_template(tiny_qwen3):
+    from perception_judge.evaluation.backends.hf import HFBackend
+
+    b = HFBackend(
+        tiny_qwen3,
+        device="cpu",
+        dtype="float32",
+        progress=False,
+        pixel_policy=PixelPolicy(size=64, factor=32),
+    )
+    (r,) = b.judge([_req(0)], Sampling(temperature=0, max_new_tokens=4))
+    assert r.text.startswith("<think>\n") and not is_backend_error(r)
+
+
+# ------------------------------------------------------------------------------------------------ vLLM (pure)
+def test_vllm_request_builders_on_cpu(tiny_qwen25):
+    from transformers import AutoProcessor
+
+    from perception_judge.evaluation.backends.vllm import (
+        engine_kwargs,
+        lora_request_args,
+        prompt_inputs,
+        sampling_kwargs,
+    )
+
+    proc = AutoProcessor.from_pretrained(tiny_qwen25)
+    req = _req(1)
+    img = PixelPolicy(size=56).apply(req.images[0])
+    inp = prompt_inputs(req, proc, [img], "auto")
+    assert inp["prompt"] == render_generation_prompt(proc, req.messages, "auto") and inp["prompt"].endswith(
+        "<think>\n"
+    )
+    assert inp["multi_modal_data"]["image"][0].size == (56, 56)
+    assert "multi_modal_data" not in prompt_inputs(_req(2, n_images=0), proc, [], "off")
+    fresh = AutoProcessor.from_pretrained(tiny_qwen25)  # prepare_processor patches a processor in place
+    assert not prompt_inputs(_req(2, n_images=0), fresh, [], "off")["prompt"].endswith("<think>\n")
+    kw = sampling_kwargs(Sampling(temperature=1.0, top_p=0.95, top_k=20, max_new_tokens=64, seed=3), "req-1")
+    assert kw == {
+        "n": 1,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "top_k": 20,
+        "max_tokens": 64,
+        "seed": request_seed(3, "req-1"),
+    }
+    g = sampling_kwargs(Sampling(temperature=0, top_k=None, seed=3), "req-1")
+    assert g["temperature"] == 0.0 and g["top_k"] == -1 and g["top_p"] == 1.0
+    assert sampling_kwargs(Sampling(seed=3), "a")["seed"] != sampling_kwargs(Sampling(seed=3), "b")["seed"]
+    ek = engine_kwargs("/m", enable_lora=True, max_lora_rank=32, max_images_per_prompt=2, max_model_len=8192)
+    assert ek["enable_lora"] and ek["max_lora_rank"] == 32 and ek["limit_mm_per_prompt"] == {"image": 2}
+    assert ek["max_model_len"] == 8192 and "enable_lora" not in engine_kwargs("/m")
+    name, lid, path = lora_request_args(tiny_qwen25)
+    assert lora_request_args(str(tiny_qwen25) + "/")[1] == lid and lid >= 1 and path.endswith(name)
+
+
+def test_vllm_backend_needs_vllm(tiny_qwen25):
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed")
+    from perception_judge.evaluation.backends.vllm import VLLMBackend
+
+    with pytest.raises(ImportError, match="vLLM"):
+        VLLMBackend(tiny_qwen25)
+
+
+@pytest.mark.gpu
+def test_vllm_backend_end_to_end_with_lora(tiny_qwen25, lora_adapter):
+    pytest.importorskip("vllm")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from perception_judge.evaluation.backends.vllm import VLLMBackend
+
+    base = VLLMBackend(
+        tiny_qwen25,
+        enable_lora=True,
+        max_lora_rank=8,
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+        max_model_len=2048,
+        pixel_policy=PixelPolicy(size=56),
+    )
+    reqs = [_req(i) for i in range(4)]
+    out = base.judge(reqs, SAMPLED)
+    assert all(not is_backend_error(r) and r.text.startswith("<think>\n") for r in out)
+    assert [r.text for r in base.judge(reqs, SAMPLED)] == [r.text for r in out]  # per-request seeds
+    adapted = base.for_adapter(lora_adapter)
+    assert [r.text for r in adapted.judge(reqs, SAMPLED)] != [r.text for r in out]
+    base.close()
+
+
+# ------------------------------------------------------------------------------------------------ openai backend
+def test_openai_backend_against_the_fake_server():
+    fake = pytest.importorskip("perception_judge.testing.fake_openai")
+    pytest.importorskip("perception_judge.llm_client")
+    from perception_judge.evaluation.backends.openai import OpenAIBackend
+
+    with fake.FakeOpenAIServer(
+        model="judge", faults=fake.Faults(rate_500=0.3), record_requests=True, seed=1
+    ) as srv:
+        b = OpenAIBackend(
+            "judge",
+            base_urls=[srv.base_url],
+            api_key="test-key",
+            concurrency=4,
+            max_retries=8,
+            backoff_base_s=0.01,
+            backoff_max_s=0.05,
+            pixel_policy=PixelPolicy(size=56),
+            progress=False,
+        )
+        reqs = [_req(i) for i in range(6)] + [_req(6, protocol="pair")]
+        bad = JudgeRequest("bad", build_messages("single", "q", ["r"], 1), ["/nonexistent.png"])
+        out = b.judge([*reqs, bad], Sampling(temperature=0.7, top_p=0.9, max_new_tokens=32, seed=5))
+        assert [r.scores for r in out[:6]] == [[8.0]] * 6 and out[6].scores == [8.0, 5.0]
+        assert is_backend_error(out[7])
+        stats = srv.stats()
+        assert stats.get("fault_500", 0) >= 1  # retried transparently
+        bodies = [r for r in srv.requests if r.get("messages")]
+        seeds = {b_["seed"] for b_ in bodies}
+        assert {request_seed(5, r.request_id) for r in reqs} <= seeds
+        assert all(
+            b_["temperature"] == 0.7 and b_["top_p"] == 0.9 and b_["max_tokens"] == 32 for b_ in bodies
+        )
+        parts = [
+            p
+            for b_ in bodies
+            for m in b_["messages"]
+            for p in (m["content"] if isinstance(m["content"], list) else [])
+        ]
+        assert any(p.get("type") == "image_url" for p in parts)
+    assert "api_key" not in b.describe()["client"] and "test-key" not in str(b.describe())
+
+
+def test_openai_backend_reports_call_failures_per_request():
+    from perception_judge.evaluation.backends.openai import OpenAIBackend
+
+    class Failing:
+        def __init__(self, settings):
+            self.settings = settings
+
+        async def chat(self, messages, images, **kw):
+            if kw["seed"] % 2:
+                raise RuntimeError("server said no")
+
+            class R:
+                text, reasoning, prompt_tokens, completion_tokens = "<answer>7</answer>", "thinking", 3, 4
+
+            return R()
+
+        async def aclose(self):
+            pass
+
+    b = OpenAIBackend("m", base_urls="http://x/v1", client_factory=Failing, progress=False)
+    reqs = [_req(i) for i in range(6)]
+    out = b.judge(reqs, Sampling(seed=0))
+    for req, r in zip(reqs, out):
+        if request_seed(0, req.request_id) % 2:
+            assert is_backend_error(r) and "server said no" in r.error
+        else:
+            assert r.scores == [7.0] and r.reasoning == "thinking" and r.completion_tokens == 4
+
+
+class _FakeEngine:
+    """Stands in for vllm.LLM: records every generate call and answers with a fixed verdict."""
+
+    instances: ClassVar[list] = []
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.calls = []
+        _FakeEngine.instances.append(self)
+
+    def generate(self, inputs, sampling_params=None, lora_request=None, use_tqdm=True):
+        self.calls.append((inputs, sampling_params, lora_request))
+
+        comp = types.SimpleNamespace(text="reasoning</think><answer>6</answer>", token_ids=[1, 2, 3])
+        return [types.SimpleNamespace(outputs=[comp], prompt_token_ids=[0] * 10) for _ in inputs]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    import sys
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM = _FakeEngine
+    vllm.SamplingParams = lambda **kw: kw
+    lora_mod = types.ModuleType("vllm.lora")
+    req_mod = types.ModuleType("vllm.lora.request")
+    req_mod.LoRARequest = lambda name, lid, path: (name, lid, path)
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.lora", lora_mod)
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", req_mod)
+    _FakeEngine.instances = []
+    return _FakeEngine
+
+
+def test_vllm_backend_with_a_stand_in_engine_and_shared_lora_engine(
+    fake_vllm, tiny_qwen25, lora_adapter, tmp_path
+):
+    from perception_judge.evaluation.sweep import BackendPool, EvalPlan, ModelEntry
+
+    plan = EvalPlan(
+        suites=["bias"],
+        out_dir=tmp_path,
+        backend={"kind": "vllm", "dtype": "float32"},
+        pixel_policy=PixelPolicy(size=56),
+    )
+    entries = [
+        ModelEntry("base", 0, "base", {"model": str(tiny_qwen25)}),
+        ModelEntry(
+            "checkpoint-1", 1, "checkpoint", {"model": str(tiny_qwen25), "adapter": str(lora_adapter)}
+        ),
+    ]
+    pool = BackendPool(plan, entries)
+    base = pool.get(entries[0])
+    adapted = pool.get(entries[1])
+    assert len(fake_vllm.instances) == 1  # one engine, LoRA enabled, shared by the base and the adapter
+    engine = fake_vllm.instances[0]
+    assert (
+        engine.kwargs["enable_lora"]
+        and engine.kwargs["max_lora_rank"] == 4
+        and engine.kwargs["model"] == str(tiny_qwen25)
+    )
+    reqs = [
+        _req(0),
+        _req(1, n_images=0),
+        JudgeRequest("bad", build_messages("single", "q", ["r"], 1), ["/nope.png"]),
+    ]
+    out = base.judge(reqs, SAMPLED)
+    assert (
+        [r.scores for r in out[:2]] == [[6.0], [6.0]]
+        and out[0].text.startswith("<think>\n")
+        and is_backend_error(out[2])
+    )
+    inputs, params, lora = engine.calls[-1]
+    assert lora is None and len(inputs) == 2 and inputs[0]["multi_modal_data"]["image"][0].size == (56, 56)
+    assert "multi_modal_data" not in inputs[1]
+    assert params[0]["seed"] == request_seed(SAMPLED.seed, "req-0") and params[0]["top_k"] == 20
+    adapted.judge(reqs[:1], SAMPLED)
+    assert engine.calls[-1][2][2] == str(lora_adapter.resolve())
+    assert adapted.describe()["adapter"] == str(lora_adapter) and base.describe()["adapter"] is None
+    pool.release(adapted, entries[1])
+    assert base.engine is not None and adapted.engine is None  # the shared engine serves the base still
+    pool.release(base, entries[0])
+    assert base.engine is None  # closed after the last model it serves
+    pool.close_all()

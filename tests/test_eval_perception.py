@@ -1,0 +1,117 @@
+"""The perceptual-sensitivity suite on a held-out PPJD split."""
+
+from __future__ import annotations
+
+import pytest
+
+from perception_judge.evaluation import perception
+from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
+from perception_judge.evaluation.base import SuiteConfig
+from perception_judge.evaluation.fixtures import make_validation_set
+from perception_judge.schema import Sampling
+
+QUALITY = {"r_c": 9, "r_rp": 5, "r_rp_r": 2}
+
+
+@pytest.fixture(scope="module")
+def val_set(tmp_path_factory):
+    return make_validation_set(tmp_path_factory.mktemp("ts"), n=3, seed=0)
+
+
+def test_kendall_tau_b_and_pair_verdicts():
+    assert perception.kendall_tau_b([9, 5, 2], [3, 2, 1]) == 1.0
+    assert perception.kendall_tau_b([2, 5, 9], [3, 2, 1]) == -1.0
+    assert perception.kendall_tau_b([9, 9, 2], [3, 2, 1]) == pytest.approx(2 / (2**0.5 * 3**0.5))
+    assert perception.kendall_tau_b([5, 5, 5], [3, 2, 1]) == 0.0
+    assert perception.pair_verdict([9, 5], 0) == "correct"
+    assert perception.pair_verdict([5, 9], 0) == "wrong"
+    assert perception.pair_verdict([7, 7], 1) == "tie"
+    assert perception.pair_verdict(None, 0) == "fail"
+
+
+def test_records_merge_rows_of_one_record(val_set):
+    recs = perception.load_records(val_set)
+    assert len(recs) == 3
+    for r in recs:
+        assert set(r.responses) == {"r_c", "r_rp", "r_rp_r"} and len(r.images) == 1
+    assert len(perception.load_records(val_set / "validation.parquet", limit=2)) == 2
+    with pytest.raises(FileNotFoundError, match="not found"):
+        perception.load_records(val_set / "nothing")
+
+
+def test_records_error_names_the_missing_split(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"validation\.parquet"):
+        perception.load_records(tmp_path)
+
+
+def test_perfect_judge_scores_one_everywhere(val_set, tmp_path):
+    seen = []
+
+    def perfect(req, sampling):
+        seen.append(req)
+        return format_scores(req, [QUALITY[k] for k in req.meta["kinds"]])
+
+    res = perception.run(
+        ScriptedBackend(perfect), SuiteConfig(out_dir=tmp_path, seeds=[0, 1], options={"data": str(val_set)})
+    )
+    for name in (
+        "pair_acc_c_vs_rp",
+        "pair_acc_c_vs_rp_r",
+        "pair_acc",
+        "pair_consistency",
+        "batch_ranking_reward",
+        "batch_kendall_tau",
+        "single_verdict_acc",
+    ):
+        assert res.metrics[name] == 1.0, name
+    assert res.metrics["pair_parse_fail_rate"] == 0.0 and res.metrics["pair_acc_std"] == 0.0
+    # each pair judged in both orders; r_c in each slot once
+    pairs = [r for r in seen if r.meta["protocol"] == "pair"]
+    assert len(pairs) == 2 * 2 * 3 * 2  # 2 comparisons x 2 orders x 3 records x 2 seeds
+    assert sum(r.meta["kinds"][0] == "r_c" for r in pairs) == len(pairs) // 2
+    assert res.counts["n_records"] == 3 and res.counts["n_pair_judgements"] == 24
+    assert res.protocol["primary_metric"] == "pair_acc" and res.samples_path.endswith("samples.jsonl")
+
+
+def test_position_biased_and_constant_judges(val_set, tmp_path):
+    def first_wins(req, sampling):  # prefers whatever is in slot A
+        return format_scores(req, list(range(9, 9 - req.n_scores, -1)))
+
+    res = perception.run(
+        ScriptedBackend(first_wins),
+        SuiteConfig(out_dir=tmp_path / "a", options={"data": str(val_set), "protocols": ["pair"]}),
+    )
+    assert res.metrics["pair_acc"] == 0.5 and res.metrics["pair_consistency"] == 0.0
+    assert res.metrics["batch_ranking_reward"] is None  # protocol not run: None, never 0.0
+
+    res = perception.run(
+        ScriptedBackend(lambda r, s: format_scores(r, [7] * r.n_scores)),
+        SuiteConfig(out_dir=tmp_path / "b", options={"data": str(val_set), "tau": 6}),
+    )
+    assert (
+        res.metrics["pair_acc"] == 0.0 and res.metrics["pair_consistency"] == 1.0
+    )  # ties are wrong but consistent
+    assert res.metrics["batch_ranking_reward"] == 0.0 and res.metrics["batch_kendall_tau"] == 0.0
+    assert res.metrics["single_acc_r_c"] == 1.0 and res.metrics["single_acc_perturbed"] == 0.0
+    assert res.metrics["single_verdict_acc"] == pytest.approx(1 / 3)
+
+
+def test_all_batch_orders_and_parse_failures(val_set, tmp_path):
+    res = perception.run(
+        ScriptedBackend(lambda r, s: "no verdict"),
+        SuiteConfig(
+            out_dir=tmp_path,
+            sampling=Sampling(temperature=0),
+            options={"data": str(val_set), "batch_orders": "all"},
+        ),
+    )
+    assert res.counts["n_batch_judgements"] == 6 * 3
+    assert res.metrics["batch_parse_fail_rate"] == 1.0 and res.metrics["batch_kendall_tau"] is None
+    assert res.metrics["batch_ranking_reward"] == 0.0 and res.metrics["pair_acc"] == 0.0
+    with pytest.raises(ValueError, match="needs the option data"):
+        perception.run(ScriptedBackend(lambda r, s: ""), SuiteConfig(out_dir=tmp_path))
+    with pytest.raises(ValueError, match="unknown perception protocol"):
+        perception.run(
+            ScriptedBackend(lambda r, s: ""),
+            SuiteConfig(out_dir=tmp_path, options={"data": str(val_set), "protocols": ["trio"]}),
+        )

@@ -1,0 +1,181 @@
+"""Reports: the best-model criterion, metric directions, Markdown tables for any suite, and the PNG plots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from perception_judge.evaluation import report as R
+from perception_judge.evaluation.sweep import atomic_write_json
+
+
+def _table(values: dict[str, dict[str, float | None]], steps: dict[str, int | None] | None = None) -> dict:
+    cols = list(next(iter(values.values())))
+    return {
+        "columns": cols,
+        "rows": [
+            {"model": m, "step": (steps or {}).get(m), "values": {k: (v, None) for k, v in vals.items()}}
+            for m, vals in values.items()
+        ],
+    }
+
+
+def test_best_model_mean_rank_over_suites_and_directions():
+    models = ["base", "checkpoint-1", "checkpoint-2", "final"]
+    tables = {
+        "bias": _table(
+            {
+                "base": {"overall": 0.5},
+                "checkpoint-1": {"overall": 0.7},
+                "checkpoint-2": {"overall": 0.6},
+                "final": {"overall": 0.6},
+            }
+        ),
+        "mllm_judge": _table(
+            {
+                "base": {"batch_levenshtein": 0.6},
+                "checkpoint-1": {"batch_levenshtein": 0.5},
+                "checkpoint-2": {"batch_levenshtein": 0.4},
+                "final": {"batch_levenshtein": 0.45},
+            }
+        ),
+    }
+    protocols = {
+        "bias": {"primary_metric": "overall", "higher_is_better": True},
+        "mllm_judge": {"primary_metric": "batch_levenshtein", "lower_is_better": ["batch_levenshtein"]},
+    }
+    s = R.best_model(tables, protocols, models)
+    assert (
+        s["per_suite"]["mllm_judge"]["best"] == "checkpoint-2"
+        and s["per_suite"]["mllm_judge"]["higher_is_better"] is False
+    )
+    assert s["per_suite"]["bias"]["best"] == "checkpoint-1"
+    # mean ranks: base 4, ckpt-1 (1+3)/2=2, ckpt-2 (2.5+1)/2=1.75, final (2.5+2)/2=2.25
+    assert s["best"] == "checkpoint-2" and s["mean_rank"]["checkpoint-2"] == pytest.approx(1.75)
+    assert "lowest mean rank" in s["criterion"] and "batch_levenshtein ↓" in s["criterion"]
+    tie = R.best_model(
+        {"bias": _table({"base": {"overall": 0.5}, "final": {"overall": 0.5}})}, {}, ["base", "final"]
+    )
+    assert tie["best"] == "final" and tie["per_suite"]["bias"]["tied_with"] == ["base"]
+    none = R.best_model({"bias": _table({"base": {"overall": None}})}, {}, ["base"])
+    assert none["best"] is None
+
+
+def test_metric_direction_and_primary_metric_fallbacks():
+    assert R.metric_direction("pair_parse_fail_rate", {}) is False
+    assert R.metric_direction("inter_run_var", {}) is False
+    assert R.metric_direction("accuracy", {}) is True
+    assert R.metric_direction("x", {"higher_is_better": {"x": False}}) is False
+    assert R.primary_metric("s", ["n_items", "x_std", "parse_fail_rate", "acc"], {}) == "acc"
+    assert R.primary_metric("s", ["acc", "f1"], {"primary_metric": "f1"}) == "f1"
+
+
+def _write_eval(tmp_path, suites: dict[str, dict[str, dict[str, float]]], steps: dict[str, int]) -> None:
+    cells, rows = [], []
+    for suite, per_model in suites.items():
+        for model, metrics in per_model.items():
+            cid = f"{model}__{suite}__seed0"
+            cell = {
+                "cell": cid,
+                "model": model,
+                "step": steps[model],
+                "kind": "checkpoint",
+                "suite": suite,
+                "seed": 0,
+                "status": "done",
+                "result": {"suite": suite, "metrics": metrics, "protocol": {}, "counts": {"n_items": 3}},
+            }
+            atomic_write_json(tmp_path / "cells" / f"{cid}.json", cell)
+            cells.append({k: cell[k] for k in ("cell", "model", "step", "suite", "seed", "status")})
+            rows += [
+                {
+                    "model": model,
+                    "step": steps[model],
+                    "kind": "checkpoint",
+                    "suite": suite,
+                    "metric": k,
+                    "mean": v,
+                    "std": None,
+                    "n_seeds": 1,
+                    "values": {"0": v},
+                }
+                for k, v in metrics.items()
+            ]
+    cells.append(
+        {
+            "cell": "x__bias__seed1",
+            "model": "x",
+            "step": 9,
+            "suite": "bias",
+            "seed": 1,
+            "status": "failed",
+            "error": "boom",
+        }
+    )
+    data = {
+        "run_dir": "r",
+        "plan": {"suites": list(suites), "seeds": [0], "sampling": {}},
+        "models": [{"name": m, "step": s} for m, s in steps.items()],
+        "cells": cells,
+        "rows": rows,
+    }
+    (tmp_path / "results.json").write_text(json.dumps(data))
+
+
+def test_write_report_renders_any_suite_and_plots(tmp_path):
+    from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES
+
+    steps = {"base": 0, "checkpoint-5": 5, "final": 7}
+    bias = {
+        m: {**{t: 0.1 * (i + 1) + 0.01 * j for j, t in enumerate(BIAS_TYPES)}, "overall": 0.2 * (i + 1)}
+        for i, m in enumerate(steps)
+    }
+    vlrb = {
+        m: {"overall_acc": 0.4 + 0.1 * i, "macro_acc": 0.3 + 0.1 * i, "parse_fail_rate": 0.1}
+        for i, m in enumerate(steps)
+    }
+    _write_eval(tmp_path, {"bias": bias, "vlrewardbench": vlrb}, steps)
+    rep = R.write_report(tmp_path)
+    assert rep["summary"]["best"] == "final"
+    assert set(rep["plots"]) == {
+        "plots/bias_per_model.png",
+        "plots/bias_vs_step.png",
+        "plots/vlrewardbench_vs_step.png",
+    }
+    for p in rep["plots"]:
+        with Image.open(tmp_path / p) as im:
+            assert im.format == "PNG" and im.size[0] > 600 and im.size[1] > 200
+    md = (tmp_path / "report.md").read_text()
+    assert "## vlrewardbench" in md and "overall_acc" in md and "macro_acc" in md
+    assert "TD (BD)" in md and "TextIns (BC)" in md and "**Best model: `final`**" in md
+    assert "`x__bias__seed1`: boom" in md
+    lines = [line for line in md.splitlines() if line.startswith("| base |")]
+    assert lines and "0.100" in lines[0]
+    js = json.loads((tmp_path / "report.json").read_text())
+    assert js["tables"]["vlrewardbench"]["rows"][0]["values"]["overall_acc"] == {"mean": 0.4, "std": None}
+    assert js["counts"]["bias"]["final"]["n_items"] == 3
+
+
+def test_write_report_without_results_names_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"results\.json"):
+        R.write_report(tmp_path)
+
+
+def test_many_metrics_spill_over_into_more_plot_pages(tmp_path):
+    steps = {"base": 0, "checkpoint-1": 1}
+    metrics = {
+        m: {f"mean.metric_{k:02d}": 0.1 * k + i for k in range(20)}
+        | {f"std.metric_{k:02d}": 0.01 for k in range(20)}
+        for i, m in enumerate(steps)
+    }
+    _write_eval(tmp_path, {"mjbench": metrics}, steps)
+    rep = R.write_report(tmp_path)
+    assert [p for p in rep["plots"] if "vs_step" in p] == [
+        "plots/mjbench_vs_step.png",
+        "plots/mjbench_vs_step_2.png",
+    ]
+    assert rep["tables"]["mjbench"]["columns"] == [
+        f"mean.metric_{k:02d}" for k in range(20)
+    ]  # std.* are error bars

@@ -1,0 +1,435 @@
+"""Checkpoint sweeps: model discovery, resumable cells (a crash and a real SIGKILL), the results table, the
+report, the CLI, and the hf backend end to end over full and LoRA runs of a tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from perception_judge.evaluation import sweep as S
+from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
+from perception_judge.evaluation.base import SuiteConfig
+from perception_judge.images import PixelPolicy
+from perception_judge.schema import Sampling
+
+BIAS_OPTS = {"bias": {"source": "builtin", "n_per_type": 1}}
+
+
+def dummy_run(root: Path, steps=(10, 20), tuning="full", final=True, incomplete=(), train_set=None) -> Path:
+    """A run folder with placeholder weight files (for scripted backends, which load nothing)."""
+    root.mkdir(parents=True, exist_ok=True)
+    base = root / "base"
+    base.mkdir(exist_ok=True)
+    (base / "config.json").write_text("{}")
+    (base / "model.safetensors").write_bytes(b"base")
+    info = {
+        "base_model": str(base),
+        "model_type": "qwen2_5_vl",
+        "tuning": tuning,
+        "think_prefix": "off",
+        "pixel_policy": PixelPolicy(size=56).to_dict(),
+        "rewards": {},
+        "train_set": train_set,
+    }
+    (root / S.RUN_FILE).write_text(json.dumps(info))
+
+    def weights(d: Path, tag: str) -> None:
+        d.mkdir(exist_ok=True)
+        if tuning == "lora":
+            (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base), "r": 4}))
+            (d / "adapter_model.safetensors").write_bytes(tag.encode())
+        else:
+            (d / "config.json").write_text("{}")
+            (d / "model.safetensors").write_bytes(tag.encode())
+
+    for s in steps:
+        weights(root / f"checkpoint-{s}", f"w{s}")
+    for s in incomplete:
+        (root / f"checkpoint-{s}").mkdir()
+        (root / f"checkpoint-{s}" / "optimizer.pt").write_bytes(b"x")
+    if final:
+        weights(root, "final")
+        (root / "trainer_state.json").write_text(json.dumps({"global_step": max(steps) + 5}))
+    return root
+
+
+def test_discover_models_full_lora_and_incomplete(tmp_path, caplog):
+    run = S.read_run(dummy_run(tmp_path / "full", incomplete=(15,)))
+    entries = S.discover_models(run)
+    assert [(e.name, e.step, e.kind) for e in entries] == [
+        ("base", 0, "base"),
+        ("checkpoint-10", 10, "checkpoint"),
+        ("checkpoint-20", 20, "checkpoint"),
+        ("final", 25, "final"),
+    ]
+    assert "checkpoint-15" in caplog.text
+    assert entries[1].spec == {"model": str(tmp_path / "full" / "checkpoint-10"), "processor": run.base_model}
+    lora = S.discover_models(S.read_run(dummy_run(tmp_path / "lora", tuning="lora", final=False)))
+    assert [e.name for e in lora] == ["base", "checkpoint-10", "checkpoint-20"]
+    assert lora[1].spec["adapter"].endswith("checkpoint-10") and lora[1].spec["model"].endswith("base")
+    assert [e.name for e in S.select_models(entries, ["checkpoint-*"])] == ["checkpoint-10", "checkpoint-20"]
+    with pytest.raises(ValueError, match="no model matches"):
+        S.select_models(entries, ["nope"])
+    assert run.pixel_policy.size == 56 and run.think_prefix == "off"
+
+
+def test_read_run_errors_name_file_and_key(tmp_path):
+    with pytest.raises(FileNotFoundError, match=S.RUN_FILE):
+        S.read_run(tmp_path)
+    (tmp_path / S.RUN_FILE).write_text(json.dumps({"tuning": "full"}))
+    with pytest.raises(KeyError, match="base_model"):
+        S.read_run(tmp_path)
+
+
+def _plan(out: Path, suites=("bias",), seeds=(0, 1), **kw) -> S.EvalPlan:
+    return S.EvalPlan(
+        suites=list(suites),
+        out_dir=out,
+        seeds=list(seeds),
+        options={**BIAS_OPTS, **kw.pop("options", {})},
+        backend={"kind": "scripted", "fn": "constant"},
+        **kw,
+    )
+
+
+def _factory(calls: list, crash_after_cells: int | None = None):
+    """Scripted backends that count their calls; optionally crash (KeyboardInterrupt) in the (k+1)-th cell."""
+    state = {"cells": 0}
+
+    def make(entry, plan):
+        def fn(req, sampling):
+            if req.request_id.endswith("-0-unbiased"):  # the first request of a bias cell
+                state["cells"] += 1
+                if crash_after_cells is not None and state["cells"] > crash_after_cells:
+                    raise KeyboardInterrupt
+            calls.append((entry.name, req.request_id, sampling.seed))
+            return format_scores(req, [8 if entry.name == "base" else 1 + (entry.step or 0) % 9])
+
+        return ScriptedBackend(fn, label=entry.name)
+
+    return make
+
+
+def test_crash_then_rerun_does_not_redo_finished_cells(tmp_path):
+    run_dir = dummy_run(tmp_path / "run")
+    out = tmp_path / "eval"
+    calls: list = []
+    with pytest.raises(KeyboardInterrupt):
+        S.sweep(run_dir, _plan(out), backend_factory=_factory(calls, crash_after_cells=3), progress=False)
+    done = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    assert len(done) == 3 and len(calls) == 3 * 18  # 9 pairs x 2 sides per cell
+    calls2: list = []
+    outcome, data = S.sweep(run_dir, _plan(out), backend_factory=_factory(calls2), progress=False)
+    assert outcome.skipped == 3 and outcome.done == 8 - 3 and outcome.failed == 0
+    assert len(calls2) == (8 - 3) * 18  # nothing finished was judged again
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json") if p.name in done} == done
+    ran = {f"{m}__bias__seed{s}.json" for m, _, s in calls2}
+    assert ran and not ran & set(done)
+    # the table: one row per model x metric, models ordered by step
+    assert [m["name"] for m in data["models"]] == ["base", "checkpoint-10", "checkpoint-20", "final"]
+    rows = [r for r in data["rows"] if r["metric"] == "overall"]
+    assert [r["model"] for r in rows] == ["base", "checkpoint-10", "checkpoint-20", "final"]
+    assert rows[0]["n_seeds"] == 2 and rows[0]["values"] == {"0": rows[0]["mean"], "1": rows[0]["mean"]}
+    for name in ("results.csv", "results.json", "report.md", "report.json", "plan.json"):
+        assert (out / name).is_file(), name
+    outcome, _ = S.sweep(run_dir, _plan(out), backend_factory=_factory(calls2), progress=False)
+    assert outcome.skipped == 8 and outcome.done == 0
+
+
+def test_changed_settings_rerun_and_failed_cells_are_retried(tmp_path):
+    run_dir = dummy_run(tmp_path / "run", steps=(5,), final=False)
+    out = tmp_path / "eval"
+    calls: list = []
+    S.sweep(run_dir, _plan(out, seeds=(0,)), backend_factory=_factory(calls), progress=False, report=False)
+    n = len(calls)
+    S.sweep(
+        run_dir,
+        _plan(out, seeds=(0,), sampling=Sampling(temperature=0.5)),
+        backend_factory=_factory(calls),
+        progress=False,
+        report=False,
+    )
+    assert len(calls) == 2 * n  # decoding changed: every cell again
+
+    def broken(entry, plan):
+        if entry.name == "checkpoint-5":
+            raise OSError("weights are corrupt")
+        return _factory(calls)(entry, plan)
+
+    outcome, _ = S.sweep(
+        run_dir, _plan(out, seeds=(0,), suites=("bias", "perception")), backend_factory=broken, progress=False
+    )
+    assert outcome.failed == 3  # checkpoint-5 x 2 suites + base x perception (no train_set)
+    cell = json.loads((out / "cells" / "checkpoint-5__bias__seed0.json").read_text())
+    assert cell["status"] == "failed" and "weights are corrupt" in cell["error"]
+    perc = json.loads((out / "cells" / "base__perception__seed0.json").read_text())
+    assert "needs the option data" in perc["error"]
+    assert "Failed cells" in (out / "report.md").read_text()
+    outcome, _ = S.sweep(
+        run_dir, _plan(out, seeds=(0,), suites=("bias",)), backend_factory=_factory(calls), progress=False
+    )
+    assert outcome.done == 1 and outcome.skipped == 1  # the failed cell is retried, the finished one skipped
+
+
+JUDGE_MODULE = textwrap.dedent(
+    """
+    import os, time
+    from perception_judge.evaluation.backends.scripted import format_scores
+
+    def judge(req, sampling):
+        with open(os.environ["CALLS_LOG"], "a") as f:
+            f.write(req.request_id + "\\n")
+        time.sleep(0.01)
+        return format_scores(req, [8])
+    """
+)
+
+
+def test_sigkill_mid_sweep_then_rerun_skips_finished_cells(tmp_path):
+    run_dir = dummy_run(tmp_path / "run", steps=(1, 2), final=False)
+    (tmp_path / "slowjudge.py").write_text(JUDGE_MODULE)
+    log = tmp_path / "calls.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "CALLS_LOG": str(log),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "perception_judge.cli",
+        "eval",
+        "sweep",
+        str(run_dir),
+        "--suites",
+        "bias",
+        "--seeds",
+        "0,1,2",
+        "--backend",
+        "scripted",
+        "--set",
+        "backend.fn=slowjudge:judge",
+        "--set",
+        "bias.source=builtin",
+        "--set",
+        "bias.n_per_type=1",
+        "-q",
+    ]
+    cells = run_dir / "eval" / "cells"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(cells.glob("*.json"))) < 2:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    finished = {p.name: p.stat().st_mtime_ns for p in cells.glob("*.json")}
+    assert 2 <= len(finished) < 9, "the sweep should have been killed mid-way"
+    first_calls = log.read_text().splitlines()
+    log.unlink()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{9 - len(finished)} run, {len(finished)} already done (skipped)" in done.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in cells.glob("*.json") if p.name in finished} == finished
+    second_calls = log.read_text().splitlines()
+    assert (
+        len(second_calls) <= (9 - len(finished)) * 18
+    )  # at most the unfinished cells' calls (less if resumed)
+    assert len(first_calls) >= len(finished) * 18
+    data = json.loads((run_dir / "eval" / "results.json").read_text())
+    assert sum(c["status"] == "done" for c in data["cells"]) == 9
+
+
+def test_cli_eval_run_compares_judges_and_report_rerender(tmp_path, capsys):
+    from perception_judge.cli import main
+    from perception_judge.evaluation.fixtures import make_validation_set
+
+    ts = make_validation_set(tmp_path / "ts", n=2)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(
+        "suites: [bias, perception]\nseeds: [0]\nsampling: {temperature: 0, max_new_tokens: 16}\n"
+        "options:\n  bias: {source: builtin, n_per_type: 1}\n"
+    )
+    out = tmp_path / "cmp"
+    code = main(
+        [
+            "eval",
+            "run",
+            "--config",
+            str(cfg),
+            "--backend",
+            "scripted",
+            "--model",
+            "const=constant",
+            "--model",
+            "rand=random",
+            "--set",
+            f"perception.data={ts}",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "cells: 4 run, 0 already done" in text and "best model:" in text
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["summary"]["best"] in ("const", "rand") and set(rep["tables"]) == {"bias", "perception"}
+    plan = json.loads((out / "plan.json").read_text())["plan"]
+    assert plan["sampling"]["temperature"] == 0 and plan["options"]["perception"]["data"] == str(ts)
+    (out / "report.md").unlink()
+    assert main(["eval", "report", str(out)]) == 0 and (out / "report.md").is_file()
+    assert main(["eval", "list"]) == 0 and "texture_insertion" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--backend",
+                "scripted",
+                "--model",
+                "x=constant",
+                "--out",
+                str(out),
+                "--set",
+                "nosuite.k=1",
+            ]
+        )
+        == 2
+    )
+    assert "neither a suite" in capsys.readouterr().err
+    assert main(["eval", "sweep", str(tmp_path / "nowhere"), "-q"]) == 2
+    assert "perception_judge_run.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "sweep", "--help"])
+    assert e.value.code == 0 and "RUN_DIR" in capsys.readouterr().out.upper()
+
+
+def test_apply_sets_and_plan_building():
+    from perception_judge.evaluation.cli import apply_sets
+
+    cfg = apply_sets(
+        {},
+        [
+            "bias.n_per_type=8",
+            "perception.protocols=[pair, batch]",
+            "sampling.temperature=0.3",
+            "backend.batch_size=4",
+            "bias.prompt=mmjb",
+        ],
+    )
+    assert cfg == {
+        "options": {
+            "bias": {"n_per_type": 8, "prompt": "mmjb"},
+            "perception": {"protocols": ["pair", "batch"]},
+        },
+        "sampling": {"temperature": 0.3},
+        "backend": {"batch_size": 4},
+    }
+    with pytest.raises(ValueError, match=r"SUITE\.KEY=VALUE"):
+        apply_sets({}, ["bias=3"])
+    with pytest.raises(KeyError, match="unknown suite"):
+        S.EvalPlan(suites=["bias", "nope"], out_dir=Path("x"))
+
+
+def test_suite_config_gets_the_run_train_set(tmp_path):
+    run = S.read_run(dummy_run(tmp_path / "r", train_set=str(tmp_path / "ts")))
+    plan = _plan(tmp_path / "o", suites=("bias", "perception"))
+    cfg = S.suite_config(S.ModelEntry("checkpoint-10", 10, "checkpoint"), "perception", 1, plan, run)
+    assert isinstance(cfg, SuiteConfig) and cfg.options["data"] == str(tmp_path / "ts") and cfg.seeds == [1]
+    assert cfg.out_dir == tmp_path / "o" / "cells" / "checkpoint-10__perception__seed1"
+    bias = S.suite_config(S.ModelEntry("final", 12, "final"), "bias", 0, plan, run)
+    assert bias.options["model_key"] == "final" and bias.options["source"] == "builtin"
+
+
+# ------------------------------------------------------------------------------------------------ hf end to end
+@pytest.mark.parametrize("tuning", ["full", "lora"])
+def test_hf_sweep_end_to_end_on_tiny_runs(tmp_path, tiny_qwen25, tuning):
+    from perception_judge.cli import main
+    from perception_judge.evaluation.fixtures import make_fake_run, make_validation_set
+
+    ts = make_validation_set(tmp_path / "ts", n=2)
+    run_dir = make_fake_run(tmp_path / "run", tiny_qwen25, tuning=tuning, steps=(1, 2), train_set=ts)
+    args = [
+        "eval",
+        "sweep",
+        str(run_dir),
+        "--suites",
+        "bias,perception",
+        "--max-new-tokens",
+        "4",
+        "--set",
+        "bias.source=builtin",
+        "--set",
+        "bias.n_per_type=1",
+        "--set",
+        "perception.protocols=[pair,single]",
+        "--batch-size",
+        "8",
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "-q",
+    ]
+    assert main(args) == 0
+    out = run_dir / "eval"
+    data = json.loads((out / "results.json").read_text())
+    assert [m["name"] for m in data["models"]] == ["base", "checkpoint-1", "checkpoint-2", "final"]
+    assert len(data["cells"]) == 8 and all(c["status"] == "done" for c in data["cells"])
+    cell = json.loads((out / "cells" / "checkpoint-1__bias__seed0.json").read_text())
+    backend = cell["result"]["protocol"]["backend"]
+    assert backend["backend"] == "hf" and backend["pixel_policy"]["size"] == 56  # the run's pixel policy
+    assert (backend["adapter"] is not None) == (tuning == "lora")
+    fps = {
+        json.loads((out / "cells" / f"{m}__bias__seed0.json").read_text())["result"]["protocol"]["backend"][
+            "weights_fingerprint"
+        ]
+        for m in ("base", "checkpoint-1", "checkpoint-2", "final")
+    }
+    assert len(fps) == 4  # four different models were loaded
+    samples = (out / "cells" / "final__perception__seed0" / "samples.jsonl").read_text().splitlines()
+    assert json.loads(samples[0])["text"].startswith("<think>\n")
+    assert {p.name for p in (out / "plots").glob("*.png")} >= {
+        "bias_vs_step.png",
+        "perception_vs_step.png",
+        "perception_protocols.png",
+    }
+    md = (out / "report.md").read_text()
+    assert "## bias" in md and "## perception" in md
+    assert "No model stands out" in md  # random weights never give a verdict: every model ties
+    header = next(line for line in (out / "results.csv").read_text().splitlines())
+    assert header == "model,step,kind,suite,metric,mean,std,n_seeds,values"
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    assert main(args) == 0  # the second run skips every cell
+    assert {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")} == mtimes
+
+
+@pytest.mark.parametrize(
+    "config", sorted(Path(__file__).resolve().parents[1].glob("eval/configs/*.yaml")), ids=lambda p: p.stem
+)
+def test_shipped_eval_configs_build_a_plan(config, tmp_path):
+    from perception_judge.cli import build_parser
+    from perception_judge.evaluation.cli import COMMAND, apply_sets, build_plan, load_config
+
+    args = build_parser("eval", COMMAND).parse_args(
+        ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x"]
+    )
+    plan = build_plan(args, apply_sets(load_config(config), args.sets), tmp_path)
+    assert plan.suites and plan.seeds and plan.backend["kind"] in ("hf", "vllm", "openai", "scripted")
+    for suite, opts in plan.options.items():
+        if suite == "bias":
+            from perception_judge.evaluation.bias.suite import options_with_defaults
+
+            options_with_defaults(opts)  # no unknown option
+        if suite == "perception":
+            from perception_judge.evaluation.perception import DEFAULTS
+
+            assert set(opts) <= set(DEFAULTS)
