@@ -1,0 +1,132 @@
+"""A small synthetic training set in the exported format, for tests, benchmarks and trainer smoke runs.
+
+It is written exactly like ``perception-judge export`` output (``train.parquet`` / ``validation.parquet`` with the
+columns of :data:`perception_judge.schema.TRAIN_COLUMNS`), built through the shared
+:func:`perception_judge.protocol.build_messages`, so the trainer is tested against the real format without
+depending on the PPJD builder. Every item is a procedurally drawn counting scene with a known answer and three
+responses of the PPJD kinds (r_c correct; r_rp wrong count, logic kept; r_rp_r wrong count and wrong logic).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from perception_judge.protocol import build_messages
+from perception_judge.schema import (
+    RESPONSE_KINDS,
+    SLOTS,
+    VERDICT_CORRECT,
+    VERDICT_INCORRECT,
+    content_key,
+    order_from_kinds,
+    sha256_hex,
+)
+from perception_judge.trainset import rows_to_dataset, split_path
+
+_COLORS = {"red": (220, 40, 40), "blue": (40, 80, 220), "green": (40, 170, 60), "yellow": (230, 200, 30)}
+
+
+def draw_scene(rng: random.Random, size: int) -> tuple[Image.Image, dict[str, int]]:
+    """A ``size``-pixel square with a few coloured discs; returns the image and the count per colour."""
+    image = Image.new("RGB", (size, size), (250, 250, 250))
+    draw = ImageDraw.Draw(image)
+    counts: dict[str, int] = {}
+    r = max(2, size // 12)
+    for name in rng.sample(sorted(_COLORS), 2):
+        counts[name] = rng.randint(1, 4)
+        for _ in range(counts[name]):
+            x, y = rng.randint(r, size - r), rng.randint(r, size - r)
+            draw.ellipse((x - r, y - r, x + r, y + r), fill=_COLORS[name])
+    return image, counts
+
+
+def _responses(colour: str, n: int, rng: random.Random) -> dict[str, str]:
+    wrong = n + rng.choice([1, 2])
+    wrong2 = max(0, n - 1) if n > 1 else n + 3
+    return {
+        "r_c": f"I count the {colour} discs one by one: there are {n}. The answer is \\boxed{{{n}}}.",
+        "r_rp": f"I count the {colour} discs one by one: there are {wrong}. The answer is \\boxed{{{wrong}}}.",
+        "r_rp_r": f"There are {wrong2} discs of other colours, so {colour} must be {wrong2}. \\boxed{{{wrong2}}}",
+    }
+
+
+def toy_rows(
+    n: int,
+    protocols: tuple[str, ...] = ("batch", "pair", "single"),
+    image_size: int = 56,
+    seed: int = 0,
+    text_only_every: int = 0,
+) -> list[dict[str, Any]]:
+    """``n`` training rows cycling through ``protocols``, one image each; every ``text_only_every``-th row (from
+    the last one of each cycle) is text-only, as exported for items without an image."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        protocol = protocols[i % len(protocols)]
+        image, counts = draw_scene(rng, image_size)
+        colour = rng.choice(sorted(counts))
+        question = f"How many {colour} discs are in the image?"
+        texts = _responses(colour, counts[colour], rng)
+        if protocol == "batch":
+            kinds = list(RESPONSE_KINDS)
+            rng.shuffle(kinds)
+            truth = order_from_kinds(kinds)
+        elif protocol == "pair":
+            kinds = ["r_c", rng.choice(["r_rp", "r_rp_r"])]
+            rng.shuffle(kinds)
+            truth = "AB" if kinds[0] == "r_c" else "BA"
+        else:
+            kinds = [rng.choice(RESPONSE_KINDS)]
+            truth = VERDICT_CORRECT if kinds[0] == "r_c" else VERDICT_INCORRECT
+        responses = [texts[k] for k in kinds]
+        text_only = bool(text_only_every) and (i + 1) % text_only_every == 0
+        if text_only:
+            question = question.replace("in the image", f"in a picture that shows {counts[colour]} of them")
+        rows.append(
+            {
+                "prompt": build_messages(protocol, question, responses, n_images=0 if text_only else 1),
+                "images": [] if text_only else [image],
+                "protocol": protocol,
+                "ground_truth": truth,
+                "question": question,
+                "responses": responses,
+                "kinds": kinds,
+                "record_key": content_key("toy", seed, i, protocol),
+                "image_group": sha256_hex(image.tobytes()),
+            }
+        )
+    assert all(len(r["ground_truth"]) <= len(SLOTS) for r in rows)
+    return rows
+
+
+def write_toy_training_set(
+    folder: str | Path,
+    n_train: int = 16,
+    n_validation: int = 4,
+    protocols: tuple[str, ...] = ("batch", "pair", "single"),
+    image_size: int = 56,
+    seed: int = 0,
+    text_only_every: int = 0,
+) -> Path:
+    """Write a toy training set folder (``train.parquet``, ``validation.parquet``, ``export_info.json``)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = toy_rows(n_train + n_validation, protocols, image_size, seed, text_only_every)
+    rows_to_dataset(rows[:n_train]).to_parquet(str(split_path(folder, "train")))
+    if n_validation:
+        rows_to_dataset(rows[n_train:]).to_parquet(str(split_path(folder, "validation")))
+    info = {
+        "source": "perception_judge.train.toyset",
+        "counts": {"train": n_train, "validation": n_validation},
+        "protocols": list(protocols),
+        "image_size": image_size,
+        "seed": seed,
+        "text_only_every": text_only_every,
+    }
+    (folder / "export_info.json").write_text(json.dumps(info, indent=2))
+    return folder

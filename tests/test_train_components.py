@@ -1,0 +1,362 @@
+"""Trainer building blocks: rewards wiring, LoRA/freezing, merge-lora, run file and card, and the prompt identity.
+
+The prompt identity test builds the real trainer (no training) and checks that the prompt GRPOTrainer tokenizes is
+exactly :func:`perception_judge.protocol.render_generation_prompt` of the same row: training and evaluation prompts
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perception_judge.train.args import JudgeArguments
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# rewards
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_rewards_are_built_from_the_registry_with_options():
+    from perception_judge.train.rewards import build_rewards, reward_weight_map
+
+    judge, fmt, digits = build_rewards(
+        ["judge", "format", "digit_fraction"], ties="half", tau=7.0, think_open=True
+    )
+    assert (judge.__name__, fmt.__name__, digits.__name__) == ("judge", "format", "digit_fraction")
+    assert judge.ties == "half" and judge.tau == 7.0 and judge.think_open and fmt.think_open
+    # think_open: the prompt opened the block, so the completion only closes it
+    completion = [{"role": "assistant", "content": "ok</think><answer>9</answer><answer>2</answer>"}]
+    metrics = {}
+    out = judge(
+        completions=[completion, completion],
+        protocol=["pair", "pair"],
+        ground_truth=["AB", "BA"],
+        log_metric=lambda k, v: metrics.__setitem__(k, v),
+    )
+    assert out == [1.0, 0.0] and metrics == {"judge/parse_failure_rate": 0.0}
+    assert fmt(completions=[completion], protocol=["pair"], ground_truth=["AB"]) == [1.0]
+    assert digits(completions=[[{"role": "assistant", "content": "a1 b2"}]]) == [0.5]
+    assert reward_weight_map(["judge", "format"], None) == {"judge": 1.0, "format": 1.0}
+    with pytest.raises(ValueError, match="one weight per reward"):
+        reward_weight_map(["judge"], [1.0, 2.0])
+
+
+def test_rewards_by_dotted_path_and_unknown_names():
+    from perception_judge.train.rewards import build_rewards, check_reward_names
+
+    (fn,) = build_rewards(["perception_judge.train.rewards:_digit_fraction"])
+    assert fn("12ab") == 0.5
+    with pytest.raises(ValueError, match="unknown reward 'judgee'"):
+        check_reward_names(["judgee"])
+    with pytest.raises(ValueError, match="twice"):
+        check_reward_names(["judge", "judge"])
+    with pytest.raises(ValueError, match="cannot import"):
+        check_reward_names(["no_such_module_xyz:f"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# models
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_lora_excludes_the_vision_tower_and_freezing(tiny_qwen25):
+    from peft import get_peft_model
+    from transformers import AutoModelForImageTextToText
+    from trl import ModelConfig
+
+    from perception_judge.train.models import build_lora_config, freeze_vision_tower, vision_tower
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen25)
+    cfg = build_lora_config(ModelConfig(use_peft=True, lora_r=4, lora_alpha=8), JudgeArguments())
+    assert cfg.target_modules == "all-linear" or "all-linear" in cfg.target_modules
+    peft_model = get_peft_model(model, cfg)
+    adapted = [n for n, _ in peft_model.named_parameters() if "lora_" in n]
+    assert adapted and not any("visual" in n for n in adapted)
+    assert not any("lm_head" in n for n in adapted)
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen25)
+    n = freeze_vision_tower(model)
+    tower = vision_tower(model)
+    assert n > 0 and not any(p.requires_grad for p in tower.parameters())
+    assert any(p.requires_grad for n_, p in model.named_parameters() if "language_model" in n_)
+
+
+def test_merge_lora_command_roundtrip(tiny_qwen25, tmp_path):
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from perception_judge.cli import main
+
+    torch.manual_seed(0)
+    model = get_peft_model(
+        AutoModelForImageTextToText.from_pretrained(tiny_qwen25),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    adapter = tmp_path / "adapter"
+    model.save_pretrained(adapter)
+    out = tmp_path / "merged"
+    assert (
+        main(
+            [
+                "merge-lora",
+                "--base",
+                str(tiny_qwen25),
+                "--adapter",
+                str(adapter),
+                "--out",
+                str(out),
+                "--dtype",
+                "float32",
+            ]
+        )
+        == 0
+    )
+    merged = AutoModelForImageTextToText.from_pretrained(out)
+    reference = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(tiny_qwen25), adapter)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        assert torch.allclose(merged(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-5)
+    assert AutoProcessor.from_pretrained(out) is not None
+    marker = json.loads((out / "perception_judge_merge.json").read_text())
+    assert marker["adapter"].endswith("adapter") and marker["dtype"] == "float32"
+
+
+def test_merged_base_is_reused_and_mismatch_refused(tiny_qwen25, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from perception_judge.train import models
+
+    model = get_peft_model(
+        AutoModelForImageTextToText.from_pretrained(tiny_qwen25), LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    adapter = tmp_path / "a"
+    model.save_pretrained(adapter)
+    out = str(tmp_path / "merged")
+    models.merged_base(str(tiny_qwen25), str(adapter), out, dtype="float32")
+    stamp = (Path(out) / "model.safetensors").stat().st_mtime_ns
+    models.merged_base(str(tiny_qwen25), str(adapter), out, dtype="float32")  # reused, not redone
+    assert (Path(out) / "model.safetensors").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="different merge"):
+        models.merged_base(str(tiny_qwen25), str(adapter), out, dtype="bfloat16")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# run file, card, resume
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_run_file_card_and_checkpoint_listing(tmp_path):
+    from perception_judge.train.card import (
+        final_metrics,
+        read_run_info,
+        render_model_card,
+        update_run_info,
+        write_run_info,
+    )
+
+    write_run_info(
+        tmp_path, {"base_model": "b", "tuning": "lora", "rewards": {"judge": 1.0}, "args": {"lora_r": 8}}
+    )
+    (tmp_path / "checkpoint-10").mkdir()
+    (tmp_path / "checkpoint-2").mkdir()
+    update_run_info(tmp_path, status="finished", final_metrics={"reward": 0.5})
+    info = read_run_info(tmp_path)
+    assert info["checkpoints"] == ["checkpoint-2", "checkpoint-10"] and info["status"] == "finished"
+    hist = [
+        {"reward": 0.1, "step": 1},
+        {"reward": 0.4, "eval_reward": 0.2, "step": 2},
+        {"loss": float("nan")},
+    ]
+    assert final_metrics(hist) == {"reward": 0.4, "eval_reward": 0.2, "step": 2}
+    card = render_model_card(info)
+    assert "base_model: b" in card and "`judge` × 1" in card and "| reward | 0.5 |" in card
+    assert "library_name: peft" in card and "lora_r" in card
+
+
+def test_resume_resolution(tmp_path):
+    from perception_judge.train.recipe import RecipeError
+    from perception_judge.train.run import resolve_resume
+
+    assert resolve_resume(None, str(tmp_path)) is None
+    assert resolve_resume("auto", str(tmp_path)) is None
+    with pytest.raises(RecipeError, match="no checkpoint"):
+        resolve_resume("latest", str(tmp_path))
+    for step in (2, 4):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    assert resolve_resume("latest", str(tmp_path)).endswith("checkpoint-4")
+    assert resolve_resume(str(tmp_path / "checkpoint-2"), str(tmp_path)).endswith("checkpoint-2")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# train/eval prompt identity
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
+def test_trainer_prompt_equals_shared_renderer(arch, tiny_qwen25, tiny_qwen3, tmp_path):
+    from transformers import AutoProcessor
+    from trl.data_utils import apply_chat_template, prepare_multimodal_messages
+
+    from perception_judge.protocol import render_generation_prompt
+    from perception_judge.train.recipe import parse_recipe
+    from perception_judge.train.run import build_run
+    from perception_judge.train.toyset import write_toy_training_set
+
+    model_dir, size = (tiny_qwen25, 56) if arch == "qwen2_5_vl" else (tiny_qwen3, 64)
+    data_dir = write_toy_training_set(tmp_path / "data", n_train=6, n_validation=0, image_size=50)
+    recipe = parse_recipe(
+        [
+            str(ROOT / "recipes" / "tiny.yaml"),
+            "--dataset_name", str(data_dir),
+            "--model_name_or_path", str(model_dir),
+            "--output_dir", str(tmp_path / "out"),
+            "--image_size", str(size),
+            "--eval_strategy", "no",
+        ]
+    )  # fmt: skip
+    run = build_run(recipe, write_files=False)
+    trainer = run.trainer
+    fresh = AutoProcessor.from_pretrained(model_dir)  # what an evaluation backend loads
+    for i in range(3):  # one row per protocol
+        row = run.data.train[i]
+        assert row["images"][0].size == (size, size)  # the pixel policy, applied on read
+        messages = prepare_multimodal_messages(row["prompt"], images=row["images"])
+        expected_text = render_generation_prompt(fresh, row["prompt"], "auto")
+        # the text trl renders for the forward pass ...
+        assert apply_chat_template({"prompt": messages}, trainer.processing_class)["prompt"] == expected_text
+        # ... and the ids it generates from
+        prompt_ids, _, _ = trainer._tokenize_prompts([messages])
+        expected_ids = fresh(text=[expected_text], images=[row["images"]], return_tensors="pt")["input_ids"][
+            0
+        ]
+        assert list(prompt_ids[0]) == expected_ids.tolist()
+        assert expected_text.endswith("<think>\n")  # prefix installed (Qwen2.5) or native (Qwen3 thinking)
+    assert run.info["reward_options"]["think_open"] is True
+    # validation samples with the training sampling settings (no silent greedy decoding)
+    assert trainer.generation_config.do_sample and trainer.generation_config.temperature == 1.0
+    assert trainer.generation_config.top_k == 20 and trainer.generation_config.top_p == 0.95
+
+
+def test_mixed_image_and_text_only_batch_trains(tiny_qwen25, tmp_path):
+    """trl 1.16 passed text-only rows of a mixed batch to the processor as None and crashed; the trainer fixes it."""
+    from perception_judge.train.recipe import parse_recipe
+    from perception_judge.train.run import build_run
+    from perception_judge.train.toyset import write_toy_training_set
+
+    data_dir = write_toy_training_set(tmp_path / "data", n_train=4, n_validation=0, text_only_every=2)
+    recipe = parse_recipe(
+        [
+            str(ROOT / "recipes" / "tiny.yaml"),
+            "--dataset_name", str(data_dir),
+            "--model_name_or_path", str(tiny_qwen25),
+            "--output_dir", str(tmp_path / "out"),
+            "--eval_strategy", "no",
+        ]
+    )  # fmt: skip
+    trainer = build_run(recipe, write_files=False).trainer
+    rows = [trainer.train_dataset[i] for i in range(4)]
+    assert [len(r["images"]) for r in rows] == [1, 0, 1, 0]
+    batch = [r for r in rows for _ in range(2)]  # num_generations = 2
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop
+    inputs = trainer._generate_and_score_completions(batch)
+    assert inputs["num_images"] == [1, 1, 0, 0, 1, 1, 0, 0]
+    loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    assert any(p.grad is not None for p in trainer.model.parameters())
+
+
+def test_tracker_helpers():
+    from perception_judge.train.recipe import report_to_list
+    from perception_judge.train.trainer import prompt_as_text
+
+    assert report_to_list("wandb,tensorboard") == ["wandb", "tensorboard"]
+    assert report_to_list([]) == ["none"] and report_to_list(["trackio"]) == ["trackio"]
+    messages = [
+        {"role": "system", "content": [{"type": "text", "text": "judge"}]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "q"}]},
+    ]
+    assert prompt_as_text(messages) == "system: judge\n\nuser: <image>q"
+    assert prompt_as_text("already text") == "already text"
+
+
+def test_tensorboard_gets_samples_with_images(tiny_qwen25, tmp_path):
+    """Runs only where the `track` extra (tensorboard) is installed."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from perception_judge.train.recipe import parse_recipe
+    from perception_judge.train.run import build_run
+    from perception_judge.train.toyset import write_toy_training_set
+
+    data_dir = write_toy_training_set(tmp_path / "data", n_train=4, n_validation=0)
+    out = tmp_path / "out"
+    recipe = parse_recipe(
+        [
+            str(ROOT / "recipes" / "tiny.yaml"),
+            "--dataset_name", str(data_dir),
+            "--model_name_or_path", str(tiny_qwen25),
+            "--output_dir", str(out),
+            "--eval_strategy", "no",
+            "--save_strategy", "no",
+            "--max_steps", "1",
+            "--sample_log_steps", "1",
+            "--report_to", "tensorboard",
+            "--log_completions", "true",
+        ]
+    )  # fmt: skip
+    trainer = build_run(recipe, write_files=False).trainer
+    trainer.train()
+    events = next((out / "runs").iterdir())
+    acc = EventAccumulator(str(events), size_guidance={"images": 0, "tensors": 0})
+    acc.Reload()
+    assert "samples/0/image" in acc.Tags()["images"]
+    assert any(tag.startswith("train/rewards/judge/mean") for tag in acc.Tags()["scalars"])
+    assert (out / "samples" / "step-000001.jsonl").is_file()
+
+
+def test_base_adapter_merge_and_frozen_vision_tower_in_a_built_run(tiny_qwen25, tmp_path):
+    """A recipe with base_adapter trains on the merged base (recorded as base_model); freeze_vision_tower holds."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from perception_judge.train.recipe import parse_recipe
+    from perception_judge.train.run import build_run
+    from perception_judge.train.toyset import write_toy_training_set
+
+    adapter = tmp_path / "flex-adapter"
+    get_peft_model(
+        AutoModelForImageTextToText.from_pretrained(tiny_qwen25),
+        LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False),
+    ).save_pretrained(adapter)
+    data_dir = write_toy_training_set(tmp_path / "data", n_train=4, n_validation=0)
+    out = tmp_path / "out"
+    recipe = parse_recipe(
+        [
+            str(ROOT / "recipes" / "tiny.yaml"),
+            "--dataset_name", str(data_dir),
+            "--model_name_or_path", str(tiny_qwen25),
+            "--base_adapter", str(adapter),
+            "--output_dir", str(out),
+            "--eval_strategy", "no",
+            "--freeze_vision_tower", "true",
+        ]
+    )  # fmt: skip
+    run = build_run(recipe)
+    merged = out / "merged_base"
+    assert run.model_path == str(merged) and (merged / "perception_judge_merge.json").is_file()
+    info = json.loads((out / "perception_judge_run.json").read_text())
+    assert info["base_model"] == str(merged.resolve()) and info["base_adapter"] == str(adapter)
+    model = run.trainer.model
+    visual = [p for n, p in model.named_parameters() if ".visual." in n]
+    assert visual and not any(p.requires_grad for p in visual)
+    assert info["parameters"]["trainable"] < info["parameters"]["total"]

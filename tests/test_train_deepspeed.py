@@ -1,0 +1,74 @@
+"""DeepSpeed ZeRO-2 and ZeRO-3 on two CPU processes, with the repo's accelerate configs (``make test-deepspeed``).
+
+The first run JIT-builds DeepSpeed's shared-memory communication op (about 40 s, cached afterwards).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("deepspeed") is None:  # no import at collection time: deepspeed is slow to import
+    pytest.skip("deepspeed is not installed (make test-deepspeed installs it)", allow_module_level=True)
+
+from test_train_launch import REWARDS, free_port, history, launch, weights
+
+pytestmark = pytest.mark.deepspeed
+
+
+@pytest.fixture(scope="module")
+def toy_set(tmp_path_factory):
+    from perception_judge.train.toyset import write_toy_training_set
+
+    return write_toy_training_set(tmp_path_factory.mktemp("ds_data"), n_train=16, n_validation=0)
+
+
+@pytest.mark.parametrize(
+    ("stage", "arch", "size", "peft"),
+    [(2, "qwen2_5_vl", 56, False), (3, "qwen3_vl", 64, False), (3, "qwen2_5_vl", 56, True)],
+    ids=["zero2-full-qwen25", "zero3-full-qwen3", "zero3-lora-qwen25"],
+)
+def test_deepspeed_zero(stage, arch, size, peft, toy_set, tmp_path):
+    model_dir = tmp_path / "tiny"
+    out = tmp_path / "run"
+    args = [
+        "--dataset_name", str(toy_set),
+        "--model_name_or_path", str(model_dir),
+        "--tiny_model_arch", arch,
+        "--image_size", str(size),
+        "--max_steps", "2",
+        "--save_steps", "2",
+        "--eval_strategy", "no",
+        "--output_dir", str(out),
+    ]  # fmt: skip
+    if peft:
+        args += ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8"]
+    launch(
+        args,
+        config=f"deepspeed_zero{stage}.yaml",
+        extra=["--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port())],
+        timeout=600,
+    )
+    ranks = [json.loads((out / "ranks" / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert all(
+        r["world_size"] == 2 and "DEEPSPEED" in r["distributed_type"] and r["completions"] > 0 for r in ranks
+    )
+    logs = [h for h in history(out) if "reward" in h]
+    assert [h["step"] for h in logs] == [1, 2]
+    assert all(f"rewards/{n}/mean" in h for h in logs for n in REWARDS)
+    assert (out / "checkpoint-2").is_dir()
+    if peft:
+        adapter = weights(out / "adapter_model.safetensors")
+        assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
+        return
+    # the final model holds the full (gathered) weights, changed by training, and reloads
+    before, after = weights(model_dir / "model.safetensors"), weights(out / "model.safetensors")
+    assert set(before) <= set(after)  # DeepSpeed's gathered state dict also lists the tied lm_head
+    changed = [k for k in before if before[k].shape == after[k].shape and not (before[k] == after[k]).all()]
+    assert len(changed) > 0.9 * len(before)
+    from transformers import AutoModelForImageTextToText
+
+    assert AutoModelForImageTextToText.from_pretrained(Path(out)) is not None
