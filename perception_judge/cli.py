@@ -28,7 +28,7 @@ class Command:
 COMMANDS: dict[str, tuple[str, str]] = {
     "make-tiny-model": (
         "perception_judge.tiny_models_cli:COMMAND",
-        "build a tiny random-weight Qwen-VL judge folder (offline)",
+        "build a tiny Qwen-VL judge folder offline (random weights, optional format warm start)",
     ),
     "synth": (
         "perception_judge.ppjd.cli:SYNTH",
@@ -49,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": (
         "perception_judge.evaluation.cli:COMMAND",
         "evaluate judges: bias / perception suites, benchmarks, sweeps, reports",
+    ),
+    "demo": (
+        "perception_judge.demo:COMMAND",
+        "the whole loop at toy scale, offline, under runs/demo/ (what `make demo` runs)",
     ),
 }
 

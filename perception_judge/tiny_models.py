@@ -248,3 +248,134 @@ def patch_factor(config: Any) -> int:
     if vision is None:
         return 28
     return int(getattr(vision, "patch_size", 14)) * int(getattr(vision, "spatial_merge_size", 2))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Format warm-start
+# --------------------------------------------------------------------------------------------------------------
+
+WARM_START_REASONING = {  # names the last answer's heading, so the tag count follows a nearby token
+    1: "I read the image and the assistant's answer.",
+    2: "I read the image, then Assistant 1 and Assistant 2.",
+    3: "I read the image, then Assistant 1 to Assistant 3.",
+}
+
+
+def _warm_start_example(rng: Any, items: list[Any]) -> tuple[list[dict[str, Any]], list[Any], str]:
+    """(messages, images, target completion) for one random judge prompt built from synthetic items.
+
+    Scores are random (distinct for the batch protocol): the warm start teaches the output *format* only, never
+    which response is better, so any preference a later GRPO run shows comes from GRPO.
+    """
+    from perception_judge.protocol import build_messages
+
+    protocol = rng.choice(["batch", "pair", "single"])
+    item = rng.choice(items)
+    n = {"batch": 3, "pair": 2, "single": 1}[protocol]
+    pool = [it.response for it in rng.sample(items, k=min(len(items), 4))]
+    responses = [item.response, *pool][:n]
+    rng.shuffle(responses)
+    question = item.question if rng.random() > 0.1 else ""  # the bias suite also sends empty queries
+    has_image = item.image is not None and rng.random() > 0.1
+    messages = build_messages(protocol, question, responses, n_images=1 if has_image else 0)
+    scores = rng.sample(range(1, 11), k=n)
+    target = WARM_START_REASONING[n] + "</think>" + "".join(f"<answer>{s}</answer>" for s in scores)
+    return messages, ([item.image] if has_image else []), target
+
+
+def warm_start_format(
+    model_dir: str | Path,
+    steps: int = 200,
+    seed: int = 0,
+    batch_size: int = 4,
+    learning_rate: float = 3e-3,
+    image_size: int = 56,
+) -> dict[str, float]:
+    """Teach a tiny judge the protocol's output format by a short supervised run, in place.
+
+    A random-weight model never writes ``<answer>`` tags, so every judge reward is 0 and every evaluation
+    metric is a parse failure. This warm start plays the part the SFT stage plays for real judges (Flex-VL-7B
+    is Qwen2.5-VL-7B after judge SFT): it trains on judge prompts rendered by the shared renderer, built from
+    synthetic items, with completions ``<reasoning></think><answer>s</answer>…`` whose scores are random. The
+    model learns how many tags each protocol wants and where they go, not which answer is right.
+
+    Returns statistics: the first and last training losses and the greedy format rate on fresh prompts.
+    """
+    import random as _random
+
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from perception_judge.images import PixelPolicy
+    from perception_judge.ppjd.synth import generate_items
+    from perception_judge.protocol import parse_scores, render_generation_prompt
+
+    model_dir = Path(model_dir)
+    torch.manual_seed(seed)
+    rng = _random.Random(seed)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    tok = processor.tokenizer
+    policy = PixelPolicy(mode="fixed", size=image_size, factor=image_size)
+    items = generate_items(48, seed=seed + 1000)
+    for it in items:
+        if it.image is not None:
+            it.image = policy.apply(it.image)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    losses: list[float] = []
+
+    def encode(examples: list[tuple[list[dict[str, Any]], list[Any], str]]) -> dict[str, Any]:
+        prompts = [render_generation_prompt(processor, m) for m, _, _ in examples]
+        images = [im for _, ims, _ in examples for im in ims]
+        full = [p + t for p, (_, _, t) in zip(prompts, examples)]
+        batch = processor(text=full, images=images or None, return_tensors="pt", padding=True)
+        labels = batch["input_ids"].clone()
+        labels[batch["attention_mask"] == 0] = -100
+        for row, (_, _, target) in enumerate(examples):
+            n_target = len(tok(target, add_special_tokens=False)["input_ids"])
+            labels[row, : labels.shape[1] - n_target] = -100  # left padding: the target is the tail
+        # append the end-of-turn token as the last supervised token
+        eos_col = torch.full((labels.shape[0], 1), eos)
+        batch["input_ids"] = torch.cat([batch["input_ids"], eos_col], dim=1)
+        batch["attention_mask"] = torch.cat([batch["attention_mask"], torch.ones_like(eos_col)], dim=1)
+        if "mm_token_type_ids" in batch:
+            batch["mm_token_type_ids"] = torch.cat(
+                [batch["mm_token_type_ids"], torch.zeros_like(eos_col)], dim=1
+            )
+        batch["labels"] = torch.cat([labels, eos_col], dim=1)
+        return batch
+
+    for _ in range(steps):
+        batch = encode([_warm_start_example(rng, items) for _ in range(batch_size)])
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+
+    model.eval()
+    ok = 0
+    probes = [_warm_start_example(rng, items) for _ in range(8)]
+    with torch.no_grad():
+        for messages, images, target in probes:
+            prompt = render_generation_prompt(processor, messages)
+            inputs = processor(text=[prompt], images=images or None, return_tensors="pt")
+            out = model.generate(**inputs, max_new_tokens=24, do_sample=False)
+            text = tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+            n = target.count("<answer>")
+            ok += parse_scores(text, n, think_open=True).ok
+    model.save_pretrained(model_dir)
+    stats = {
+        "warm_start_steps": steps,
+        "loss_first": round(losses[0], 4) if losses else float("nan"),
+        "loss_last": round(sum(losses[-10:]) / max(1, len(losses[-10:])), 4) if losses else float("nan"),
+        "greedy_format_rate": ok / len(probes),
+    }
+    info_path = model_dir / "tiny_model.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info["warm_start"] = stats
+    info_path.write_text(json.dumps(info, indent=2))
+    return stats

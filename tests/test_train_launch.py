@@ -24,6 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REWARDS = ("judge", "format", "digit_fraction")
+# Mechanics tests keep the generated model's random weights (no format warm start) and short completions.
+FAST = ["--tiny_model_warm_start_steps", "0", "--max_completion_length", "16"]
 
 
 def free_port() -> int:
@@ -37,7 +39,7 @@ def launch(args: list[str], config: str = "cpu.yaml", extra: list[str] | None = 
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ROOT / "configs" / "accelerate" / config),
         *(extra or []),
-        str(ROOT / "train_grpo.py"), str(ROOT / "recipes" / "tiny.yaml"), *args,
+        str(ROOT / "train_grpo.py"), str(ROOT / "recipes" / "tiny.yaml"), *FAST, *args,
     ]  # fmt: skip
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)

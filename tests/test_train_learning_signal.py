@@ -28,6 +28,8 @@ def test_verifiable_reward_rises(tmp_path):
         sys.executable, str(ROOT / "train_grpo.py"), str(ROOT / "recipes" / "tiny.yaml"),
         "--dataset_name", str(data),
         "--model_name_or_path", str(tmp_path / "tiny"),
+        "--tiny_model_warm_start_steps", "0",
+        "--max_completion_length", "16",
         "--output_dir", str(out),
         "--reward_funcs", "digit_fraction",
         "--reward_weights", "1.0",

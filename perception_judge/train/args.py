@@ -134,6 +134,14 @@ class JudgeArguments:
         },
     )
     tiny_model_seed: int = field(default=0, metadata={"help": "Seed of the generated tiny model."})
+    tiny_model_warm_start_steps: int = field(
+        default=0,
+        metadata={
+            "help": "When the tiny model is built: this many supervised steps that teach it the judge output "
+            "format (random scores, no preferences), so judge rewards and evaluation numbers are not all parse "
+            "failures. 0 leaves the weights random."
+        },
+    )
 
     # --- run bookkeeping and tracking ---------------------------------------------------------------------
     recipe_num_processes: int | None = field(

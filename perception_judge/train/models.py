@@ -74,16 +74,32 @@ def run_cli_isolated(args: list[str]) -> None:
         raise RuntimeError(f"perception-judge {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
 
 
-def ensure_tiny_model(path: str, arch: str, seed: int = 0) -> bool:
-    """Build the tiny model at ``path`` when it has no ``config.json`` yet; returns True if it built one."""
-    from perception_judge.tiny_models import make_tiny_model
+def ensure_tiny_model(path: str, arch: str, seed: int = 0, warm_start_steps: int = 0) -> bool:
+    """Build the tiny model at ``path`` when it has no ``config.json`` yet; returns True if it built one.
 
-    if (Path(path) / "config.json").is_file():
+    ``warm_start_steps > 0`` also teaches it the judge output format (:func:`tiny_models.warm_start_format`).
+    The model is built in a sibling temporary folder and renamed into place, so a crash never leaves a
+    half-built (e.g. not yet warm-started) model that a re-run would take for a finished one.
+    """
+    import shutil
+
+    from perception_judge.tiny_models import make_tiny_model, warm_start_format
+
+    target = Path(path)
+    if (target / "config.json").is_file():
         return False
+    staging = target.with_name(f".{target.name}.building-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
     if _must_isolate():
-        run_cli_isolated(["make-tiny-model", "--arch", arch, "--out", str(path), "--seed", str(seed)])
+        args = ["make-tiny-model", "--arch", arch, "--out", str(staging), "--seed", str(seed)]
+        run_cli_isolated([*args, "--warm-start-steps", str(warm_start_steps)])
     else:
-        make_tiny_model(arch, path, seed=seed)
+        make_tiny_model(arch, staging, seed=seed)
+        if warm_start_steps:
+            warm_start_format(staging, steps=warm_start_steps, seed=seed)
+    if target.exists():  # an empty or partial folder without config.json
+        shutil.rmtree(target)
+    os.replace(staging, target)
     return True
 
 
@@ -171,7 +187,12 @@ def resolve_model_path(
     path = model_args.model_name_or_path
     if judge_args.tiny_model_arch:
         with main_process_first():
-            ensure_tiny_model(path, judge_args.tiny_model_arch, judge_args.tiny_model_seed)
+            ensure_tiny_model(
+                path,
+                judge_args.tiny_model_arch,
+                judge_args.tiny_model_seed,
+                judge_args.tiny_model_warm_start_steps,
+            )
     if judge_args.base_adapter:
         out = judge_args.merged_base_dir or os.path.join(output_dir, "merged_base")
         dtype = model_args.dtype if model_args.dtype in DTYPES else "bfloat16"

@@ -426,6 +426,8 @@ def validate(recipe: Recipe, check_environment: bool = True) -> None:
         raise RecipeError(f"image_mode / image_size / image_*_pixels: {e}") from None
     if j.tiny_model_arch is not None:
         _choice("tiny_model_arch", j.tiny_model_arch, ARCHS)
+    if j.tiny_model_warm_start_steps < 0:
+        raise RecipeError(f"tiny_model_warm_start_steps must be >= 0, got {j.tiny_model_warm_start_steps}")
     if j.sample_log_steps < 0 or j.num_samples_to_log < 0:
         raise RecipeError("sample_log_steps and num_samples_to_log must be >= 0")
     if j.recipe_num_processes is not None and j.recipe_num_processes < 1:

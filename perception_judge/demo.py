@@ -1,0 +1,284 @@
+"""``make demo`` / ``perception-judge demo``: the whole loop at toy scale, offline, under ``runs/demo/``.
+
+    synthetic source -> PPJD (programmatic teacher) -> training-set export -> tiny Qwen-VL judge (format warm
+    start) -> GRPO (``accelerate launch train_grpo.py recipes/tiny.yaml``) -> evaluation sweep (bias and
+    perception suites) over the base model and every checkpoint -> report with tables and plots
+
+Every stage is the command a user would type (printed before it runs), so the demo doubles as a worked example.
+Re-running resumes: finished stages are skipped and the resumable ones (PPJD build, training, sweep) pick up
+where they stopped. ``runs/demo/demo.json`` records the settings the folder was made with; a re-run with other
+settings (or other recipe / eval config files) refuses to mix the two runs and asks for ``--fresh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from perception_judge import __version__
+from perception_judge.cli import Command
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = "recipes/tiny.yaml"
+EVAL_CONFIG = "eval/configs/tiny.yaml"
+ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
+DEMO_FORMAT = 1
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What defines a demo run; a folder made with other settings is never silently continued."""
+    return {
+        "format": DEMO_FORMAT,
+        "n_items": args.n_items,
+        "seed": args.seed,
+        "mix": args.mix,
+        "recipe_sha": _sha(ROOT / RECIPE),
+        "eval_config_sha": _sha(ROOT / EVAL_CONFIG),
+    }
+
+
+def check_or_claim(out: Path, wanted: dict[str, Any], fresh: bool) -> str:
+    """Start fresh, resume a matching run, or refuse: returns "fresh" or "resume"."""
+    marker = out / "demo.json"
+    if fresh and out.exists():
+        shutil.rmtree(out)
+    if out.exists() and any(out.iterdir()):
+        if not marker.is_file():
+            raise DemoError(
+                f"{out} exists but was not made by the demo (no demo.json); move it away or run with FRESH=1 "
+                "(make demo FRESH=1 / perception-judge demo --fresh) to replace it"
+            )
+        have = json.loads(marker.read_text()).get("settings", {})
+        if have != wanted:
+            diff = ", ".join(f"{k}: {have.get(k)!r} -> {v!r}" for k, v in wanted.items() if have.get(k) != v)
+            raise DemoError(
+                f"{out} holds a demo run made with other settings ({diff}); it will not be mixed with this one. "
+                "Re-run with FRESH=1 (make demo FRESH=1 / perception-judge demo --fresh) to start over."
+            )
+        return "resume"
+    out.mkdir(parents=True, exist_ok=True)
+    marker.write_text(
+        json.dumps({"settings": wanted, "version": __version__, "created": time.time()}, indent=2)
+    )
+    return "fresh"
+
+
+def run_stage(title: str, cmd: list[str], log: Path, env: dict[str, str]) -> float:
+    """Run one stage as a subprocess, echoing the command; output goes to the terminal and to ``log``."""
+    shown = " ".join(shlex.quote(c) for c in cmd).replace(
+        sys.executable + " -m perception_judge.cli", "perception-judge"
+    )
+    shown = shown.replace(sys.executable + " -m accelerate.commands.launch", "accelerate launch")
+    print(f"\n==> {title}\n    $ {shown}", flush=True)
+    t0 = time.perf_counter()
+    with log.open("a") as fh:
+        fh.write(f"\n$ {shown}\n")
+        fh.flush()
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            if _worth_showing(line):
+                print("    " + line.rstrip(), flush=True)
+        code = proc.wait()
+    secs = time.perf_counter() - t0
+    if code != 0:
+        raise DemoError(f"stage '{title}' failed (exit {code}); the full output is in {log}")
+    print(f"    done in {secs:.0f} s", flush=True)
+    return secs
+
+
+_NOISE = (
+    "it/s]",
+    "s/it]",
+    "examples/s]",
+    "ba/s]",
+    "Loading weights",
+    "Writing model",
+    "[A",
+    "get_accelerator",
+)
+
+
+def _worth_showing(line: str) -> bool:
+    s = line.strip()
+    return bool(s) and not any(n in s for n in _NOISE) and not s.startswith(("{'", "warnings.warn"))
+
+
+def _summary_lines(out: Path) -> list[str]:
+    lines = []
+    report = out / "eval" / "report.json"
+    if report.is_file():
+        data = json.loads(report.read_text())
+        summary = data.get("summary", {})
+        lines.append(f"best checkpoint: {summary.get('best_checkpoint')}  ({summary.get('criterion', '')})")
+        for suite, info in summary.get("per_suite", {}).items():
+            value = info.get("value")
+            shown = "n/a" if value is None else f"{value:.3f}"
+            lines.append(f"  {suite}: {info.get('metric')} = {shown} for {info.get('best')}")
+    run = out / "train" / "perception_judge_run.json"
+    if run.is_file():
+        final = json.loads(run.read_text()).get("final_metrics") or {}
+        keys = ("rewards/judge/mean", "rewards/format/mean", "judge/parse_failure_rate")
+        got = ", ".join(f"{k} {final[k]:.3f}" for k in keys if isinstance(final.get(k), int | float))
+        if got:
+            lines.append(f"last training step: {got}")
+    return lines
+
+
+def main_demo(args: argparse.Namespace) -> int:
+    out = (ROOT / args.out) if not os.path.isabs(args.out) else Path(args.out)
+    try:
+        mode = check_or_claim(out, settings(args), args.fresh)
+    except DemoError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    rel = os.path.relpath(out, ROOT)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+    )
+    env.setdefault("WANDB_MODE", "disabled")
+    cli = [sys.executable, "-m", "perception_judge.cli"]
+    log = out / "demo.log"
+    print(
+        f"perception-judge demo ({'starting fresh' if mode == 'fresh' else 'resuming'}) in {rel}/; log: {rel}/demo.log"
+    )
+    t0 = time.perf_counter()
+    try:
+        if not (out / "synth" / "synth_info.json").is_file():
+            run_stage(
+                "1/5 synthetic perceptual source (procedural images with known attributes)",
+                [*cli, "synth", "--n", str(args.n_items), "--seed", str(args.seed), "--out", f"{rel}/synth"],
+                log,
+                env,
+            )
+        else:
+            print("\n==> 1/5 synthetic source: done before, skipped")
+        run_stage(
+            "2/5 PPJD: verified counterfactuals r_rp and r_rp+r (programmatic teacher; resumes)",
+            [
+                *cli,
+                "build-ppjd",
+                "--input",
+                f"{rel}/synth",
+                "--out",
+                f"{rel}/ppjd",
+                "--teacher",
+                "programmatic",
+                "--no-progress",
+            ],
+            log,
+            env,
+        )
+        if not (out / "trainset" / "export_info.json").is_file():
+            run_stage(
+                "3/5 export to the training set (datasets parquet, split by source image)",
+                [
+                    *cli,
+                    "export",
+                    f"{rel}/ppjd",
+                    "--out",
+                    f"{rel}/trainset",
+                    "--mix",
+                    args.mix,
+                    "--seed",
+                    str(args.seed),
+                    "--overwrite",
+                ],
+                log,
+                env,
+            )
+        else:
+            print("\n==> 3/5 export: done before, skipped")
+        run_json = out / "train" / "perception_judge_run.json"
+        finished = run_json.is_file() and json.loads(run_json.read_text()).get("status") == "finished"
+        if not finished:
+            run_stage(
+                "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
+                [
+                    sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG,
+                    "train_grpo.py", RECIPE,
+                    "--model_name_or_path", f"{rel}/tiny-model",
+                    "--dataset_name", f"{rel}/trainset",
+                    "--output_dir", f"{rel}/train",
+                    "--resume_from_checkpoint", "auto",
+                ],
+                log,
+                env,
+            )  # fmt: skip
+        else:
+            print("\n==> 4/5 training: finished before, skipped")
+        run_stage(
+            "5/5 evaluation sweep: bias + perception suites over the base model and every checkpoint (resumes)",
+            [*cli, "eval", "sweep", f"{rel}/train", "--config", EVAL_CONFIG, "--out", f"{rel}/eval", "-q"],
+            log,
+            env,
+        )
+    except DemoError as e:
+        print(
+            f"\ndemo: {e}\nRe-run `make demo` to resume from here, or `make demo FRESH=1` to start over.",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted; `make demo` resumes from here", file=sys.stderr)
+        return 130
+    total = time.perf_counter() - t0
+    print(f"\n==> demo finished in {total:.0f} s. Where everything is:")
+    for path, what in [
+        ("synth/", "synthetic items: items.jsonl + images/ (every perceptual attribute known)"),
+        ("ppjd/", "PPJD records (records-*.jsonl), failures.jsonl, manifest.json"),
+        ("trainset/", "training set: train/validation parquet + README.md dataset card"),
+        ("tiny-model/", "the tiny Qwen2.5-VL judge the run started from"),
+        ("train/", "checkpoints, final model + processor, README.md model card, perception_judge_run.json"),
+        ("eval/report.md", "the report: tables per suite and model, summary naming the best checkpoint"),
+        ("eval/plots/", "PNG plots: the nine biases, metrics vs training step, per-protocol accuracies"),
+        ("eval/results.csv", "one row per (model, suite, seed) cell, every metric (also results.json)"),
+    ]:
+        print(f"  {rel}/{path:<18} {what}")
+    for line in _summary_lines(out):
+        print("  " + line)
+    return 0
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--out", default="runs/demo", help="demo folder, relative to the repository (default: %(default)s)"
+    )
+    p.add_argument("--fresh", action="store_true", help="delete the demo folder first and start over")
+    p.add_argument("--n-items", type=int, default=120, help="synthetic items (default %(default)s)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the synthetic source and the export (default 0)"
+    )
+    p.add_argument(
+        "--mix",
+        default="batch=1,pair=0.5,single=0.5",
+        help="protocol mix of the export (default %(default)s)",
+    )
+
+
+COMMAND = Command(_add_arguments, main_demo, __doc__ or "")
