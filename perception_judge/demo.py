@@ -13,7 +13,6 @@ settings (or other recipe / eval config files) refuses to mix the two runs and a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -26,6 +25,7 @@ from typing import Any
 
 from perception_judge import __version__
 from perception_judge.cli import Command
+from perception_judge.schema import sha256_hex
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/tiny.yaml"
@@ -39,7 +39,7 @@ class DemoError(RuntimeError):
 
 
 def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return sha256_hex(path.read_bytes())[:16]
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:

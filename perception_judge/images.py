@@ -130,6 +130,16 @@ def resolve_under(root: str | os.PathLike[str], relative: str) -> Path:
     return candidate
 
 
+def read_image_file(path: Path, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
+    """The bytes of an image file; :class:`ImageError` ``missing`` or ``too_large`` (checked before reading)."""
+    if not path.is_file():
+        raise ImageError("missing", f"no image file at {str(path)!r}")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ImageError("too_large", f"{str(path)!r} is {size} bytes (limit {max_bytes})")
+    return path.read_bytes()
+
+
 def load_image(
     src: Any,
     root: str | os.PathLike[str] | None = None,
@@ -155,13 +165,7 @@ def load_image(
         if s.startswith("data:"):
             data = decode_data_url(s)
         else:
-            path = resolve_under(root, s) if root is not None else Path(s)
-            if not path.is_file():
-                raise ImageError("missing", f"no image file at {str(path)!r}")
-            size = path.stat().st_size
-            if size > max_bytes:
-                raise ImageError("too_large", f"{str(path)!r} is {size} bytes (limit {max_bytes})")
-            data = path.read_bytes()
+            data = read_image_file(resolve_under(root, s) if root is not None else Path(s), max_bytes)
     elif src is None:
         raise ImageError("missing", "no image")
     else:

@@ -35,6 +35,7 @@ from perception_judge.schema import (
     SLOTS,
     VERDICT_CORRECT,
     VERDICTS,
+    validate_ground_truth,
     validate_order,
 )
 
@@ -216,18 +217,10 @@ class JudgeReward:
         failures = 0
         scored = 0
         for i, (completion, protocol, truth) in enumerate(zip(completions, protocols, truths)):
-            if protocol not in PROTOCOLS:
-                raise ValueError(f"row {i}: unknown protocol {protocol!r}")
-            if protocol == "single":
-                if truth not in VERDICTS:
-                    raise ValueError(
-                        f"row {i}: single-protocol ground truth must be one of {VERDICTS}, got {truth!r}"
-                    )
-            else:
-                try:
-                    validate_order(truth, 2 if protocol == "pair" else None)
-                except ValueError as e:
-                    raise ValueError(f"row {i}: bad ground truth for protocol {protocol!r}: {e}") from None
+            try:
+                validate_ground_truth(protocol, truth)
+            except ValueError as e:
+                raise ValueError(f"row {i}: {e}") from None
             text, reasoning = completion_text(completion)
             value = self.score_row(text, reasoning, protocol, truth)
             out.append(value)

@@ -91,6 +91,22 @@ def validate_order(order: str, n: int | None = None) -> str:
     return order
 
 
+def validate_ground_truth(protocol: str, ground_truth: Any) -> str:
+    """Check a training row's protocol and ground truth: a verdict (``single``), an order string of two slots
+    (``pair``) or of any length (``batch``). Raises ``ValueError`` saying what is wrong."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}")
+    if protocol == "single":
+        if ground_truth not in VERDICTS:
+            raise ValueError(f"single-protocol ground truth must be one of {VERDICTS}, got {ground_truth!r}")
+    else:
+        try:
+            validate_order(ground_truth, 2 if protocol == "pair" else None)
+        except ValueError as e:
+            raise ValueError(f"bad ground truth for protocol {protocol!r}: {e}") from None
+    return ground_truth
+
+
 def order_from_kinds(kinds: list[str] | tuple[str, ...]) -> str:
     """The order string for responses of the given kinds in slot order, best (r_c) to worst (r_rp_r).
 

@@ -65,6 +65,8 @@ def test_best_model_mean_rank_over_suites_and_directions():
 
 def test_metric_direction_and_primary_metric_fallbacks():
     assert R.metric_direction("pair_parse_fail_rate", {}) is False
+    assert R.metric_direction("parse_failure_rate", {}) is False
+    assert R.metric_direction("pair.parse_failure_rate", {}) is False
     assert R.metric_direction("inter_run_var", {}) is False
     assert R.metric_direction("accuracy", {}) is True
     assert R.metric_direction("x", {"higher_is_better": {"x": False}}) is False

@@ -349,6 +349,43 @@ def test_suite_config_gets_the_run_train_set(tmp_path):
     assert bias.options["model_key"] == "final" and bias.options["source"] == "builtin"
 
 
+def test_position_and_verbosity_pairs_default_to_the_run_train_set(tmp_path):
+    ts = str(tmp_path / "ts")
+    run = S.read_run(dummy_run(tmp_path / "r", train_set=ts))
+    entry = S.ModelEntry("checkpoint-10", 10, "checkpoint")
+    plan = _plan(tmp_path / "o", suites=("position", "verbosity", "self_enhancement"))
+    for suite in ("position", "verbosity"):
+        assert S.suite_config(entry, suite, 0, plan, run).options["trainset_dir"] == ts
+    assert "trainset_dir" not in S.suite_config(entry, "self_enhancement", 0, plan, run).options
+    plan.options["position"] = {"source": "ppjd", "split": "train"}  # the ppjd source without its folder
+    assert S.suite_config(entry, "position", 0, plan, run).options["trainset_dir"] == ts
+    for given in (
+        {"pairs_file": "p.jsonl"},
+        {"data_dir": "d"},
+        {"trainset_dir": "other"},
+        {"source": "vlrewardbench"},
+    ):
+        plan.options["verbosity"] = given
+        assert S.suite_config(entry, "verbosity", 0, plan, run).options == given
+    no_train_set = S.read_run(dummy_run(tmp_path / "r2"))
+    assert (
+        "trainset_dir"
+        not in S.suite_config(entry, "position", 0, _plan(tmp_path / "o2"), no_train_set).options
+    )
+
+
+def test_sweep_runs_position_on_the_run_train_set(tmp_path):
+    from perception_judge.train.toyset import write_toy_training_set
+
+    ts = write_toy_training_set(tmp_path / "ts", n_train=2, n_validation=3)
+    run_dir = dummy_run(tmp_path / "run", steps=(10,), final=False, train_set=str(ts))
+    outcome, _ = S.sweep(run_dir, _plan(tmp_path / "eval", suites=("position",), seeds=(0,)), progress=False)
+    assert outcome.failed == 0 and outcome.done == 2
+    cell = json.loads((tmp_path / "eval" / "cells" / "base__position__seed0.json").read_text())
+    assert cell["result"]["protocol"]["source"] == "ppjd" and cell["result"]["protocol"]["folder"] == str(ts)
+    assert cell["result"]["counts"]["items"] > 0
+
+
 # ------------------------------------------------------------------------------------------------ hf end to end
 @pytest.mark.parametrize("tuning", ["full", "lora"])
 def test_hf_sweep_end_to_end_on_tiny_runs(tmp_path, tiny_qwen25, tuning):

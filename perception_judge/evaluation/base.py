@@ -21,7 +21,8 @@ from __future__ import annotations
 import abc
 import hashlib
 import importlib
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,42 @@ def request_seed(seed: int, request_id: str) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def is_greedy(sampling: Sampling) -> bool:
+    """Greedy decoding: a temperature that is unset, 0 or negative."""
+    return not sampling.temperature or sampling.temperature <= 0
+
+
+def request_sampling(sampling: Sampling, request_id: str) -> dict[str, Any]:
+    """The sampling of one request as vLLM and OpenAI-compatible servers take it: ``temperature`` (0 when
+    greedy), ``top_p`` (1 when greedy or unset), ``max_tokens`` and the per-request ``seed``
+    (:func:`request_seed`)."""
+    greedy = is_greedy(sampling)
+    return {
+        "temperature": 0.0 if greedy else float(sampling.temperature),
+        "top_p": 1.0 if greedy or sampling.top_p is None else float(sampling.top_p),
+        "max_tokens": int(sampling.max_new_tokens),
+        "seed": request_seed(sampling.seed, request_id),
+    }
+
+
+def prepare_each(
+    requests: Sequence[JudgeRequest], prepare: Callable[[JudgeRequest], Any], logger: Any = None
+) -> tuple[dict[int, JudgeResult], list[tuple[int, JudgeRequest, Any]]]:
+    """``prepare`` every request (load its images, render its prompt, ...): returns the :func:`error_result`
+    of each request it raised on, by index (a bad request fails alone; ``logger`` warns about it), and
+    ``(index, request, prepared)`` for the others."""
+    failed: dict[int, JudgeResult] = {}
+    ready: list[tuple[int, JudgeRequest, Any]] = []
+    for i, req in enumerate(requests):
+        try:
+            ready.append((i, req, prepare(req)))
+        except Exception as e:  # a bad request fails alone
+            if logger is not None:
+                logger.warning("request %s cannot be prepared: %s: %s", req.request_id, type(e).__name__, e)
+            failed[i] = error_result(req, f"{type(e).__name__}: {e}")
+    return failed, ready
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Progress bars
 # --------------------------------------------------------------------------------------------------------------
@@ -129,7 +166,9 @@ class JudgeBackend(abc.ABC):
 
     name: str = "backend"
 
-    def __init__(self, pixel_policy: PixelPolicy | None = None) -> None:
+    def __init__(self, pixel_policy: PixelPolicy | dict | None = None) -> None:
+        if isinstance(pixel_policy, dict):
+            pixel_policy = PixelPolicy(**pixel_policy)
         self.pixel_policy = pixel_policy or PixelPolicy()
 
     @abc.abstractmethod
@@ -153,6 +192,29 @@ class JudgeBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (engines, sessions)."""
+
+
+def judge_chunks(
+    backend: JudgeBackend,
+    requests: Sequence[JudgeRequest],
+    sampling: Sampling,
+    chunk_size: int,
+    desc: str,
+    unit: str = "req",
+) -> Iterator[tuple[int, list[JudgeResult]]]:
+    """Judge ``requests`` ``chunk_size`` at a time under a progress bar: yields (index of the chunk's first
+    request, its results) and counts the chunk as done when the caller asks for the next one."""
+    bar = progress_bar(len(requests), desc, unit, leave=False)
+    for start in range(0, len(requests), chunk_size):
+        part = requests[start : start + chunk_size]
+        out = backend.judge(part, sampling)
+        if len(out) != len(part):
+            raise RuntimeError(
+                f"backend {backend.name!r} returned {len(out)} results for {len(part)} requests"
+            )
+        yield start, out
+        bar.update(len(part))
+    bar.close()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -191,6 +253,13 @@ class SuiteResult:
             "samples_path": self.samples_path,
             "extra": self.extra,
         }
+
+
+def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
+    """A suite's per-sample file: one JSON object a line (non-ASCII kept, other types as strings)."""
+    with path.open("w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
 
 
 SuiteFn = Callable[[JudgeBackend, SuiteConfig], SuiteResult]

@@ -31,13 +31,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import random
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, progress_bar
+from perception_judge.evaluation.base import (
+    JudgeBackend,
+    SuiteConfig,
+    SuiteResult,
+    judge_chunks,
+    write_samples,
+)
+from perception_judge.evaluation.benchmarks.metrics import rate
 from perception_judge.evaluation.bias.metrics import mean_std
 from perception_judge.protocol import build_messages
 from perception_judge.rewards import ranking_reward, verdict_reward
@@ -48,6 +54,7 @@ from perception_judge.schema import (
     VERDICT_INCORRECT,
     JudgeRequest,
     JudgeResult,
+    order_from_kinds,
 )
 
 PROTOCOL_NAMES = ("pair", "batch", "single")
@@ -104,10 +111,6 @@ def pair_verdict(scores: list[float] | None, correct_slot: int) -> str:
         return "fail"
     a, b = scores[correct_slot], scores[1 - correct_slot]
     return "correct" if a > b else ("tie" if a == b else "wrong")
-
-
-def _rate(num: int, den: int) -> float | None:
-    return num / den if den else None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -254,7 +257,7 @@ def score_seed(
             groups.setdefault((m["record"], other), []).append(verdict)
             line["verdict"] = verdict
         elif m["protocol"] == "batch":
-            order = "".join(SLOTS[kinds.index(k)] for k in RESPONSE_KINDS)
+            order = order_from_kinds(kinds)
             reward = ranking_reward(res.scores, order, ties="zero")
             batch_rewards.append(reward)
             c["batch_n"] += 1
@@ -287,18 +290,18 @@ def score_seed(
             c["pair_groups"] += 1
             c["pair_consistent"] += verdicts[0] == verdicts[1] and verdicts[0] != "fail"
     metrics = {
-        "pair_acc_c_vs_rp": _rate(c["pair_correct_rp"], c["pair_n_rp"]),
-        "pair_acc_c_vs_rp_r": _rate(c["pair_correct_rp_r"], c["pair_n_rp_r"]),
-        "pair_acc": _rate(c["pair_correct"], c["pair_n"]),
-        "pair_consistency": _rate(c["pair_consistent"], c["pair_groups"]),
-        "pair_parse_fail_rate": _rate(c["pair_fail"], c["pair_n"]),
+        "pair_acc_c_vs_rp": rate(c["pair_correct_rp"], c["pair_n_rp"]),
+        "pair_acc_c_vs_rp_r": rate(c["pair_correct_rp_r"], c["pair_n_rp_r"]),
+        "pair_acc": rate(c["pair_correct"], c["pair_n"]),
+        "pair_consistency": rate(c["pair_consistent"], c["pair_groups"]),
+        "pair_parse_fail_rate": rate(c["pair_fail"], c["pair_n"]),
         "batch_ranking_reward": sum(batch_rewards) / len(batch_rewards) if batch_rewards else None,
         "batch_kendall_tau": sum(taus) / len(taus) if taus else None,
-        "batch_parse_fail_rate": _rate(c["batch_fail"], c["batch_n"]),
-        "single_verdict_acc": _rate(c["single_correct"], c["single_n"]),
-        "single_acc_r_c": _rate(c["single_correct_c"], c["single_n_c"]),
-        "single_acc_perturbed": _rate(c["single_correct_bad"], c["single_n_bad"]),
-        "single_parse_fail_rate": _rate(c["single_fail"], c["single_n"]),
+        "batch_parse_fail_rate": rate(c["batch_fail"], c["batch_n"]),
+        "single_verdict_acc": rate(c["single_correct"], c["single_n"]),
+        "single_acc_r_c": rate(c["single_correct_c"], c["single_n_c"]),
+        "single_acc_perturbed": rate(c["single_correct_bad"], c["single_n_bad"]),
+        "single_parse_fail_rate": rate(c["single_fail"], c["single_n"]),
     }
     return metrics, c, lines
 
@@ -329,17 +332,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         sampling = dataclasses.replace(config.sampling, seed=int(seed))
         results: list[JudgeResult] = []
         chunk = max(1, int(opts["chunk_size"]))
-        bar = progress_bar(len(requests), f"perception seed {seed}", "req", leave=False)
-        for start in range(0, len(requests), chunk):
-            part = requests[start : start + chunk]
-            out = backend.judge(part, sampling)
-            if len(out) != len(part):
-                raise RuntimeError(
-                    f"backend {backend.name!r} returned {len(out)} results for {len(part)} requests"
-                )
+        for _, out in judge_chunks(backend, requests, sampling, chunk, f"perception seed {seed}"):
             results += out
-            bar.update(len(part))
-        bar.close()
         metrics, counts, lines = score_seed(requests, results, float(opts["tau"]))
         per_seed[str(seed)] = {"metrics": metrics, "counts": counts}
         for line in lines:
@@ -357,9 +351,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     if len(per_seed) > 1:
         metrics.update(stds)
     samples_path = out_dir / "samples.jsonl"
-    with samples_path.open("w", encoding="utf-8") as f:
-        for line in all_lines:
-            f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    write_samples(samples_path, all_lines)
     counts = {
         "n_records": len(records),
         "n_requests": len(requests) * len(per_seed),

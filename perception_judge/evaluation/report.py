@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES
+from perception_judge.evaluation.sweep import atomic_write_json
 
 PLOTS_DIR = "plots"
 _MAX_COLS = 8
@@ -58,16 +59,20 @@ def _suite_protocols(data: dict[str, Any], out_dir: Path) -> dict[str, dict[str,
     return out
 
 
+_LOWER_IS_BETTER_PARTS = ("fail_rate", "failure_rate", "error_rate", "levenshtein", "distance", "_var")
+
+
 def metric_direction(metric: str, protocol: dict[str, Any]) -> bool:
     """True when higher is better: a suite may list ``lower_is_better`` metric names or set
-    ``higher_is_better`` to a bool or a ``{metric: bool}`` map; parse-failure and error rates are lower-better."""
+    ``higher_is_better`` to a bool or a ``{metric: bool}`` map; failure (``fail_rate``, ``failure_rate``) and error
+    rates are lower-better."""
     lower = protocol.get("lower_is_better") or []
     if metric in lower:
         return False
     hib = protocol.get("higher_is_better")
     if isinstance(hib, dict) and metric in hib:
         return bool(hib[metric])
-    if any(t in metric for t in ("fail_rate", "error_rate", "levenshtein", "distance", "_var")):
+    if any(t in metric for t in _LOWER_IS_BETTER_PARTS):
         return False
     if metric == protocol.get("primary_metric") and isinstance(hib, bool):
         return hib
@@ -206,6 +211,36 @@ def _plt() -> Any:
     return plt
 
 
+def _save_figure(plt: Any, fig: Any, path: Path, dpi: int) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def _grouped_bars(
+    ax: Any,
+    cmap: Any,
+    shade: float,
+    labels: list[str],
+    heights: list[list[float]],
+    errors: list[list[float]],
+) -> None:
+    """One bar series per model (``labels``), side by side in each group (x = 0, 1, ...), coloured along
+    ``cmap`` up to ``shade``; ``errors`` (std over seeds) become error bars when any is non-zero."""
+    n = len(labels)
+    width = 0.8 / n
+    for i, (label, ys, es) in enumerate(zip(labels, heights, errors)):
+        ax.bar(
+            [j - 0.4 + width * (i + 0.5) for j in range(len(ys))],
+            ys,
+            width,
+            yerr=es if any(es) else None,
+            label=label,
+            color=cmap(i / max(1, n - 1) * shade),
+            capsize=2,
+        )
+
+
 def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
     """The nine biases per model as grouped bars (0-1; BD types left, BC types right)."""
     types = [b for b in BIASES if b.bias_type in table["columns"]]
@@ -216,28 +251,22 @@ def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
         return None
     plt = _plt()
     n = len(rows)
-    width = 0.8 / n
     fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(types) + 2), 4.6))
-    cmap = plt.get_cmap("viridis")
-    for i, r in enumerate(rows):
-        xs, ys, es = [], [], []
-        for j, b in enumerate(types):
-            mean, std = r["values"].get(b.bias_type, (None, None))
-            xs.append(j - 0.4 + width * (i + 0.5))
-            ys.append(mean if mean is not None else 0.0)
-            es.append(std or 0.0)
-        label = r["model"] + (
-            f" (overall {_fmt(r['values'].get('overall', (None,))[0])})" if "overall" in r["values"] else ""
-        )
-        ax.bar(
-            xs,
-            ys,
-            width,
-            yerr=es if any(es) else None,
-            label=label,
-            color=cmap(i / max(1, n - 1) * 0.9),
-            capsize=2,
-        )
+    labels = [
+        f"{r['model']} (overall {_fmt(r['values']['overall'][0])})"
+        if "overall" in r["values"]
+        else r["model"]
+        for r in rows
+    ]
+    cells = [[r["values"].get(b.bias_type, (None, None)) for b in types] for r in rows]
+    _grouped_bars(
+        ax,
+        plt.get_cmap("viridis"),
+        0.9,
+        labels,
+        [[mean if mean is not None else 0.0 for mean, _ in row] for row in cells],
+        [[std or 0.0 for _, std in row] for row in cells],
+    )
     n_bd = sum(b.metric == "bd" for b in types)
     if 0 < n_bd < len(types):
         ax.axvline(n_bd - 0.5, color="grey", lw=0.8, ls="--")
@@ -249,9 +278,7 @@ def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
     ax.set_ylabel("score (higher is better)")
     ax.set_title("MM-JudgeBias: the nine biases per model")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(4, n))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(plt, fig, path, dpi=110)
     return path
 
 
@@ -273,22 +300,15 @@ def plot_perception(table: dict[str, Any], path: Path) -> Path | None:
         return None
     plt = _plt()
     n = len(rows)
-    width = 0.8 / n
     fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(metrics) + 2), 4.4))
-    cmap = plt.get_cmap("plasma")
-    for i, r in enumerate(rows):
-        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(metrics))]
-        ys = [r["values"].get(m, (None,))[0] or 0.0 for m, _ in metrics]
-        es = [r["values"].get(m, (None, None))[1] or 0.0 for m, _ in metrics]
-        ax.bar(
-            xs,
-            ys,
-            width,
-            yerr=es if any(es) else None,
-            label=r["model"],
-            color=cmap(i / max(1, n - 1) * 0.85),
-            capsize=2,
-        )
+    _grouped_bars(
+        ax,
+        plt.get_cmap("plasma"),
+        0.85,
+        [r["model"] for r in rows],
+        [[r["values"].get(m, (None,))[0] or 0.0 for m, _ in metrics] for r in rows],
+        [[r["values"].get(m, (None, None))[1] or 0.0 for m, _ in metrics] for r in rows],
+    )
     ax.axhline(0, color="black", lw=0.6)
     ax.set_xticks(range(len(metrics)))
     ax.set_xticklabels([lab for _, lab in metrics], fontsize=8, rotation=12)
@@ -297,9 +317,7 @@ def plot_perception(table: dict[str, Any], path: Path) -> Path | None:
     )
     ax.set_title("Perceptual sensitivity per protocol (held-out PPJD)")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(5, n))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(plt, fig, path, dpi=110)
     return path
 
 
@@ -345,10 +363,8 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
             ax.set_xlabel("training step", fontsize=8)
         suffix = f" ({page_no}/{len(pages)})" if len(pages) > 1 else ""
         fig.suptitle(f"{suite}: metrics against training step{suffix}", fontsize=11)
-        fig.tight_layout()
         out = path if page_no == 1 else path.with_name(f"{path.stem}_{page_no}{path.suffix}")
-        fig.savefig(out, dpi=100)
-        plt.close(fig)
+        _save_figure(plt, fig, out, dpi=100)
         written.append(out)
     return written
 
@@ -532,9 +548,7 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     tmp = out_dir / ".report.md.tmp"
     tmp.write_text(md, encoding="utf-8")
     os.replace(tmp, out_dir / "report.md")
-    tmp = out_dir / ".report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, out_dir / "report.json")
+    atomic_write_json(out_dir / "report.json", report, fsync=False)
     return report
 
 

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 RUN_FILE = "perception_judge_run.json"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+TRAIN_SET_PAIR_SUITES = ("position", "verbosity")
+"""Pair-source suites whose pairs default to the run's training set (the ``ppjd`` source, ``trainset_dir``)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -259,13 +261,16 @@ def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -
     )
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
+def atomic_write_json(path: Path, data: Any, fsync: bool = True) -> None:
+    """Write ``data`` as JSON (UTF-8, indent 1) to a temp file and rename it into place, so a reader sees the
+    old file or the new one, never a part; ``fsync`` flushes it to disk before the rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with tmp.open("w", encoding="utf-8") as f:
         json.dump(data, f, ensure_ascii=False, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -380,6 +385,14 @@ def suite_config(
     options = dict(plan.options.get(suite, {}))
     if suite == "perception" and not options.get("data") and run is not None and run.train_set:
         options["data"] = run.train_set
+    if suite in TRAIN_SET_PAIR_SUITES and run is not None and run.train_set:
+        from perception_judge.evaluation.benchmarks.pairs import SOURCE_PATH_OPTIONS
+
+        no_source = options.get("source") in (None, "ppjd") and not any(
+            options.get(k) for k in SOURCE_PATH_OPTIONS
+        )
+        if no_source:
+            options["trainset_dir"] = run.train_set
     if suite == "bias":
         options.setdefault("model_key", entry.name)
     return SuiteConfig(
@@ -625,17 +638,7 @@ def sweep(
     plan.pixel_policy = run.pixel_policy
     plan.think_prefix = run.think_prefix
     entries = select_models(discover_models(run), models)
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(
-        plan.out_dir / "plan.json", {"plan": plan.to_dict(), "models": [e.to_dict() for e in entries]}
-    )
-    outcome = run_cells(entries, plan, run, backend_factory, progress)
-    data = write_results(plan.out_dir, entries, plan, run)
-    if report:
-        from perception_judge.evaluation.report import write_report
-
-        write_report(plan.out_dir)
-    return outcome, data
+    return evaluate(entries, plan, backend_factory, report, progress, run=run)
 
 
 def evaluate(
@@ -644,14 +647,17 @@ def evaluate(
     backend_factory: BackendFactory | None = None,
     report: bool = True,
     progress: bool = True,
+    *,
+    run: RunInfo | None = None,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
-    """Evaluate a list of judges (no training run): same cells, table and report as a sweep."""
+    """Evaluate a list of judges: same cells, table and report as a sweep (``run``: the training run they
+    come from, when a sweep evaluates one)."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         plan.out_dir / "plan.json", {"plan": plan.to_dict(), "models": [e.to_dict() for e in entries]}
     )
-    outcome = run_cells(entries, plan, None, backend_factory, progress)
-    data = write_results(plan.out_dir, entries, plan, None)
+    outcome = run_cells(entries, plan, run, backend_factory, progress)
+    data = write_results(plan.out_dir, entries, plan, run)
     if report:
         from perception_judge.evaluation.report import write_report
 

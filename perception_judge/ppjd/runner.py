@@ -35,6 +35,7 @@ from perception_judge.images import (
     ImageError,
     image_bytes,
     load_image,
+    read_image_file,
 )
 from perception_judge.ppjd.sources import Source, item_key
 from perception_judge.ppjd.store import PPJDStore
@@ -134,15 +135,7 @@ def load_item_image(item: SourceItem, config: BuildConfig) -> tuple[bytes, str, 
             image = load_image(src, max_pixels=config.max_image_pixels)
             return image_bytes(image, "PNG"), "png", image
         if isinstance(src, str | os.PathLike):
-            path = Path(src)
-            if not path.is_file():
-                raise ImageError("missing", f"no image file at {str(path)!r}")
-            size = path.stat().st_size
-            if size > config.max_image_bytes:
-                raise ImageError(
-                    "too_large", f"{str(path)!r} is {size} bytes (limit {config.max_image_bytes})"
-                )
-            data = path.read_bytes()
+            data = read_image_file(Path(src), config.max_image_bytes)
         elif isinstance(src, bytes | bytearray | memoryview):
             data = bytes(src)
         else:

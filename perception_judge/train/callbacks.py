@@ -16,7 +16,6 @@ with the images. These callbacks add what is missing for every tracker, ``none``
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from perception_judge.schema import sha256_hex
 
 
 class _Bound(TrainerCallback):
@@ -65,7 +66,7 @@ def _save_image(image: Any, folder: Path) -> str:
     buf = io.BytesIO()
     image.save(buf, format="PNG")
     data = buf.getvalue()
-    name = hashlib.sha256(data).hexdigest()[:16] + ".png"
+    name = sha256_hex(data)[:16] + ".png"
     path = folder / name
     if not path.exists():
         path.write_bytes(data)

@@ -30,9 +30,7 @@ from perception_judge.schema import (
     COL_PROMPT,
     COL_PROTOCOL,
     COL_RECORD_KEY,
-    PROTOCOLS,
-    VERDICTS,
-    validate_order,
+    validate_ground_truth,
 )
 
 
@@ -144,18 +142,10 @@ def check_rows(ds: Any, split: str) -> None:
     images = _undecoded_images(ds)
     for i, (prompt, protocol, truth, key, imgs) in enumerate(zip(prompts, protocols, truths, keys, images)):
         where = f"{split} row {i} ({key})"
-        if protocol not in PROTOCOLS:
-            raise DataError(f"{where}: unknown protocol {protocol!r}")
-        if protocol == "single":
-            if truth not in VERDICTS:
-                raise DataError(
-                    f"{where}: single-protocol ground truth must be one of {VERDICTS}, got {truth!r}"
-                )
-        else:
-            try:
-                validate_order(truth, 2 if protocol == "pair" else None)
-            except ValueError as e:
-                raise DataError(f"{where}: bad ground truth for protocol {protocol!r}: {e}") from None
+        try:
+            validate_ground_truth(protocol, truth)
+        except ValueError as e:
+            raise DataError(f"{where}: {e}") from None
         n_placeholders = count_image_placeholders(prompt)
         n_images = len(imgs or [])
         if n_placeholders != n_images:

@@ -44,6 +44,12 @@ def has_processor(path: str | Path) -> bool:
     return any((p / f).is_file() for f in PROCESSOR_FILES)
 
 
+def processor_dir(model_path: str, adapter_path: str | None, processor: str | Path | None = None) -> str:
+    """Where a local judge's processor is read from: ``processor``, else the adapter folder when it holds
+    processor files, else the model folder."""
+    return str(processor or (adapter_path if adapter_path and has_processor(adapter_path) else model_path))
+
+
 def adapter_base(adapter_dir: str | Path) -> str | None:
     """``base_model_name_or_path`` recorded in an adapter's ``adapter_config.json``."""
     cfg = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())

@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.backends.common import fingerprint, has_processor, resolve_model, run_batches
+from perception_judge.evaluation.backends.common import fingerprint, processor_dir, resolve_model, run_batches
 from perception_judge.evaluation.base import (
     JudgeBackend,
-    error_result,
+    is_greedy,
     parse_result,
+    prepare_each,
     progress_bar,
     request_seed,
 )
@@ -65,7 +66,7 @@ def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) 
         "eos_token_id": eos_token_id,
         "pad_token_id": pad_token_id,
     }
-    if sampling.temperature and sampling.temperature > 0:
+    if not is_greedy(sampling):
         kw.update(
             do_sample=True,
             temperature=float(sampling.temperature),
@@ -107,8 +108,6 @@ class HFBackend(JudgeBackend):
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        if isinstance(pixel_policy, dict):
-            pixel_policy = PixelPolicy(**pixel_policy)
         super().__init__(pixel_policy)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -119,10 +118,7 @@ class HFBackend(JudgeBackend):
         self.torch_dtype = pick_dtype(dtype, self.device)
         self.label = label or Path(self.adapter_path or self.model_path).name
         self.progress = progress
-        proc_dir = processor or (
-            self.adapter_path if self.adapter_path and has_processor(self.adapter_path) else self.model_path
-        )
-        self.processor_path = str(proc_dir)
+        self.processor_path = processor_dir(self.model_path, self.adapter_path, processor)
         self.processor = AutoProcessor.from_pretrained(self.processor_path)
         tok = getattr(self.processor, "tokenizer", self.processor)
         tok.padding_side = "left"
@@ -177,6 +173,10 @@ class HFBackend(JudgeBackend):
     def render(self, request: JudgeRequest) -> str:
         return render_generation_prompt(self.processor, request.messages, self.think_prefix)
 
+    def _prepare(self, request: JudgeRequest) -> tuple[str, list[Any]]:
+        images = self.prepare_images(request)
+        return self.render(request), images
+
     def _generate(self, batch: list[tuple[int, JudgeRequest, Any]], sampling: Sampling) -> list[JudgeResult]:
         torch = self._torch
         prompts = [prep[0] for _, _, prep in batch]
@@ -213,17 +213,7 @@ class HFBackend(JudgeBackend):
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
         if self.model is None:
             raise RuntimeError("this hf backend was closed")
-        results: dict[int, JudgeResult] = {}
-        ready: list[tuple[int, JudgeRequest, Any]] = []
-        for i, req in enumerate(requests):
-            try:
-                images = self.prepare_images(req)
-                prompt = self.render(req)
-            except Exception as e:  # a bad request fails alone
-                log.warning("request %s cannot be prepared: %s: %s", req.request_id, type(e).__name__, e)
-                results[i] = error_result(req, f"{type(e).__name__}: {e}")
-                continue
-            ready.append((i, req, (prompt, images)))
+        results, ready = prepare_each(requests, self._prepare, log)
         # similar lengths together: less padding (image tokens count alike for equal-size images)
         ready.sort(key=lambda item: (len(item[2][0]), len(item[2][1])))
         bar = progress_bar(len(ready) if self.progress else 0, f"hf {self.label}", "req", leave=False)

@@ -23,8 +23,9 @@ from perception_judge.evaluation.base import (
     JudgeBackend,
     error_result,
     parse_result,
+    prepare_each,
     progress_bar,
-    request_seed,
+    request_sampling,
 )
 from perception_judge.images import PixelPolicy
 from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
@@ -44,13 +45,7 @@ def _llm_client() -> Any:
 
 def chat_kwargs(sampling: Sampling, request_id: str) -> dict[str, Any]:
     """Keyword arguments of ``ChatClient.chat`` for one request (greedy → temperature 0)."""
-    greedy = not sampling.temperature or sampling.temperature <= 0
-    return {
-        "temperature": 0.0 if greedy else float(sampling.temperature),
-        "top_p": 1.0 if greedy or sampling.top_p is None else float(sampling.top_p),
-        "max_tokens": int(sampling.max_new_tokens),
-        "seed": request_seed(sampling.seed, request_id),
-    }
+    return request_sampling(sampling, request_id)
 
 
 class OpenAIBackend(JudgeBackend):
@@ -78,8 +73,6 @@ class OpenAIBackend(JudgeBackend):
         progress: bool = True,
         client_factory: Callable[[Any], Any] | None = None,
     ) -> None:
-        if isinstance(pixel_policy, dict):
-            pixel_policy = PixelPolicy(**pixel_policy)
         super().__init__(pixel_policy)
         if isinstance(base_urls, str):
             base_urls = [u.strip() for u in base_urls.split(",") if u.strip()]
@@ -159,13 +152,7 @@ class OpenAIBackend(JudgeBackend):
         return {i: res for (i, _, _), res in zip(ready, out)}
 
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
-        results: dict[int, JudgeResult] = {}
-        ready = []
-        for i, req in enumerate(requests):
-            try:
-                ready.append((i, req, self.prepare_images(req)))
-            except Exception as e:  # a bad request fails alone
-                results[i] = error_result(req, f"{type(e).__name__}: {e}")
+        results, ready = prepare_each(requests, self.prepare_images)
         if ready:
             results.update(asyncio.run(self._run(ready, sampling)))
         return [results[i] for i in range(len(requests))]

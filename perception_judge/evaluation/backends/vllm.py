@@ -17,8 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.backends.common import fingerprint, has_processor, resolve_model, run_batches
-from perception_judge.evaluation.base import JudgeBackend, error_result, parse_result, request_seed
+from perception_judge.evaluation.backends.common import fingerprint, processor_dir, resolve_model, run_batches
+from perception_judge.evaluation.base import (
+    JudgeBackend,
+    is_greedy,
+    parse_result,
+    prepare_each,
+    request_sampling,
+)
 from perception_judge.images import PixelPolicy
 from perception_judge.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
 from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
@@ -40,14 +46,10 @@ def prompt_inputs(
 
 def sampling_kwargs(sampling: Sampling, request_id: str, stop: list[str] | None = None) -> dict[str, Any]:
     """``SamplingParams`` keyword arguments: greedy when temperature is 0; ``top_k=None`` → -1 (disabled)."""
-    greedy = not sampling.temperature or sampling.temperature <= 0
     kw: dict[str, Any] = {
         "n": 1,
-        "temperature": 0.0 if greedy else float(sampling.temperature),
-        "top_p": 1.0 if greedy or sampling.top_p is None else float(sampling.top_p),
-        "top_k": -1 if greedy or not sampling.top_k else int(sampling.top_k),
-        "max_tokens": int(sampling.max_new_tokens),
-        "seed": request_seed(sampling.seed, request_id),
+        **request_sampling(sampling, request_id),
+        "top_k": -1 if is_greedy(sampling) or not sampling.top_k else int(sampling.top_k),
     }
     if stop:
         kw["stop"] = list(stop)
@@ -130,8 +132,6 @@ class VLLMBackend(JudgeBackend):
         engine: Any = None,
         engine_extra: dict[str, Any] | None = None,
     ) -> None:
-        if isinstance(pixel_policy, dict):
-            pixel_policy = PixelPolicy(**pixel_policy)
         super().__init__(pixel_policy)
         from transformers import AutoProcessor
 
@@ -139,10 +139,7 @@ class VLLMBackend(JudgeBackend):
         self.think_prefix = think_prefix
         self.batch_size = int(batch_size)
         self.label = label or Path(self.adapter_path or self.model_path).name
-        proc_dir = processor or (
-            self.adapter_path if self.adapter_path and has_processor(self.adapter_path) else self.model_path
-        )
-        self.processor_path = str(proc_dir)
+        self.processor_path = processor_dir(self.model_path, self.adapter_path, processor)
         self.processor = AutoProcessor.from_pretrained(self.processor_path)
         self._fingerprint = fingerprint(self.model_path, self.adapter_path)
         self.owns_engine = engine is None
@@ -239,15 +236,10 @@ class VLLMBackend(JudgeBackend):
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
         if self.engine is None:
             raise RuntimeError("this vllm backend was closed")
-        results: dict[int, JudgeResult] = {}
-        ready = []
-        for i, req in enumerate(requests):
-            try:
-                ready.append(
-                    (i, req, prompt_inputs(req, self.processor, self.prepare_images(req), self.think_prefix))
-                )
-            except Exception as e:  # a bad request fails alone
-                results[i] = error_result(req, f"{type(e).__name__}: {e}")
+        results, ready = prepare_each(
+            requests,
+            lambda req: prompt_inputs(req, self.processor, self.prepare_images(req), self.think_prefix),
+        )
         results.update(run_batches(ready, self.batch_size, lambda b: self._generate(b, sampling)))
         return [results[i] for i in range(len(requests))]
 

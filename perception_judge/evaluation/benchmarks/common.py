@@ -32,7 +32,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, is_backend_error
+from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, is_backend_error
+from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.images import ImageError, PixelPolicy, load_image
 from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
@@ -108,6 +109,16 @@ def opt_path(options: dict[str, Any], key: str, required: bool = True, suite: st
             raise ValueError(f"option {key!r} is required (e.g. --set {name}=/path/to/...)")
         return None
     return Path(str(value)).expanduser()
+
+
+def opt_choices(
+    options: dict[str, Any], key: str, allowed: Sequence[str], default: Sequence[str] | None = None
+) -> list[str]:
+    """A list option (:func:`opt_list`) naming some of ``allowed``; default ``default``, else all of them."""
+    values = opt_list(options, key, allowed if default is None else default)
+    if not values or any(v not in allowed for v in values):
+        raise ValueError(f"option {key!r} must name some of {', '.join(allowed)}, got {values!r}")
+    return values
 
 
 def aggregations(options: dict[str, Any], allowed: Sequence[str] = ("mean", "vote")) -> list[str]:
@@ -456,6 +467,11 @@ class SampleWriter:
             self.path = out / f"{name}.samples.jsonl"
             self._fh = self.path.open("w", encoding="utf-8")
 
+    @property
+    def samples_path(self) -> str | None:
+        """The samples file as a string for :class:`SuiteResult` (None without an ``out_dir``)."""
+        return str(self.path) if self.path else None
+
     def write(self, record: dict[str, Any]) -> None:
         if self._fh is not None:
             self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
@@ -551,6 +567,22 @@ def judge_items(
     return outcomes
 
 
+def judged_items(
+    items: Sequence[Any], outcomes: dict[tuple[int, str, int], Outcome], counts: dict[str, int]
+) -> tuple[list[int], list[Any]]:
+    """The indices (into ``items``) of the items :func:`judge_items` judged, skipped ones left out, and those
+    items; counts them as ``items``."""
+    judged = sorted({i for (i, _, _) in outcomes})
+    kept = [items[i] for i in judged]
+    counts["items"] = len(kept)
+    return judged, kept
+
+
+def parse_failure_rate(counts: dict[str, int]) -> float | None:
+    """Parse failures / judgments (every seed) of the counts :func:`judge_items` keeps."""
+    return M.rate(counts.get("parse_failures", 0), counts.get("judgments", 0))
+
+
 def _check_results(requests: list[JudgeRequest], results: list[JudgeResult], backend: JudgeBackend) -> None:
     if len(results) != len(requests):
         raise RuntimeError(
@@ -640,6 +672,46 @@ def report_hints(metrics: dict[str, float | None], primary: str | None) -> dict[
     return out
 
 
+def judge_protocol(
+    backend: JudgeBackend,
+    config: SuiteConfig,
+    image_size: int | None,
+    published_images: str,
+    *,
+    seeds: Sequence[int] | None = None,
+    published_sampling: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The protocol keys every benchmark suite ends with: ``images`` (:func:`image_protocol`), the sampling and
+    seeds (:func:`sampling_protocol`) and ``backend``."""
+    return {
+        "images": image_protocol(backend, image_size, published_images),
+        **sampling_protocol(config, published_sampling, seeds),
+        "backend": backend.describe(),
+    }
+
+
+def suite_result(
+    suite: str,
+    metrics: dict[str, float | None],
+    protocol: dict[str, Any],
+    counts: dict[str, int],
+    samples_path: str | None,
+    per_seed: dict[str, dict[str, float | None]],
+    primary: str | None,
+) -> SuiteResult:
+    """The suite's :class:`SuiteResult`: ``protocol`` completed with :func:`report_hints` (``primary`` ranks
+    models), the per-seed metrics under ``extra["per_seed"]`` when there are any."""
+    protocol.update(report_hints(metrics, primary))
+    return SuiteResult(
+        suite=suite,
+        metrics=metrics,
+        protocol=protocol,
+        counts=counts,
+        samples_path=samples_path,
+        extra={"per_seed": per_seed} if per_seed else {},
+    )
+
+
 def prefixed(prefix: str, metrics: dict[str, float | None]) -> dict[str, float | None]:
     return {f"{prefix}.{k}": v for k, v in metrics.items()}
 
@@ -685,11 +757,16 @@ __all__ = [
     "Table",
     "aggregations",
     "judge_items",
+    "judge_protocol",
+    "judged_items",
     "load_table",
     "macro",
     "mean_over_runs",
+    "opt_choices",
+    "parse_failure_rate",
     "prepare_image",
     "read_jsonl",
     "seed_sampling",
     "slug",
+    "suite_result",
 ]

@@ -40,8 +40,9 @@ from perception_judge.evaluation.benchmarks.common import (
     aggregations,
     check_known_options,
     first_field,
-    image_protocol,
     judge_items,
+    judge_protocol,
+    judged_items,
     load_table,
     macro,
     mean_over_runs,
@@ -49,19 +50,19 @@ from perception_judge.evaluation.benchmarks.common import (
     opt_int,
     opt_list,
     opt_path,
+    parse_failure_rate,
     prefixed,
     prepare_image,
-    report_hints,
-    sampling_protocol,
     slug,
+    suite_result,
     suite_seeds,
 )
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
     PairItem,
+    order_verdicts,
     pair_requests,
-    response_verdict,
-    vote_over,
+    voted_verdicts,
 )
 
 SUITE = "mjbench"
@@ -249,17 +250,10 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                 desc=f"mjbench {split}",
                 log_fields=lambda it: {"item_id": it.item_id, "split": it.group, "preferred": it.preferred},
             )
-            judged = sorted({i for (i, _, _) in outcomes})
-            kept = [items[i] for i in judged]
-            split_counts["items"] = len(kept)
-            verdicts = [
-                [{o: response_verdict(outcomes.get((i, o, s)), o) for o in ORDERS} for i in judged]
-                for s in seeds
-            ]
+            judged, kept = judged_items(items, outcomes, split_counts)
+            verdicts = [order_verdicts(outcomes, judged, s) for s in seeds]
             parsed = [v for run in verdicts for vs in run for v in vs.values() if v is not None]
-            metrics[f"{split}.parse_failure_rate"] = M.rate(
-                split_counts.get("parse_failures", 0), split_counts.get("judgments", 0)
-            )
+            metrics[f"{split}.parse_failure_rate"] = parse_failure_rate(split_counts)
             metrics[f"{split}.pred_tie_rate"] = M.rate(sum(v == "C" for v in parsed), len(parsed))
             for agg in aggs:
                 if agg == "mean":
@@ -270,14 +264,11 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                         )
                     result = mean_over_runs(runs)
                 else:
-                    voted = [
-                        vote_over([run[j][o] for run in verdicts for o in ORDERS]) for j in range(len(kept))
-                    ]
-                    result = voted_metrics(kept, voted)
+                    result = voted_metrics(kept, voted_verdicts(verdicts, len(kept)))
                 per_split[agg][split] = result
                 metrics.update(prefixed(f"{agg}.{slug(split)}", result))
             counts.update({f"{split}.{k}": v for k, v in sorted(split_counts.items())})
-        samples_path = str(writer.path) if writer.path else None
+        samples_path = writer.samples_path
 
     for agg in aggs:
         for name in ("acc_with_tie", "acc_without_tie"):
@@ -302,16 +293,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         },
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, 336x336 images, k=0 original / k=1 swapped",
         **aggregation_note(aggs, seeds),
-        "images": image_protocol(backend, image_size, "336x336 (Flex-Judge)"),
-        **sampling_protocol(config, seeds=seeds),
-        "backend": backend.describe(),
+        **judge_protocol(backend, config, image_size, "336x336 (Flex-Judge)", seeds=seeds),
     }
-    protocol.update(report_hints(metrics, f"{aggs[0]}.avg.acc_with_tie"))
-    return SuiteResult(
-        suite=SUITE,
-        metrics=metrics,
-        protocol=protocol,
-        counts=counts,
-        samples_path=samples_path,
-        extra={"per_seed": per_seed_metrics} if per_seed_metrics else {},
+    return suite_result(
+        SUITE, metrics, protocol, counts, samples_path, per_seed_metrics, f"{aggs[0]}.avg.acc_with_tie"
     )

@@ -69,21 +69,22 @@ from perception_judge.evaluation.benchmarks.common import (
     aggregations,
     check_known_options,
     first_field,
-    image_protocol,
     judge_items,
+    judge_protocol,
+    judged_items,
     macro,
     mean_over_runs,
     opt,
+    opt_choices,
     opt_int,
-    opt_list,
     opt_path,
+    parse_failure_rate,
     prefixed,
     prepare_image,
     read_jsonl,
-    report_hints,
     require_file,
-    sampling_protocol,
     slug,
+    suite_result,
     suite_seeds,
 )
 from perception_judge.protocol import build_messages
@@ -413,10 +414,7 @@ def _image_roots(options: dict[str, Any], files: dict[str, Path]) -> list[Path]:
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     options = dict(config.options)
     check_known_options(options, OPTIONS, SUITE)
-    settings = opt_list(options, "settings", SETTINGS)
-    bad = [s for s in settings if s not in SETTINGS]
-    if bad or not settings:
-        raise ValueError(f"option 'settings' must name some of {', '.join(SETTINGS)}, got {settings!r}")
+    settings = opt_choices(options, "settings", SETTINGS)
     aggs = aggregations(options, ("mean", "vote", "flex"))
     batch_size = opt_int(options, "chunk_size", 64) or 64
     image_size = opt_int(options, "image_size", None)
@@ -476,13 +474,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                     "gt": it.gt,
                 },
             )
-            judged = sorted({i for (i, _, _) in outcomes})
-            kept = [items[i] for i in judged]
+            judged, kept = judged_items(items, outcomes, set_counts)
             per_seed = [[outcomes.get((i, "main", s)) for i in judged] for s in seeds]
-            set_counts["items"] = len(kept)
-            metrics[f"{setting}.parse_failure_rate"] = M.rate(
-                set_counts.get("parse_failures", 0), set_counts.get("judgments", 0)
-            )
+            metrics[f"{setting}.parse_failure_rate"] = parse_failure_rate(set_counts)
             if setting == "batch":
                 tied = sum(
                     1
@@ -511,7 +505,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                     else:
                         metrics.update(prefixed("flex", flex_metrics(setting, kept, per_seed)))
             counts.update({f"{setting}.{k}": v for k, v in sorted(set_counts.items())})
-        samples_path = str(writer.path) if writer.path else None
+        samples_path = writer.samples_path
 
     protocol = {
         "benchmark": "MLLM-as-a-Judge (Dongping-Chen/MLLM-Judge, Dataset/Benchmark)",
@@ -530,11 +524,14 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "*_compat metrics treat it as the published evaluators do (C / -1)",
         "aggregation": {a: _AGG_DESCRIPTION[a] for a in aggs},
         **aggregation_note(aggs, seeds),
-        "images": image_protocol(backend, image_size, "448x448 square, aspect ignored"),
-        **sampling_protocol(
-            config, seeds=seeds, published={**PERCEPTION_JUDGE_SAMPLING, "seeds": PERCEPTION_JUDGE_SEEDS}
+        **judge_protocol(
+            backend,
+            config,
+            image_size,
+            "448x448 square, aspect ignored",
+            seeds=seeds,
+            published_sampling={**PERCEPTION_JUDGE_SAMPLING, "seeds": PERCEPTION_JUDGE_SEEDS},
         ),
-        "backend": backend.describe(),
     }
     head = aggs[0]
     candidates = [
@@ -542,15 +539,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         for name in ("pair.acc_without_tie", "score.pearson_compat", "batch.norm_levenshtein")
         for scope in ("micro", "macro")
     ]
-    protocol.update(report_hints(metrics, next((c for c in candidates if c in metrics), None)))
-    return SuiteResult(
-        suite=SUITE,
-        metrics=metrics,
-        protocol=protocol,
-        counts=counts,
-        samples_path=samples_path,
-        extra={"per_seed": per_seed_metrics} if per_seed_metrics else {},
-    )
+    primary = next((c for c in candidates if c in metrics), None)
+    return suite_result(SUITE, metrics, protocol, counts, samples_path, per_seed_metrics, primary)
 
 
 _AGG_DESCRIPTION = {

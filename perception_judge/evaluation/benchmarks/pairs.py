@@ -14,7 +14,8 @@ mllm_judge     MLLM-as-a-Judge ``pair.jsonl`` (``data_dir`` or ``pair_file``; ``
 vlrewardbench  VL-RewardBench (``data_dir``, ``split``): ``human_ranking``; names from ``models`` if present
 ppjd           a PPJD training-set folder (``trainset_dir``, ``split`` default ``validation``; columns
                question, responses, kinds, images): every pair of kinds in a row, better kind known
-               (r_c > r_rp > r_rp_r); names are the kinds
+               (r_c > r_rp > r_rp_r); names are the kinds. A sweep of a training run points position and
+               verbosity here (the run's ``train_set``) when no other source is set
 pairs_jsonl    a JSONL of our generic pair records (``pairs_file``): ``id, question, responses[2]``, optional
                ``names[2]``, ``image`` (path under ``images_dir`` or the file's folder), ``preferred`` (0, 1,
                "A", "B", "tie" or null)
@@ -57,6 +58,8 @@ SOURCE_OPTIONS: tuple[str, ...] = (
     "pairs_file",
     "missing_images",
 )
+SOURCE_PATH_OPTIONS: tuple[str, ...] = ("data_dir", "pair_file", "trainset_dir", "pairs_file")
+"""The options that name where the pairs are (one per source; :func:`infer_source` picks the source by them)."""
 
 
 @dataclass
@@ -143,6 +146,24 @@ def response_scores(outcome: Outcome | None, order: str) -> tuple[float, float] 
     return (s1, s0) if order == SWAP else (s0, s1)
 
 
+def order_outcomes(
+    outcomes: dict[tuple[int, str, int], Outcome], judged: Sequence[int], seed: int
+) -> list[dict[str, Outcome | None]]:
+    """Per judged item (``judged``: the item indices :func:`judged_items` returns), its judgment in each order
+    under one seed."""
+    return [{o: outcomes.get((i, o, seed)) for o in ORDERS} for i in judged]
+
+
+def order_verdicts(
+    outcomes: dict[tuple[int, str, int], Outcome], judged: Sequence[int], seed: int
+) -> list[dict[str, str | None]]:
+    """Per judged item, its verdict in each order under one seed, in response terms."""
+    return [
+        {o: response_verdict(v, o) for o, v in per_order.items()}
+        for per_order in order_outcomes(outcomes, judged, seed)
+    ]
+
+
 def order_metrics(
     items: Sequence[PairItem],
     verdicts: Sequence[dict[str, str | None]],
@@ -184,6 +205,11 @@ def order_metrics(
 def vote_over(verdicts: Sequence[str | None]) -> str | None:
     """Majority verdict over seeds × orders (response terms); failures abstain."""
     return M.vote_verdict(verdicts)
+
+
+def voted_verdicts(per_seed: Sequence[Sequence[dict[str, str | None]]], n: int) -> list[str | None]:
+    """The :func:`vote_over` verdict of each of ``n`` items over seeds × orders (``per_seed[s][i][order]``)."""
+    return [vote_over([run[j][o] for run in per_seed for o in ORDERS]) for j in range(n)]
 
 
 def voted_acc(
@@ -379,10 +405,13 @@ __all__ = [
     "ORIG",
     "SOURCES",
     "SOURCE_OPTIONS",
+    "SOURCE_PATH_OPTIONS",
     "SWAP",
     "PairItem",
     "load_pair_source",
     "order_metrics",
+    "order_outcomes",
+    "order_verdicts",
     "pair_requests",
     "requests_both_orders",
     "response_scores",
@@ -390,4 +419,5 @@ __all__ = [
     "slot_verdict",
     "vote_over",
     "voted_acc",
+    "voted_verdicts",
 ]

@@ -30,14 +30,15 @@ from perception_judge.evaluation.benchmarks.common import (
     Outcome,
     SampleWriter,
     check_known_options,
-    image_protocol,
     judge_items,
+    judge_protocol,
+    judged_items,
     mean_over_runs,
     opt_int,
+    parse_failure_rate,
     prefixed,
     prepare_image,
-    report_hints,
-    sampling_protocol,
+    suite_result,
 )
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
@@ -46,6 +47,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     SWAP,
     PairItem,
     load_pair_source,
+    order_outcomes,
     pair_requests,
     response_verdict,
     slot_verdict,
@@ -120,18 +122,16 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             desc="position",
             log_fields=lambda it: {"item_id": it.item_id, "group": it.group, "preferred": it.preferred},
         )
-        samples_path = str(writer.path) if writer.path else None
-    judged = sorted({i for (i, _, _) in outcomes})
-    kept = [items[i] for i in judged]
-    counts["items"] = len(kept)
+        samples_path = writer.samples_path
+    judged, kept = judged_items(items, outcomes, counts)
     runs = []
     per_seed: dict[str, Any] = {}
     for s in seeds:
-        r = position_metrics(kept, [{o: outcomes.get((i, o, s)) for o in ORDERS} for i in judged])
+        r = position_metrics(kept, order_outcomes(outcomes, judged, s))
         per_seed[f"seed{s}"] = r
         runs.append(r)
     metrics: dict[str, float | None] = {
-        "parse_failure_rate": M.rate(counts.get("parse_failures", 0), counts.get("judgments", 0)),
+        "parse_failure_rate": parse_failure_rate(counts),
         **prefixed("mean", mean_over_runs(runs)),
     }
     protocol = {
@@ -141,9 +141,6 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "orders": "each pair judged as (r0, r1) and (r1, r0); verdicts compared after un-swapping",
         "ideal": "consistency_rate 1.0, first_position_win_rate 0.5, position_score_bias 0",
         "aggregation": {"mean": "metrics per seed, then the mean over seeds"},
-        "images": image_protocol(backend, image_size, "n/a (our protocol)"),
-        **sampling_protocol(config),
-        "backend": backend.describe(),
+        **judge_protocol(backend, config, image_size, "n/a (our protocol)"),
     }
-    protocol.update(report_hints(metrics, "mean.consistency_rate"))
-    return SuiteResult(SUITE, metrics, protocol, counts, samples_path, {"per_seed": per_seed})
+    return suite_result(SUITE, metrics, protocol, counts, samples_path, per_seed, "mean.consistency_rate")

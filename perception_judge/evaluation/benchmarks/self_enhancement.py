@@ -38,18 +38,20 @@ from perception_judge.evaluation.benchmarks.common import (
     Outcome,
     SampleWriter,
     check_known_options,
-    image_protocol,
     judge_items,
+    judge_protocol,
+    judged_items,
     mean_over_runs,
     opt,
+    opt_choices,
     opt_int,
     opt_list,
     opt_path,
+    parse_failure_rate,
     prefixed,
     prepare_image,
-    report_hints,
     require_file,
-    sampling_protocol,
+    suite_result,
 )
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
@@ -57,6 +59,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     PairItem,
     infer_source,
     load_pair_source,
+    order_outcomes,
     pair_requests,
     response_scores,
     response_verdict,
@@ -156,9 +159,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     own = own_names(options)
     source_name = infer_source(options)
     default_settings = SETTINGS if source_name == "mllm_judge" else ("pair",)
-    settings = opt_list(options, "settings", default_settings)
-    if not settings or any(s not in SETTINGS for s in settings):
-        raise ValueError(f"option 'settings' must name some of {', '.join(SETTINGS)}, got {settings!r}")
+    settings = opt_choices(options, "settings", SETTINGS, default_settings)
     batch_size = opt_int(options, "chunk_size", 64) or 64
     image_size = opt_int(options, "image_size", None)
     seeds = [int(s) for s in config.seeds] or [0]
@@ -218,15 +219,11 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                 },
                 desc="self_enhancement pair",
             )
-            judged = sorted({i for (i, _, _) in outcomes})
-            items_j = [pairs[i] for i in judged]
+            judged, items_j = judged_items(pairs, outcomes, c)
             own_j = [own_index[i] for i in judged]
-            c["items"] = len(items_j)
             runs = []
             for s in seeds:
-                r = pair_metrics(
-                    items_j, own_j, [{o: outcomes.get((i, o, s)) for o in ORDERS} for i in judged]
-                )
+                r = pair_metrics(items_j, own_j, order_outcomes(outcomes, judged, s))
                 per_seed.setdefault(f"seed{s}", {}).update(r)
                 runs.append(r)
             labelled = [(it.preferred, w) for it, w in zip(items_j, own_j) if it.preferred in ("A", "B")]
@@ -238,7 +235,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                 judge_rate - human_rate if judge_rate is not None and human_rate is not None else None
             )
             metrics.update(prefixed("mean", mean_runs))
-            metrics["pair.parse_failure_rate"] = M.rate(c.get("parse_failures", 0), c.get("judgments", 0))
+            metrics["pair.parse_failure_rate"] = parse_failure_rate(c)
             counts.update({f"pair.{k}": v for k, v in sorted(c.items())})
 
         if "score" in settings:
@@ -274,10 +271,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                 },
                 desc="self_enhancement score",
             )
-            judged = sorted({i for (i, _, _) in outcomes})
-            items_s = [score_items[i] for i in judged]
+            judged, items_s = judged_items(score_items, outcomes, c)
             is_own = [normalize_name(it.names[0]) in own for it in items_s]
-            c["items"] = len(items_s)
             c["own_items"] = sum(is_own)
             runs = []
             for s in seeds:
@@ -290,9 +285,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             metrics["score.human_gap"] = (
                 h_own - h_other if h_own is not None and h_other is not None else None
             )
-            metrics["score.parse_failure_rate"] = M.rate(c.get("parse_failures", 0), c.get("judgments", 0))
+            metrics["score.parse_failure_rate"] = parse_failure_rate(c)
             counts.update({f"score.{k}": v for k, v in sorted(c.items())})
-        samples_path = str(writer.path) if writer.path else None
+        samples_path = writer.samples_path
 
     for name in ("pair.self_preference", "score.gap_vs_human"):  # bias magnitudes, for ranking judges
         value = metrics.get(f"mean.{name}")
@@ -311,10 +306,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         },
         "ideal": "self_preference 0, acc_gap 0, score.gap_vs_human 0",
         "aggregation": {"mean": "metrics per seed, then the mean over seeds"},
-        "images": image_protocol(backend, image_size, "n/a (our protocol)"),
-        **sampling_protocol(config),
-        "backend": backend.describe(),
+        **judge_protocol(backend, config, image_size, "n/a (our protocol)"),
     }
     primary = "mean.pair.self_preference_abs" if "pair" in settings else "mean.score.gap_vs_human_abs"
-    protocol.update(report_hints(metrics, primary))
-    return SuiteResult(SUITE, metrics, protocol, counts, samples_path, {"per_seed": per_seed})
+    return suite_result(SUITE, metrics, protocol, counts, samples_path, per_seed, primary)

@@ -24,7 +24,6 @@ Metrics per seed, then the mean over seeds (prefix ``mean.``); ``parse_failure_r
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import re
@@ -36,16 +35,17 @@ from perception_judge.evaluation.benchmarks.common import (
     Outcome,
     SampleWriter,
     check_known_options,
-    image_protocol,
     judge_items,
+    judge_protocol,
+    judged_items,
     mean_over_runs,
     opt,
+    opt_choices,
     opt_int,
-    opt_list,
+    parse_failure_rate,
     prefixed,
     prepare_image,
-    report_hints,
-    sampling_protocol,
+    suite_result,
 )
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
@@ -56,7 +56,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     response_scores,
     response_verdict,
 )
-from perception_judge.schema import JudgeRequest
+from perception_judge.schema import JudgeRequest, sha256_hex
 
 SUITE = "verbosity"
 MODES: tuple[str, ...] = ("self", "flip")
@@ -85,8 +85,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def _rng(seed: int, key: str) -> random.Random:
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
-    return random.Random(int(digest[:16], 16))
+    return random.Random(int(sha256_hex(f"{seed}:{key}")[:16], 16))
 
 
 def pad_response(
@@ -206,9 +205,7 @@ def flip_metrics(
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     options = dict(config.options)
     check_known_options(options, OPTIONS, SUITE)
-    modes = opt_list(options, "modes", MODES)
-    if not modes or any(m not in MODES for m in modes):
-        raise ValueError(f"option 'modes' must name some of {', '.join(MODES)}, got {modes!r}")
+    modes = opt_choices(options, "modes", MODES)
     batch_size = opt_int(options, "chunk_size", 32) or 32
     image_size = opt_int(options, "image_size", None)
     seeds = [int(s) for s in config.seeds] or [0]
@@ -252,10 +249,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             desc="verbosity",
             log_fields=lambda it: {"item_id": it.item_id, "preferred": it.preferred},
         )
-        samples_path = str(writer.path) if writer.path else None
-    judged = sorted({i for (i, _, _) in outcomes})
-    kept = [items[i] for i in judged]
-    counts["items"] = len(kept)
+        samples_path = writer.samples_path
+    judged, kept = judged_items(items, outcomes, counts)
     counts["flip_pairs"] = sum(worse_index(it) is not None for it in kept) if "flip" in modes else 0
     position = {i: j for j, i in enumerate(judged)}
     runs, per_seed = [], {}
@@ -269,7 +264,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         per_seed[f"seed{s}"] = r
         runs.append(r)
     metrics: dict[str, float | None] = {
-        "parse_failure_rate": M.rate(counts.get("parse_failures", 0), counts.get("judgments", 0)),
+        "parse_failure_rate": parse_failure_rate(counts),
         "mean_length_ratio": M.mean(ratios),
         **prefixed("mean", mean_over_runs(runs)),
     }
@@ -285,10 +280,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "prompt": "perception_judge.protocol.build_messages('pair'), two 1-10 scores, both orders",
         "ideal": "self: padded_preferred_rate 0 and mean_score_shift 0; flip: flip_rate_to_padded 0",
         "aggregation": {"mean": "metrics per seed, then the mean over seeds"},
-        "images": image_protocol(backend, image_size, "n/a (our protocol)"),
-        **sampling_protocol(config),
-        "backend": backend.describe(),
+        **judge_protocol(backend, config, image_size, "n/a (our protocol)"),
     }
     primary = "mean.flip.flip_rate_to_padded" if "flip" in modes else "mean.self.padded_preferred_rate"
-    protocol.update(report_hints(metrics, primary))
-    return SuiteResult(SUITE, metrics, protocol, counts, samples_path, {"per_seed": per_seed})
+    return suite_result(SUITE, metrics, protocol, counts, samples_path, per_seed, primary)

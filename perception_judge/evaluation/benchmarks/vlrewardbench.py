@@ -45,29 +45,29 @@ from perception_judge.evaluation.benchmarks.common import (
     aggregations,
     check_known_options,
     first_field,
-    image_protocol,
     judge_items,
+    judge_protocol,
+    judged_items,
     load_table,
     mean_over_runs,
     opt,
     opt_int,
     opt_path,
+    parse_failure_rate,
     prefixed,
     prepare_image,
-    report_hints,
-    sampling_protocol,
+    suite_result,
     suite_seeds,
 )
 from perception_judge.evaluation.benchmarks.pairs import (
-    ORDERS,
     ORIG,
     SWAP,
     PairItem,
     order_metrics,
+    order_verdicts,
     pair_requests,
-    response_verdict,
-    vote_over,
     voted_acc,
+    voted_verdicts,
 )
 
 SUITE = "vlrewardbench"
@@ -203,17 +203,11 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             desc="vlrewardbench",
             log_fields=lambda it: {"item_id": it.item_id, "category": it.group, "preferred": it.preferred},
         )
-        samples_path = str(writer.path) if writer.path else None
+        samples_path = writer.samples_path
 
-    judged = sorted({i for (i, _, _) in outcomes})
-    kept = [items[i] for i in judged]
-    counts["items"] = len(kept)
-    per_seed = [
-        [{o: response_verdict(outcomes.get((i, o, s)), o) for o in ORDERS} for i in judged] for s in seeds
-    ]
-    metrics: dict[str, float | None] = {
-        "parse_failure_rate": M.rate(counts.get("parse_failures", 0), counts.get("judgments", 0))
-    }
+    judged, kept = judged_items(items, outcomes, counts)
+    per_seed = [order_verdicts(outcomes, judged, s) for s in seeds]
+    metrics: dict[str, float | None] = {"parse_failure_rate": parse_failure_rate(counts)}
     per_seed_metrics = {}
     for agg in aggs:
         if agg == "mean":
@@ -225,8 +219,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                 runs.append(r)
             metrics.update(prefixed("mean", mean_over_runs(runs) if runs else _empty()))
         else:
-            voted = [vote_over([run[j][o] for run in per_seed for o in ORDERS]) for j in range(len(kept))]
-            metrics.update(prefixed("vote", voted_acc(kept, voted)))
+            metrics.update(prefixed("vote", voted_acc(kept, voted_verdicts(per_seed, len(kept)))))
 
     protocol = {
         "benchmark": "VL-RewardBench (MMInstruction/VL-RewardBench)",
@@ -247,19 +240,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, response order swapped at random (p=0.5), "
         "image not resized",
         **aggregation_note(aggs, seeds),
-        "images": image_protocol(backend, image_size, "not resized"),
-        **sampling_protocol(config, seeds=seeds),
-        "backend": backend.describe(),
+        **judge_protocol(backend, config, image_size, "not resized", seeds=seeds),
     }
-    protocol.update(report_hints(metrics, f"{aggs[0]}.acc"))
-    return SuiteResult(
-        suite=SUITE,
-        metrics=metrics,
-        protocol=protocol,
-        counts=counts,
-        samples_path=samples_path,
-        extra={"per_seed": per_seed_metrics} if per_seed_metrics else {},
-    )
+    return suite_result(SUITE, metrics, protocol, counts, samples_path, per_seed_metrics, f"{aggs[0]}.acc")
 
 
 def _empty() -> dict[str, float | None]:

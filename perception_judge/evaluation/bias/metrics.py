@@ -120,6 +120,18 @@ class ScoredPair:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+COUNT_KEYS: tuple[str, ...] = (
+    "n_pairs",
+    "samples",
+    "n_used",
+    "n_unparsed",
+    "n_skipped_low",
+    "n_abstained",
+    "n_out_of_range",
+)
+"""The counts of a :class:`BiasValue`, summed by :meth:`BiasReport.counts` and the suite's per-bias counts."""
+
+
 @dataclass
 class BiasValue:
     """The value of one bias type with its counts.
@@ -243,16 +255,7 @@ class BiasReport:
         return {t: bv.value for t, bv in self.per_bias.items()}
 
     def counts(self) -> dict[str, int]:
-        keys = (
-            "n_pairs",
-            "samples",
-            "n_used",
-            "n_unparsed",
-            "n_skipped_low",
-            "n_abstained",
-            "n_out_of_range",
-        )
-        return {k: sum(getattr(bv, k) for bv in self.per_bias.values()) for k in keys}
+        return {k: sum(getattr(bv, k) for bv in self.per_bias.values()) for k in COUNT_KEYS}
 
     def inter_sample_var(self) -> float | None:
         """Population variance of all per-sample BD_i / BC_i values of this run (pooled over the biases)."""
@@ -341,6 +344,7 @@ def combine_runs(reports: Sequence[BiasReport]) -> dict[str, Any]:
 
 __all__ = [
     "ABSTENTION_MODES",
+    "COUNT_KEYS",
     "BiasReport",
     "BiasValue",
     "ScoredPair",

@@ -35,7 +35,7 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
 
 from perception_judge.evaluation.bias.items import BaseItem
 from perception_judge.evaluation.bias.taxonomy import BY_TYPE, select
-from perception_judge.images import to_rgb
+from perception_judge.images import image_bytes, to_rgb
 
 NULL_IMAGE_SIZE = 224
 KEYWORDS_HEADER = "[KEYWORDS FROM QUESTION]"
@@ -63,9 +63,7 @@ def null_image(size: int = NULL_IMAGE_SIZE) -> Image.Image:
 
 def null_image_jpeg(size: int = NULL_IMAGE_SIZE) -> bytes:
     """The null image JPEG-encoded as upstream ships it (decodes to all zeros)."""
-    buf = io.BytesIO()
-    null_image(size).save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
+    return image_bytes(null_image(size), "JPEG", quality=95)
 
 
 def empty_query() -> str:

@@ -51,7 +51,8 @@ from perception_judge.evaluation.base import (
     SuiteConfig,
     SuiteResult,
     is_backend_error,
-    progress_bar,
+    judge_chunks,
+    write_samples,
 )
 from perception_judge.evaluation.bias import metrics as M
 from perception_judge.evaluation.bias.items import BaseItem, builtin_base_items, synth_base_items
@@ -63,6 +64,7 @@ from perception_judge.evaluation.bias.prompts import (
     score_messages,
 )
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, select
+from perception_judge.evaluation.sweep import atomic_write_json
 from perception_judge.schema import JudgeRequest, JudgeResult, content_key
 
 log = logging.getLogger(__name__)
@@ -198,13 +200,6 @@ def sample_file(out_dir: Path, seed: int, pair_id: Any) -> Path:
     return out_dir / "judgements" / f"seed_{seed}" / name
 
 
-def _atomic_write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _stored_texts(path: Path, model_key: str, resume_key: str) -> dict[str, str]:
     """Completed sides of an earlier run with the same prompt, decoding and judge (text non-empty)."""
     try:
@@ -308,14 +303,9 @@ def judge_seed(
                 todo.append((pair, side, req))
     by_id = {p.pair_id: p for p in pairs}
     chunk = max(1, int(opts["chunk_size"]))
-    bar = progress_bar(len(todo), f"bias seed {seed}", "call", leave=False)
-    for start in range(0, len(todo), chunk):
+    requests = [r for _, _, r in todo]
+    for start, out in judge_chunks(backend, requests, sampling, chunk, f"bias seed {seed}", "call"):
         part = todo[start : start + chunk]
-        out = backend.judge([r for _, _, r in part], sampling)
-        if len(out) != len(part):
-            raise RuntimeError(
-                f"backend {backend.name!r} returned {len(out)} results for {len(part)} requests"
-            )
         touched = set()
         for (pair, side, _), res in zip(part, out):
             results[(pair.pair_id, side)] = res
@@ -325,9 +315,7 @@ def judge_seed(
         for pid in touched:
             pair = by_id[pid]
             rec = _record(pair, seed, model_key, {s: results.get((pid, s)) for s in SIDES}, provenance)
-            _atomic_write_json(sample_file(out_dir, seed, pid), rec)
-        bar.update(len(part))
-    bar.close()
+            atomic_write_json(sample_file(out_dir, seed, pid), rec, fsync=False)
     scored, lines = [], []
     for pair in pairs:
         res = {s: results[(pair.pair_id, s)] for s in SIDES}
@@ -357,7 +345,7 @@ def judge_seed(
     # rewrite every sample of this seed once (covers resumed ones, so the folder is complete and consistent)
     for pair in pairs:
         rec = _record(pair, seed, model_key, {s: results[(pair.pair_id, s)] for s in SIDES}, provenance)
-        _atomic_write_json(sample_file(out_dir, seed, pair.pair_id), rec)
+        atomic_write_json(sample_file(out_dir, seed, pair.pair_id), rec, fsync=False)
     return scored, lines, stats
 
 
@@ -436,11 +424,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         counts["n_missing_image"] = source_info["load_report"]["n_missing_image"]
 
     samples_path = out_dir / "samples.jsonl"
-    with samples_path.open("w", encoding="utf-8") as f:
-        for line in all_lines:
-            f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    write_samples(samples_path, all_lines)
     report_blob = {"model_key": model_key, "per_seed": per_seed, "combined": combined}
-    _atomic_write_json(out_dir / "bias_report.json", report_blob)
+    atomic_write_json(out_dir / "bias_report.json", report_blob, fsync=False)
 
     protocol = {
         "suite": "bias",
@@ -471,19 +457,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     extra = {
         "per_seed": per_seed,
         "per_bias_counts": {
-            t: {
-                k: sum(getattr(r.per_bias[t], k) for r in reports)
-                for k in (
-                    "n_pairs",
-                    "samples",
-                    "n_used",
-                    "n_unparsed",
-                    "n_skipped_low",
-                    "n_abstained",
-                    "n_out_of_range",
-                )
-            }
-            for t in types
+            t: {k: sum(getattr(r.per_bias[t], k) for r in reports) for k in M.COUNT_KEYS} for t in types
         },
         "by_difficulty": M.breakdown(all_scored, "difficulty", opts["abstention"], types),
         "by_domain": M.breakdown(all_scored, "domain_type", opts["abstention"], types),
