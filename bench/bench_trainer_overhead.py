@@ -30,12 +30,16 @@ RECIPE = ROOT / "recipes" / "tiny.yaml"
 TARGET = 1.05
 
 
-def result(name: str, value: float, target: float | None, unit: str) -> None:
-    print(
-        "BENCH_RESULT "
-        + json.dumps({"name": name, "value": round(value, 4), "target": target, "unit": unit}),
-        flush=True,
-    )
+def result(name: str, value: float, target: float | None, unit: str, higher_is_better: bool = False) -> None:
+    """Print one metric for ``bench/run_all.py``; every metric here is a time or a time ratio (lower is better)."""
+    row = {
+        "name": name,
+        "value": round(value, 4),
+        "target": target,
+        "unit": unit,
+        "higher_is_better": higher_is_better,
+    }
+    print("BENCH_RESULT " + json.dumps(row), flush=True)
 
 
 def plain_trl(data: str, model: str, out: str, steps: int) -> None:
