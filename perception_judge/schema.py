@@ -118,6 +118,17 @@ def order_from_kinds(kinds: list[str] | tuple[str, ...]) -> str:
     return "".join(SLOTS[i] for i in slots)
 
 
+def ground_truth_for(protocol: str, kinds: list[str] | tuple[str, ...]) -> str:
+    """The ground truth of a training row whose slots hold responses of ``kinds``: the order string for batch
+    and pair rows (``["r_rp", "r_c"]`` -> ``"BA"``), the verdict for a single row (r_c is ``correct``)."""
+    validate_protocol(protocol)
+    if protocol == "single":
+        if len(kinds) != 1:
+            raise ValueError(f"a single-protocol row holds one response, got kinds {list(kinds)}")
+        return VERDICT_CORRECT if kinds[0] == "r_c" else VERDICT_INCORRECT
+    return order_from_kinds(kinds)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # PPJD builder types
 # --------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from perception_judge.schema import TRAIN_COLUMNS
+from perception_judge.schema import TRAIN_COLUMNS, ground_truth_for
 
 SPLITS = ("train", "validation")
 
@@ -40,6 +40,33 @@ def features() -> Any:
             "image_group": Value("string"),
         }
     )
+
+
+def training_row(
+    protocol: str,
+    question: str,
+    texts: dict[str, str],
+    kinds: list[str],
+    images: list[Any],
+    record_key: str,
+    image_group: str,
+) -> dict[str, Any]:
+    """One training row: the responses of ``kinds`` (from ``texts``, by kind) in slot order, the judge prompt
+    with one image placeholder per image, and the ground truth derived from the kinds."""
+    from perception_judge.protocol import build_messages
+
+    responses = [texts[k] for k in kinds]
+    return {
+        "prompt": build_messages(protocol, question, responses, n_images=len(images)),
+        "images": images,
+        "protocol": protocol,
+        "ground_truth": ground_truth_for(protocol, kinds),
+        "question": question,
+        "responses": responses,
+        "kinds": list(kinds),
+        "record_key": record_key,
+        "image_group": image_group,
+    }
 
 
 def rows_to_dataset(rows: Iterable[dict[str, Any]]) -> Any:

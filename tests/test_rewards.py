@@ -15,7 +15,7 @@ from perception_judge.rewards import (
     ranking_reward,
     verdict_reward,
 )
-from perception_judge.schema import SLOTS, order_from_kinds
+from perception_judge.schema import SLOTS, ground_truth_for, order_from_kinds
 
 
 def _kendall_fraction(scores, order, half_ties):
@@ -85,6 +85,16 @@ def test_pair_and_verdict():
 def test_order_from_kinds():
     assert order_from_kinds(["r_rp_r", "r_c", "r_rp"]) == "BCA"
     assert order_from_kinds(["r_c", "r_rp"]) == "AB"
+
+
+def test_ground_truth_for_each_protocol():
+    assert ground_truth_for("batch", ["r_rp_r", "r_c", "r_rp"]) == "BCA"
+    assert ground_truth_for("pair", ["r_rp", "r_c"]) == "BA"
+    assert ground_truth_for("pair", ["r_rp", "r_rp_r"]) == "AB"
+    assert ground_truth_for("single", ["r_c"]) == "correct"
+    assert ground_truth_for("single", ["r_rp_r"]) == "incorrect"
+    with pytest.raises(ValueError):
+        ground_truth_for("single", ["r_c", "r_rp"])
 
 
 # ---- trl callables --------------------------------------------------------------------------------------------

@@ -21,8 +21,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from perception_judge.images import PixelPolicy
-from perception_judge.protocol import build_messages
-from perception_judge.schema import RESPONSE_KINDS, order_from_kinds
+from perception_judge.schema import RESPONSE_KINDS
 
 _COLOURS = [
     ("red", (220, 40, 40)),
@@ -62,55 +61,29 @@ def make_validation_set(
     folder: str | Path, n: int = 4, seed: int = 0, splits: tuple[str, ...] = ("validation",)
 ) -> Path:
     """Write an exported-training-set folder with batch, pair and single rows for ``n`` records."""
-    from perception_judge.trainset import rows_to_dataset
+    from perception_judge.trainset import rows_to_dataset, training_row
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(f"fixture-rows:{seed}")
     rows = []
     for rec in validation_records(n, seed):
-        resp = rec["responses"]
         kinds = list(RESPONSE_KINDS)
         rng.shuffle(kinds)
-        common = {
-            "question": rec["question"],
-            "record_key": rec["key"],
-            "image_group": rec["key"],
-            "images": [rec["image"]],
-        }
-        texts = [resp[k] for k in kinds]
-        rows.append(
-            {
-                **common,
-                "prompt": build_messages("batch", rec["question"], texts, 1),
-                "protocol": "batch",
-                "ground_truth": order_from_kinds(kinds),
-                "responses": texts,
-                "kinds": kinds,
-            }
-        )
-        pk = ["r_c", "r_rp"] if rng.random() < 0.5 else ["r_rp", "r_c"]
-        rows.append(
-            {
-                **common,
-                "prompt": build_messages("pair", rec["question"], [resp[k] for k in pk], 1),
-                "protocol": "pair",
-                "ground_truth": "AB" if pk[0] == "r_c" else "BA",
-                "responses": [resp[k] for k in pk],
-                "kinds": pk,
-            }
-        )
-        sk = rng.choice(RESPONSE_KINDS)
-        rows.append(
-            {
-                **common,
-                "prompt": build_messages("single", rec["question"], [resp[sk]], 1),
-                "protocol": "single",
-                "ground_truth": "correct" if sk == "r_c" else "incorrect",
-                "responses": [resp[sk]],
-                "kinds": [sk],
-            }
-        )
+        pair = ["r_c", "r_rp"] if rng.random() < 0.5 else ["r_rp", "r_c"]
+        single = [rng.choice(RESPONSE_KINDS)]
+        for protocol, row_kinds in (("batch", kinds), ("pair", pair), ("single", single)):
+            rows.append(
+                training_row(
+                    protocol,
+                    rec["question"],
+                    rec["responses"],
+                    row_kinds,
+                    [rec["image"]],
+                    rec["key"],
+                    rec["key"],
+                )
+            )
     ds = rows_to_dataset(rows)
     for split in splits:
         ds.to_parquet(str(folder / f"{split}.parquet"))

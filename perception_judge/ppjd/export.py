@@ -37,17 +37,13 @@ from typing import Any
 
 from perception_judge.images import ImageError, resolve_under
 from perception_judge.ppjd.store import iter_records, read_manifest, shard_paths
-from perception_judge.protocol import build_messages
 from perception_judge.schema import (
     PROTOCOLS,
     RESPONSE_KINDS,
-    VERDICT_CORRECT,
-    VERDICT_INCORRECT,
     PPJDRecord,
-    order_from_kinds,
     sha256_hex,
 )
-from perception_judge.trainset import rows_to_dataset, split_path
+from perception_judge.trainset import rows_to_dataset, split_path, training_row
 
 DEFAULT_MIX = {"batch": 1.0, "pair": 0.0, "single": 0.0}
 _PAIRS = (("r_c", "r_rp"), ("r_c", "r_rp_r"), ("r_rp", "r_rp_r"))
@@ -134,24 +130,12 @@ def record_rows(
     """Training rows of one record (see the module docstring)."""
     rng = random.Random(f"perception-judge/export/{seed}/{record.key}")
     texts = record.responses()
-    n_images = 1 if image_cell is not None else 0
     images = [image_cell] if image_cell is not None else []
     group = image_group(record)
     rows: list[dict[str, Any]] = []
 
-    def row(protocol: str, kinds: list[str], gt: str) -> dict[str, Any]:
-        responses = [texts[k] for k in kinds]
-        return {
-            "prompt": build_messages(protocol, record.question, responses, n_images=n_images),
-            "images": images,
-            "protocol": protocol,
-            "ground_truth": gt,
-            "question": record.question,
-            "responses": responses,
-            "kinds": list(kinds),
-            "record_key": record.key,
-            "image_group": group,
-        }
+    def row(protocol: str, kinds: list[str]) -> dict[str, Any]:
+        return training_row(protocol, record.question, texts, kinds, images, record.key, group)
 
     n_batch = _count(rng, mix.get("batch", 0.0))
     perms: list[list[str]] = []
@@ -162,7 +146,7 @@ def record_rows(
             if kinds not in perms:
                 break
         perms.append(list(kinds))
-        rows.append(row("batch", kinds, order_from_kinds(kinds)))
+        rows.append(row("batch", kinds))
 
     n_pair = _count(rng, mix.get("pair", 0.0))
     pairs = list(_PAIRS)
@@ -170,9 +154,9 @@ def record_rows(
     for i in range(n_pair):
         better, worse = pairs[i % len(pairs)]
         if rng.random() < 0.5:
-            rows.append(row("pair", [better, worse], "AB"))
+            rows.append(row("pair", [better, worse]))
         else:
-            rows.append(row("pair", [worse, better], "BA"))
+            rows.append(row("pair", [worse, better]))
 
     n_single = _count(rng, mix.get("single", 0.0))
     order = (
@@ -183,7 +167,7 @@ def record_rows(
     order += [k for k in RESPONSE_KINDS if k not in order]
     for i in range(n_single):
         kind = order[i % len(order)]
-        rows.append(row("single", [kind], VERDICT_CORRECT if kind == "r_c" else VERDICT_INCORRECT))
+        rows.append(row("single", [kind]))
     return rows
 
 

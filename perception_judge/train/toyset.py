@@ -16,17 +16,13 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from perception_judge.protocol import build_messages
 from perception_judge.schema import (
     RESPONSE_KINDS,
     SLOTS,
-    VERDICT_CORRECT,
-    VERDICT_INCORRECT,
     content_key,
-    order_from_kinds,
     sha256_hex,
 )
-from perception_judge.trainset import rows_to_dataset, split_path
+from perception_judge.trainset import rows_to_dataset, split_path, training_row
 
 _COLORS = {"red": (220, 40, 40), "blue": (40, 80, 220), "green": (40, 170, 60), "yellow": (230, 200, 30)}
 
@@ -75,30 +71,24 @@ def toy_rows(
         if protocol == "batch":
             kinds = list(RESPONSE_KINDS)
             rng.shuffle(kinds)
-            truth = order_from_kinds(kinds)
         elif protocol == "pair":
             kinds = ["r_c", rng.choice(["r_rp", "r_rp_r"])]
             rng.shuffle(kinds)
-            truth = "AB" if kinds[0] == "r_c" else "BA"
         else:
             kinds = [rng.choice(RESPONSE_KINDS)]
-            truth = VERDICT_CORRECT if kinds[0] == "r_c" else VERDICT_INCORRECT
-        responses = [texts[k] for k in kinds]
         text_only = bool(text_only_every) and (i + 1) % text_only_every == 0
         if text_only:
             question = question.replace("in the image", f"in a picture that shows {counts[colour]} of them")
         rows.append(
-            {
-                "prompt": build_messages(protocol, question, responses, n_images=0 if text_only else 1),
-                "images": [] if text_only else [image],
-                "protocol": protocol,
-                "ground_truth": truth,
-                "question": question,
-                "responses": responses,
-                "kinds": kinds,
-                "record_key": content_key("toy", seed, i, protocol),
-                "image_group": sha256_hex(image.tobytes()),
-            }
+            training_row(
+                protocol,
+                question,
+                texts,
+                kinds,
+                [] if text_only else [image],
+                content_key("toy", seed, i, protocol),
+                sha256_hex(image.tobytes()),
+            )
         )
     assert all(len(r["ground_truth"]) <= len(SLOTS) for r in rows)
     return rows
