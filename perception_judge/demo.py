@@ -1,8 +1,10 @@
 """``make demo`` / ``perception-judge demo``: the whole loop at toy scale, offline, under ``runs/demo/``.
 
-    synthetic source -> PPJD (programmatic teacher) -> training-set export -> tiny Qwen-VL judge (format warm
-    start) -> GRPO (``accelerate launch train_grpo.py recipes/tiny.yaml``) -> evaluation sweep (bias and
-    perception suites) over the base model and every checkpoint -> report with tables and plots
+    tiny synthetic world (colour and count images) -> PPJD (programmatic teacher) -> training-set export (tiny
+    prompt style) -> tiny Qwen-VL judge (format warm start: it writes verdicts but does not look) -> GRPO
+    (``accelerate launch train_grpo.py recipes/tiny_demo.yaml``) -> evaluation sweep (perception suite with real and
+    with mismatched images, bias suite) over the base model and every checkpoint -> report, learning curve and
+    ``summary.json`` (does the judge learn to look?)
 
 Every stage is the command a user would type (printed before it runs), so the demo doubles as a worked example.
 Re-running resumes: finished stages are skipped and the resumable ones (PPJD build, training, sweep) pick up
@@ -28,10 +30,11 @@ from perception_judge.cli import Command
 from perception_judge.schema import sha256_hex
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = "recipes/tiny.yaml"
+RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
 ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
-DEMO_FORMAT = 1
+DEMO_FORMAT = 2
+FAMILIES = "colour,count"
 
 
 class DemoError(RuntimeError):
@@ -49,6 +52,11 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "n_items": args.n_items,
         "seed": args.seed,
         "mix": args.mix,
+        "train_steps": getattr(args, "train_steps", None),
+        "warm_start_steps": getattr(args, "warm_start_steps", None),
+        "learnability_steps": getattr(args, "learnability_steps", 0),
+        "blind_steps": getattr(args, "blind_steps", 0),
+        "reset_connector": getattr(args, "reset_connector", False),
         "recipe_sha": _sha(ROOT / RECIPE),
         "eval_config_sha": _sha(ROOT / EVAL_CONFIG),
     }
@@ -80,7 +88,9 @@ def check_or_claim(out: Path, wanted: dict[str, Any], fresh: bool) -> str:
     return "fresh"
 
 
-def run_stage(title: str, cmd: list[str], log: Path, env: dict[str, str]) -> float:
+def run_stage(
+    title: str, cmd: list[str], log: Path, env: dict[str, str], ok_codes: tuple[int, ...] = (0,)
+) -> float:
     """Run one stage as a subprocess, echoing the command; output goes to the terminal and to ``log``."""
     shown = " ".join(shlex.quote(c) for c in cmd).replace(
         sys.executable + " -m perception_judge.cli", "perception-judge"
@@ -101,7 +111,7 @@ def run_stage(title: str, cmd: list[str], log: Path, env: dict[str, str]) -> flo
                 print("    " + line.rstrip(), flush=True)
         code = proc.wait()
     secs = time.perf_counter() - t0
-    if code != 0:
+    if code not in ok_codes:
         raise DemoError(f"stage '{title}' failed (exit {code}); the full output is in {log}")
     print(f"    done in {secs:.0f} s", flush=True)
     return secs
@@ -171,8 +181,22 @@ def main_demo(args: argparse.Namespace) -> int:
     try:
         if not (out / "synth" / "synth_info.json").is_file():
             run_stage(
-                "1/5 synthetic perceptual source (procedural images with known attributes)",
-                [*cli, "synth", "--n", str(args.n_items), "--seed", str(args.seed), "--out", f"{rel}/synth"],
+                "1/5 synthetic perceptual source (the tiny world: colour and count images with known attributes)",
+                [
+                    *cli,
+                    "synth",
+                    "--n",
+                    str(args.n_items),
+                    "--seed",
+                    str(args.seed),
+                    "--out",
+                    f"{rel}/synth",
+                    "--families",
+                    FAMILIES,
+                    "--text-only-fraction",
+                    "0",
+                    "--no-progress",
+                ],
                 log,
                 env,
             )
@@ -207,6 +231,8 @@ def main_demo(args: argparse.Namespace) -> int:
                     args.mix,
                     "--seed",
                     str(args.seed),
+                    "--prompt-style",
+                    "tiny",
                     "--overwrite",
                 ],
                 log,
@@ -214,6 +240,47 @@ def main_demo(args: argparse.Namespace) -> int:
             )
         else:
             print("\n==> 3/5 export: done before, skipped")
+        learn_json = out / "learnability.json"
+        if args.learnability_steps and not learn_json.is_file():
+            run_stage(
+                "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
+                [
+                    sys.executable, "-m", "perception_judge.learnability", "--steps", str(args.learnability_steps),
+                    "--seed", str(args.seed), "--out", f"{rel}/learnability.json", "--no-progress",
+                    "--keep-model", f"{rel}/supervised-model",
+                ],
+                log,
+                env,
+                ok_codes=(0, 1),
+            )  # fmt: skip
+        elif args.learnability_steps:
+            print("\n==> 4a/5 learnability check: done before, skipped")
+        if args.learnability_steps and not (out / "tiny-model" / "config.json").is_file():
+            run_stage(
+                "4b/5 base judge: the supervised judge made blind (its think becomes a random value, vision frozen: "
+                "it keeps the verdict format and stops looking)",
+                [
+                    *cli, "make-tiny-model", "--from-supervised", f"{rel}/supervised-model", "--out",
+                    f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), "--seed", str(args.seed),
+                    *(["--reset-connector"] if args.reset_connector else []),
+                ],
+                log,
+                env,
+            )  # fmt: skip
+        extra: list[str] = []
+        if args.train_steps:
+            every = max(1, args.train_steps // 4)
+            extra += [
+                "--max_steps",
+                str(args.train_steps),
+                "--save_steps",
+                str(every),
+                "--eval_steps",
+                str(every),
+            ]
+            extra += ["--logging_steps", str(max(1, min(10, every)))]
+        if args.warm_start_steps is not None:
+            extra += ["--tiny_model_warm_start_steps", str(args.warm_start_steps)]
         run_json = out / "train" / "perception_judge_run.json"
         finished = run_json.is_file() and json.loads(run_json.read_text()).get("status") == "finished"
         if not finished:
@@ -226,6 +293,7 @@ def main_demo(args: argparse.Namespace) -> int:
                     "--dataset_name", f"{rel}/trainset",
                     "--output_dir", f"{rel}/train",
                     "--resume_from_checkpoint", "auto",
+                    *extra,
                 ],
                 log,
                 env,
@@ -233,11 +301,15 @@ def main_demo(args: argparse.Namespace) -> int:
         else:
             print("\n==> 4/5 training: finished before, skipped")
         run_stage(
-            "5/5 evaluation sweep: bias + perception suites over the base model and every checkpoint (resumes)",
+            "5/5 evaluation sweep: perception (real and mismatched images) + bias suites over the base model and "
+            "every checkpoint (resumes)",
             [*cli, "eval", "sweep", f"{rel}/train", "--config", EVAL_CONFIG, "--out", f"{rel}/eval", "-q"],
             log,
             env,
         )
+        from perception_judge.demo_summary import write_demo_summary
+
+        summary = write_demo_summary(out)
     except DemoError as e:
         print(
             f"\ndemo: {e}\nRe-run `make demo` to resume from here, or `make demo FRESH=1` to start over.",
@@ -255,14 +327,46 @@ def main_demo(args: argparse.Namespace) -> int:
         ("trainset/", "training set: train/validation parquet + README.md dataset card"),
         ("tiny-model/", "the tiny Qwen2.5-VL judge the run started from"),
         ("train/", "checkpoints, final model + processor, README.md model card, perception_judge_run.json"),
-        ("eval/report.md", "the report: tables per suite and model, summary naming the best checkpoint"),
+        (
+            "summary.json",
+            "held-out accuracy with 95% CI, ties, parse failures, mismatched control, per model",
+        ),
+        ("eval/report.md", "the report: does the judge learn to look, then tables per suite and model"),
+        ("eval/plots/learning_curve.png", "held-out accuracy and training reward against step"),
         ("eval/plots/", "PNG plots: the nine biases, metrics vs training step, per-protocol accuracies"),
         ("eval/results.csv", "one row per (model, suite, seed) cell, every metric (also results.json)"),
     ]:
         print(f"  {rel}/{path:<18} {what}")
     for line in _summary_lines(out):
         print("  " + line)
+    for line in _learning_lines(summary):
+        print("  " + line)
     return 0
+
+
+def _learning_lines(summary: dict[str, Any] | None) -> list[str]:
+    if not summary:
+        return []
+    lines = [
+        "held-out pair accuracy (chance 0.5; ties count 1/2), r_c vs r_rp | r_c vs r_rp+r | mismatched images:"
+    ]
+    for m in summary["models"]:
+
+        def f(block: dict[str, Any] | None) -> str:
+            return (
+                "n/a"
+                if not block
+                else f"{block['accuracy']:.3f} [{block['ci95'][0]:.2f}, {block['ci95'][1]:.2f}]"
+            )
+
+        lines.append(
+            f"  {m['name']:<18} {f(m['c_vs_rp'])} | {f(m['c_vs_rpr'])} | {f(m['c_vs_rp_mismatched'])}"
+        )
+    if "learned" in summary:
+        lines.append(
+            f"the last checkpoint ({summary['last']}) meets the learning targets: {summary['learned']}"
+        )
+    return lines
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -270,14 +374,32 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "--out", default="runs/demo", help="demo folder, relative to the repository (default: %(default)s)"
     )
     p.add_argument("--fresh", action="store_true", help="delete the demo folder first and start over")
-    p.add_argument("--n-items", type=int, default=120, help="synthetic items (default %(default)s)")
+    p.add_argument("--n-items", type=int, default=1200, help="synthetic items (default %(default)s)")
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the synthetic source and the export (default 0)"
     )
     p.add_argument(
         "--mix",
-        default="batch=1,pair=0.5,single=0.5",
+        default="batch=1,pair=1",
         help="protocol mix of the export (default %(default)s)",
+    )
+    for flag, default, text in (
+        ("--train-steps", None, "GRPO steps (default: the recipe's max_steps); saves 4 checkpoints"),
+        ("--warm-start-steps", None, "format warm-start steps of a generated judge (default: the recipe's)"),
+        ("--blind-steps", 300, "steps that make the supervised judge blind (default %(default)s)"),
+    ):
+        p.add_argument(flag, type=int, default=default, help=text)
+    p.add_argument(
+        "--reset-connector",
+        action="store_true",
+        help="also re-initialise the base judge's vision-language connector, so GRPO must learn a new one",
+    )
+    p.add_argument(
+        "--learnability-steps",
+        type=int,
+        default=1500,
+        help="supervised steps of the learnability check run before GRPO (default %(default)s, about 4 minutes; 0 "
+        "skips it)",
     )
 
 

@@ -112,22 +112,50 @@ def user_text(protocol: str, question: str, responses: list[str]) -> str:
     return "\n\n".join(parts)
 
 
+PROMPT_STYLES = ("full", "tiny")
+"""``full``: the judge prompt of real judges (instructions, headings, format example). ``tiny``: the same
+protocol in a dozen tokens for the CPU-scale judges of the demo and CI (``judge`` as the system turn, the answers
+after their slot letters: ``colour ? A shape red so red B shape blue so blue``); a 0.2M-parameter model cannot
+learn through a 700-token prompt in minutes (docs/tiny-substrate.md). Training and evaluation render both
+through :func:`build_messages`, and an exported training set records its style."""
+TINY_SYSTEM = "judge"
+
+
+def validate_style(style: str) -> str:
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
+    return style
+
+
+def tiny_user_text(question: str, responses: list[str]) -> str:
+    """The ``tiny`` style's user text: the question, then each answer after its slot letter."""
+    parts = [question.strip()] if question.strip() else []
+    parts += [f"{SLOTS[i]} {r.strip()}" for i, r in enumerate(responses)]
+    return " ".join(parts)
+
+
 def build_messages(
-    protocol: str, question: str, responses: list[str], n_images: int = 1
+    protocol: str, question: str, responses: list[str], n_images: int = 1, style: str = "full"
 ) -> list[dict[str, Any]]:
-    """trl conversational messages for one judge prompt.
+    """trl conversational messages for one judge prompt in a prompt ``style`` (:data:`PROMPT_STYLES`).
 
     Content is always a list of blocks (so the messages store cleanly in Arrow / parquet); the user turn
     starts with ``n_images`` bare ``{"type": "image"}`` placeholders (0 for text-only items).
     """
     validate_protocol(protocol)
+    validate_style(style)
     _check_responses(protocol, responses)
     if n_images < 0:
         raise ValueError("n_images must be >= 0")
     content: list[dict[str, Any]] = [{"type": "image"} for _ in range(n_images)]
-    content.append({"type": "text", "text": user_text(protocol, question, responses)})
+    if style == "tiny":
+        system = TINY_SYSTEM
+        content.append({"type": "text", "text": tiny_user_text(question, responses)})
+    else:
+        system = system_prompt(protocol, len(responses))
+        content.append({"type": "text", "text": user_text(protocol, question, responses)})
     return [
-        {"role": "system", "content": [{"type": "text", "text": system_prompt(protocol, len(responses))}]},
+        {"role": "system", "content": [{"type": "text", "text": system}]},
         {"role": "user", "content": content},
     ]
 

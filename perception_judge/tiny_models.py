@@ -35,6 +35,7 @@ SPECIAL_TOKENS = [
     "<|image_pad|>",
     "<|video_pad|>",
 ]
+TINY_ROPE_THETA = 10.0
 PLAIN_ADDED_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>"]
 
 _VISION_PARTS = (
@@ -88,6 +89,12 @@ _CORPUS = [
     "Step 1: read the chart. Step 2: add the values. Final answer: 59.",
     "0 1 2 3 4 5 6 7 8 9 10 score scores assistant answer question image",
 ]
+# The tiny prompt style's words (protocol.PROMPT_STYLES, synth.TINY_FAMILIES) become single tokens: a 0.2M-parameter
+# judge learns a dozen-token prompt in minutes, not one of byte pieces.
+_TINY_WORDS = (
+    "judge colour ? count ? A B C none shape shapes so red green blue yellow purple 1 2 3 4 </think><answer>8</answer>"
+    + "".join(f" \\boxed{{{v}}}" for v in ("red", "green", "blue", "yellow", "purple", 1, 2, 3, 4))
+)
 
 
 def _build_tokenizer() -> Any:
@@ -100,7 +107,7 @@ def _build_tokenizer() -> Any:
     trainer = trainers.BpeTrainer(
         vocab_size=512, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator(_CORPUS * 4 + [_TINY_WORDS] * 64, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -170,7 +177,12 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     if arch == "qwen2_5_vl":
         patch = 14
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]}
+        # A small rope base: with 1e6 the 4-6 M-RoPE rotary pairs per axis barely turn over a 2 x 2 image grid.
+        text["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": TINY_ROPE_THETA,
+            "mrope_section": [4, 6, 6],
+        }
         config = Qwen2_5_VLConfig(
             text_config=text,
             vision_config={**vision, "patch_size": patch, "window_size": 112, "fullatt_block_indexes": [1]},
@@ -192,7 +204,7 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
         text["head_dim"] = 32
         text["rope_parameters"] = {
             "rope_type": "default",
-            "rope_theta": 5e6,
+            "rope_theta": TINY_ROPE_THETA,
             "mrope_section": [6, 5, 5],
             "mrope_interleaved": True,
         }
@@ -251,92 +263,167 @@ def patch_factor(config: Any) -> int:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Format warm-start
+# Supervised runs on the tiny world: the format warm start (a judge that does not look) and the learnability check
 # --------------------------------------------------------------------------------------------------------------
+# A judge completion in the tiny world is "<value> <slots></think><answer>s</answer>...": the judge first writes the
+# value it perceives and which answers state it (the tiny analogue of a think block that names the perceptual facts
+# and checks each answer against them), then scores every answer (tiny_score: 8 when it states that value, 3 when
+# not, one less for a reasoning slip). The measured reason (docs/tiny-substrate.md): a direct verdict makes a 0.2M-parameter network compare a
+# statement word with image features inside one step, which it does not learn in thousands of steps; writing the value
+# first splits the task into reading the image, finding the answer that repeats the value (a copy a two-layer model
+# learns fast) and scoring by slot.
+#
+# The two supervised runs differ only in where the value comes from:
+#   guess  (the warm start) -- a value chosen at random among the answers shown (for a single answer: among the values
+#          the family draws), so the target never depends on the image. The model learns the format and to score by
+#          its stated value, and stays at chance; the vision tower is frozen, so its features stay as informative as
+#          at initialisation. What GRPO has to learn is to state the value the image shows.
+#   truth  (the learnability check) -- the value the image shows: the upper bound of what GRPO can reach.
 
-WARM_START_REASONING = {  # names the last answer's heading, so the tag count follows a nearby token
-    1: "I read the image and the assistant's answer.",
-    2: "I read the image, then Assistant 1 and Assistant 2.",
-    3: "I read the image, then Assistant 1 to Assistant 3.",
-}
+THINK_SOURCES = ("guess", "prior", "truth")
+SLOT_LETTERS = "ABC"
+TINY_MATCH_SCORE = 8
 
 
-def _warm_start_example(rng: Any, items: list[Any]) -> tuple[list[dict[str, Any]], list[Any], str]:
-    """(messages, images, target completion) for one random judge prompt built from synthetic items.
+def tiny_records(n: int, seed: int, families: Any = None) -> list[dict[str, Any]]:
+    """``n`` tiny-world records with the programmatic counterfactuals (PPJD rows without the store):
+    ``{"key", "family", "question", "image", "responses": {kind: text}, "value"}``."""
+    from perception_judge.ppjd import synth
+    from perception_judge.ppjd.programmatic import ProgrammaticTeacher
+    from perception_judge.ppjd.teacher import TeacherInput
 
-    Scores are random (distinct for the batch protocol): the warm start teaches the output *format* only, never
-    which response is better, so any preference a later GRPO run shows comes from GRPO.
-    """
+    teacher = ProgrammaticTeacher(seed=seed)
+    out = []
+    for item in synth.generate_items(n, seed, families or synth.TINY_FAMILIES, text_only_fraction=0.0):
+        cf = teacher.counterfactuals(TeacherInput(key=item.item_id, item=item, image=item.image))
+        out.append(
+            {
+                "key": item.item_id,
+                "family": item.spec["family"],
+                "question": item.question,
+                "image": item.image,
+                "responses": {"r_c": item.response, "r_rp": cf.r_rp, "r_rp_r": cf.r_rp_r},
+                "value": synth.tiny_value(item.spec),
+            }
+        )
+    return out
+
+
+def tiny_score(response: str, think: str) -> int:
+    """The tiny judge's score of one answer given the value it perceived:
+
+        score = (8 if the answer states the perceived value else 3) - (1 if its answer does not follow from the
+                 value it states, i.e. a reasoning slip)
+
+    so r_c > r_rp > r_rp+r whenever the perceived value is the true one, and the scores never tie between the three
+    answers of a record. A judge that perceives the wrong value ranks the answer that states it first."""
+    from perception_judge.ppjd.answers import extract_final_answer
+    from perception_judge.ppjd.synth import response_value
+
+    value = response_value(response)
+    slipped = value is not None and extract_final_answer(response) != value
+    return (TINY_MATCH_SCORE if value == think else TINY_MATCH_SCORE - 5) - int(slipped)
+
+
+def tiny_target(think: str, responses: list[str]) -> str:
+    """The completion after the ``<think>`` prefill: the perceived value and the slots of the answers that state it
+    (``none`` when no answer does), then :func:`tiny_score` of every answer.
+    ``" red B</think><answer>3</answer><answer>8</answer>"``."""
+    from perception_judge.ppjd.synth import response_value
+
+    slots = " ".join(SLOT_LETTERS[i] for i, r in enumerate(responses) if response_value(r) == think) or "none"
+    return f" {think} {slots}</think>" + "".join(
+        f"<answer>{tiny_score(r, think)}</answer>" for r in responses
+    )
+
+
+def _tiny_example(rng: Any, rec: dict[str, Any], think_source: str) -> tuple[list[dict[str, Any]], Any, str]:
+    from perception_judge.ppjd.synth import response_value, tiny_values
     from perception_judge.protocol import build_messages
 
-    protocol = rng.choice(["batch", "pair", "single"])
-    item = rng.choice(items)
-    n = {"batch": 3, "pair": 2, "single": 1}[protocol]
-    pool = [it.response for it in rng.sample(items, k=min(len(items), 4))]
-    responses = [item.response, *pool][:n]
-    rng.shuffle(responses)
-    question = item.question if rng.random() > 0.1 else ""  # the bias suite also sends empty queries
-    has_image = item.image is not None and rng.random() > 0.1
-    messages = build_messages(protocol, question, responses, n_images=1 if has_image else 0)
-    scores = rng.sample(range(1, 11), k=n)
-    target = WARM_START_REASONING[n] + "</think>" + "".join(f"<answer>{s}</answer>" for s in scores)
-    return messages, ([item.image] if has_image else []), target
+    protocol = rng.choices(["pair", "batch", "single"], weights=[3, 1, 1])[0]
+    kinds = ["r_c", "r_rp", "r_rp_r"]
+    if protocol == "pair":
+        kinds = ["r_c", rng.choice(["r_rp", "r_rp_r"])]
+    elif protocol == "single":
+        kinds = [rng.choice(kinds)]
+    rng.shuffle(kinds)
+    responses = [rec["responses"][k] for k in kinds]
+    if think_source == "truth":
+        think = rec["value"]
+    elif think_source == "prior" or protocol == "single":
+        think = rng.choice(tiny_values(rec["family"]))
+    else:
+        think = response_value(rng.choice(responses)) or rec["value"]
+    messages = build_messages(protocol, rec["question"], responses, n_images=1, style="tiny")
+    return messages, rec["image"], tiny_target(think, responses)
 
 
-def warm_start_format(
+def supervised_tiny_judge(
     model_dir: str | Path,
-    steps: int = 200,
+    steps: int,
+    think_source: str = "guess",
     seed: int = 0,
-    batch_size: int = 4,
-    learning_rate: float = 3e-3,
+    batch_size: int = 32,
+    learning_rate: float = 2e-3,
+    freeze_vision: bool | None = None,
     image_size: int = 56,
-) -> dict[str, float]:
-    """Teach a tiny judge the protocol's output format by a short supervised run, in place.
-
-    A random-weight model never writes ``<answer>`` tags, so every judge reward is 0 and every evaluation
-    metric is a parse failure. This warm start plays the part the SFT stage plays for real judges (Flex-VL-7B
-    is Qwen2.5-VL-7B after judge SFT): it trains on judge prompts rendered by the shared renderer, built from
-    synthetic items, with completions ``<reasoning></think><answer>s</answer>…`` whose scores are random. The
-    model learns how many tags each protocol wants and where they go, not which answer is right.
-
-    Returns statistics: the first and last training losses and the greedy format rate on fresh prompts.
-    """
+    save_to: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Supervised judge training on fresh tiny-world records every step (see the comment above); saves the model to
+    ``save_to`` (default: in place) and returns statistics (losses, seconds)."""
     import random as _random
+    import time
 
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from perception_judge.images import PixelPolicy
-    from perception_judge.ppjd.synth import generate_items
-    from perception_judge.protocol import parse_scores, render_generation_prompt
+    from perception_judge.protocol import render_generation_prompt
 
+    if think_source not in THINK_SOURCES:
+        raise ValueError(f"think_source must be one of {THINK_SOURCES}, got {think_source!r}")
+    if freeze_vision is None:
+        freeze_vision = think_source != "truth"
     model_dir = Path(model_dir)
     torch.manual_seed(seed)
-    rng = _random.Random(seed)
+    rng = _random.Random(f"tiny-sft/{think_source}/{seed}")
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     processor = AutoProcessor.from_pretrained(model_dir)
     tok = processor.tokenizer
     policy = PixelPolicy(mode="fixed", size=image_size, factor=image_size)
-    items = generate_items(48, seed=seed + 1000)
-    for it in items:
-        if it.image is not None:
-            it.image = policy.apply(it.image)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
+    if freeze_vision:
+        for name, param in model.named_parameters():
+            if name.startswith("visual.") or ".visual." in name:
+                param.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
+    model.train()
     losses: list[float] = []
+    t0 = time.perf_counter()
+    pool: list[dict[str, Any]] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
 
-    def encode(examples: list[tuple[list[dict[str, Any]], list[Any], str]]) -> dict[str, Any]:
+        bar = tqdm(total=steps, unit="step", desc=f"supervised ({think_source})")
+    for step in range(steps):
+        if len(pool) < batch_size:  # fresh images every step, drawn in blocks
+            pool = tiny_records(batch_size * 8, seed=10_000 * (seed + 1) + step)
+            for rec in pool:
+                rec["image"] = policy.apply(rec["image"])
+        examples = [_tiny_example(rng, pool.pop(), think_source) for _ in range(batch_size)]
         prompts = [render_generation_prompt(processor, m) for m, _, _ in examples]
-        images = [im for _, ims, _ in examples for im in ims]
         full = [p + t for p, (_, _, t) in zip(prompts, examples)]
-        batch = processor(text=full, images=images or None, return_tensors="pt", padding=True)
-        labels = batch["input_ids"].clone()
-        labels[batch["attention_mask"] == 0] = -100
+        batch = processor(text=full, images=[im for _, im, _ in examples], return_tensors="pt", padding=True)
+        labels = torch.full_like(batch["input_ids"], -100)
         for row, (_, _, target) in enumerate(examples):
             n_target = len(tok(target, add_special_tokens=False)["input_ids"])
-            labels[row, : labels.shape[1] - n_target] = -100  # left padding: the target is the tail
-        # append the end-of-turn token as the last supervised token
+            labels[row, -n_target:] = batch["input_ids"][
+                row, -n_target:
+            ]  # left padding: the target is the tail
         eos_col = torch.full((labels.shape[0], 1), eos)
         batch["input_ids"] = torch.cat([batch["input_ids"], eos_col], dim=1)
         batch["attention_mask"] = torch.cat([batch["attention_mask"], torch.ones_like(eos_col)], dim=1)
@@ -345,37 +432,95 @@ def warm_start_format(
                 [batch["mm_token_type_ids"], torch.zeros_like(eos_col)], dim=1
             )
         batch["labels"] = torch.cat([labels, eos_col], dim=1)
-        return batch
-
-    for _ in range(steps):
-        batch = encode([_warm_start_example(rng, items) for _ in range(batch_size)])
         loss = model(**batch).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
-
-    model.eval()
-    ok = 0
-    probes = [_warm_start_example(rng, items) for _ in range(8)]
-    with torch.no_grad():
-        for messages, images, target in probes:
-            prompt = render_generation_prompt(processor, messages)
-            inputs = processor(text=[prompt], images=images or None, return_tensors="pt")
-            out = model.generate(**inputs, max_new_tokens=24, do_sample=False)
-            text = tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-            n = target.count("<answer>")
-            ok += parse_scores(text, n, think_open=True).ok
-    model.save_pretrained(model_dir)
-    stats = {
-        "warm_start_steps": steps,
-        "loss_first": round(losses[0], 4) if losses else float("nan"),
-        "loss_last": round(sum(losses[-10:]) / max(1, len(losses[-10:])), 4) if losses else float("nan"),
-        "greedy_format_rate": ok / len(probes),
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    if bar is not None:
+        bar.close()
+    target = Path(save_to) if save_to else model_dir
+    model.save_pretrained(target)
+    if save_to:
+        processor.save_pretrained(target)
+    return {
+        "steps": steps,
+        "think_source": think_source,
+        "freeze_vision": bool(freeze_vision),
+        "learning_rate": learning_rate,
+        "batch_size": batch_size,
+        "loss_first": round(losses[0], 4) if losses else None,
+        "loss_last": round(sum(losses[-20:]) / max(1, len(losses[-20:])), 4) if losses else None,
+        "seconds": round(time.perf_counter() - t0, 1),
     }
-    info_path = model_dir / "tiny_model.json"
+
+
+def reset_vision_connector(model_dir: str | Path, seed: int = 0) -> int:
+    """Re-initialise the vision-language connector (``visual.merger``) of a saved model in place: the vision tower
+    still computes its features, but the language model no longer receives them in the space it learned. Returns
+    the number of parameters reset."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    gen = torch.Generator().manual_seed(seed)
+    n = 0
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".visual.merger." not in name and not name.startswith("visual.merger."):
+                continue
+            if param.dim() > 1:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+            elif name.endswith("weight"):  # layer norm scale
+                param.fill_(1.0)
+            else:
+                param.zero_()
+            n += param.numel()
+    model.save_pretrained(model_dir)
+    return n
+
+
+def make_blind(
+    model_dir: str | Path, steps: int = 300, seed: int = 0, reset_connector: bool = False, **kwargs: Any
+) -> dict[str, Any]:
+    """Turn a supervised tiny judge into a judge that does not look, in place: ``steps`` supervised steps whose think
+    is a value drawn at random from the family's values (``think_source="prior"``: the target never depends on the
+    image), vision frozen, optionally after :func:`reset_vision_connector`. The verdict still follows the stated value
+    (it was learned under supervision), so the judge sits at chance with real and mismatched images alike, and what
+    GRPO has to teach it is to state the value the image shows. Records its statistics in ``tiny_model.json``."""
+    reset = reset_vision_connector(model_dir, seed) if reset_connector else 0
+    stats = supervised_tiny_judge(
+        model_dir, steps, think_source="prior", seed=seed, freeze_vision=True, **kwargs
+    )
+    stats["connector_parameters_reset"] = reset
+    _record(model_dir, "blind", stats)
+    return stats
+
+
+def _record(model_dir: str | Path, key: str, stats: dict[str, Any]) -> None:
+    """Add a training stage's statistics to the model's ``tiny_model.json`` (and mark its prompt style)."""
+    info_path = Path(model_dir) / "tiny_model.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    info["warm_start"] = stats
+    info[key] = stats
+    info["prompt_style"] = "tiny"
     info_path.write_text(json.dumps(info, indent=2))
+
+
+def warm_start_format(
+    model_dir: str | Path, steps: int = 300, seed: int = 0, **kwargs: Any
+) -> dict[str, Any]:
+    """The format warm start of a generated tiny judge, in place: :func:`supervised_tiny_judge` with guessed values
+    (the target never depends on the image) and a frozen vision tower. Records its statistics in
+    ``tiny_model.json``."""
+    from perception_judge.learnability import heldout_records, score_pairs
+
+    stats = supervised_tiny_judge(model_dir, steps, think_source="guess", seed=seed, **kwargs)
+    stats["warm_start_steps"] = steps
+    probe = score_pairs(model_dir, heldout_records(8, seed + 99), "none")["metrics"]
+    stats["greedy_format_rate"] = 1.0 - (probe["pair_acc_parse_failures"] or 0.0)
+    _record(model_dir, "warm_start", stats)
     return stats

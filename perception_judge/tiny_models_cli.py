@@ -16,8 +16,27 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "--warm-start-steps",
         type=int,
         default=0,
-        help="then teach it the judge output format with this many supervised steps (random scores, no "
-        "preferences; ~0.1 s a step); 0 (default) leaves the weights random",
+        help="then teach it the tiny judge format with this many supervised steps (tiny prompt style, a guessed "
+        "value as the think, vision frozen: it scores by what it states and stays at chance; ~0.1 s a step); "
+        "0 (default) leaves the weights random",
+    )
+    p.add_argument(
+        "--from-supervised",
+        metavar="DIR",
+        help="instead of building one: copy this supervised tiny judge (e.g. the learnability check's, "
+        "`python -m perception_judge.learnability --keep-model DIR`) and make it blind (--blind-steps)",
+    )
+    p.add_argument(
+        "--blind-steps",
+        type=int,
+        default=300,
+        help="with --from-supervised: supervised steps whose think is a random value of the family (the target never "
+        "depends on the image), vision frozen (default %(default)s)",
+    )
+    p.add_argument(
+        "--reset-connector",
+        action="store_true",
+        help="with --from-supervised: also re-initialise the vision-language connector first",
     )
 
 
@@ -26,13 +45,33 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.warm_start_steps < 0:
         raise SystemExit("--warm-start-steps must be >= 0")
+    if args.from_supervised:
+        import shutil
+        from pathlib import Path
+
+        from perception_judge.tiny_models import make_blind
+
+        src, out = Path(args.from_supervised), Path(args.out)
+        if not (src / "config.json").is_file():
+            raise SystemExit(f"--from-supervised {src}: no model there (config.json missing)")
+        staging = out.with_name(f".{out.name}.building")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(src, staging)
+        stats = make_blind(staging, args.blind_steps, seed=args.seed, reset_connector=args.reset_connector)
+        shutil.rmtree(out, ignore_errors=True)
+        staging.rename(out)
+        print(
+            f"blind judge from {src} written to {out}: {stats['steps']} steps, loss {stats['loss_first']} -> "
+            f"{stats['loss_last']} in {stats['seconds']} s"
+        )
+        return 0
     out = make_tiny_model(args.arch, args.out, seed=args.seed)
     print(f"tiny {args.arch} judge (seed {args.seed}) written to {out}")
     if args.warm_start_steps:
         stats = warm_start_format(out, steps=args.warm_start_steps, seed=args.seed)
         print(
             f"format warm start: {stats['warm_start_steps']} steps, loss {stats['loss_first']} -> "
-            f"{stats['loss_last']}, greedy format rate {stats['greedy_format_rate']:.0%}"
+            f"{stats['loss_last']} in {stats['seconds']} s"
         )
     return 0
 

@@ -50,14 +50,15 @@ def training_row(
     images: list[Any],
     record_key: str,
     image_group: str,
+    style: str = "full",
 ) -> dict[str, Any]:
     """One training row: the responses of ``kinds`` (from ``texts``, by kind) in slot order, the judge prompt
-    with one image placeholder per image, and the ground truth derived from the kinds."""
+    (in the prompt ``style``) with one image placeholder per image, and the ground truth derived from the kinds."""
     from perception_judge.protocol import build_messages
 
     responses = [texts[k] for k in kinds]
     return {
-        "prompt": build_messages(protocol, question, responses, n_images=len(images)),
+        "prompt": build_messages(protocol, question, responses, n_images=len(images), style=style),
         "images": images,
         "protocol": protocol,
         "ground_truth": ground_truth_for(protocol, kinds),
@@ -80,6 +81,16 @@ def rows_to_dataset(rows: Iterable[dict[str, Any]]) -> Any:
             raise ValueError(f"training row {i} ({row.get('record_key', '?')}) lacks columns {missing}")
     columns = {c: [row[c] for row in rows] for c in TRAIN_COLUMNS}
     return Dataset.from_dict(columns, features=features())
+
+
+def prompt_style_of(folder: str | Path) -> str:
+    """The prompt style an exported training set was rendered in (``export_info.json``; ``full`` when absent)."""
+    import json
+
+    info = Path(folder) / "export_info.json"
+    if not info.is_file():
+        return "full"
+    return str(json.loads(info.read_text()).get("settings", {}).get("prompt_style", "full"))
 
 
 def split_path(folder: str | Path, split: str) -> Path:

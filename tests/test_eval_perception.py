@@ -89,8 +89,9 @@ def test_position_biased_and_constant_judges(val_set, tmp_path):
         SuiteConfig(out_dir=tmp_path / "b", options={"data": str(val_set), "tau": 6}),
     )
     assert (
-        res.metrics["pair_acc"] == 0.0 and res.metrics["pair_consistency"] == 1.0
-    )  # ties are wrong but consistent
+        res.metrics["pair_acc"] == 0.5 and res.metrics["pair_consistency"] == 1.0
+    )  # a tie earns half credit (chance, whatever the tie rate) and is consistent
+    assert res.metrics["pair_acc_ties"] == 1.0 and res.metrics["pair_acc_parse_failures"] == 0.0
     assert res.metrics["batch_ranking_reward"] == 0.0 and res.metrics["batch_kendall_tau"] == 0.0
     assert res.metrics["single_acc_r_c"] == 1.0 and res.metrics["single_acc_perturbed"] == 0.0
     assert res.metrics["single_verdict_acc"] == pytest.approx(1 / 3)
@@ -115,3 +116,68 @@ def test_all_batch_orders_and_parse_failures(val_set, tmp_path):
             ScriptedBackend(lambda r, s: ""),
             SuiteConfig(out_dir=tmp_path, options={"data": str(val_set), "protocols": ["trio"]}),
         )
+
+
+def test_ties_half_credit_intervals_and_chance():
+    assert perception.pair_accuracy(correct=3, ties=2, fails=1, n=8) == pytest.approx(4 / 8)
+    assert perception.pair_accuracy(0, 0, 0, 0) is None
+    with pytest.raises(ValueError, match="exceeds n"):
+        perception.pair_accuracy(5, 4, 0, 8)
+    lo, hi = perception.wilson_interval(45, 50)
+    assert lo < 0.9 < hi and 0.78 < lo < 0.80 and 0.95 < hi < 0.96  # Wilson, not the normal approximation
+    assert perception.wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
+    assert perception.wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    assert perception.wilson_interval(1, 0) is None
+    assert perception.CHANCE["pair_acc_c_vs_rp"] == 0.5
+
+
+def test_derangement_has_no_fixed_point_and_is_seeded():
+    for n in (2, 3, 7, 50):
+        perm = perception.derangement(n, seed=1)
+        assert sorted(perm) == list(range(n)) and all(perm[i] != i for i in range(n))
+    assert perception.derangement(9, 3) == perception.derangement(9, 3) != perception.derangement(9, 4)
+    assert perception.derangement(1, 0) == [0]
+
+
+def _image_key(image) -> bytes:
+    return image.convert("RGB").resize((8, 8)).tobytes()
+
+
+def test_mismatched_image_control_separates_looking_from_reading(val_set, tmp_path):
+    """A judge that decides from the image is perfect with real images and at chance with mismatched ones; a judge
+    that reads only the text keeps its score: the control tells the two apart."""
+    records = perception.load_records(val_set)
+    own = {_image_key(r.images[0]): r for r in records}
+
+    def looks(req, sampling):
+        rec = own.get(_image_key(req.images[0]))
+        if rec is None or rec.key != req.meta["record"]:
+            return format_scores(req, [5] * req.n_scores)  # the image says nothing about these answers: a tie
+        return format_scores(req, [QUALITY[k] for k in req.meta["kinds"]])
+
+    def reads(req, sampling):
+        return format_scores(req, [QUALITY[k] for k in req.meta["kinds"]])
+
+    def run(fn, control):
+        opts = {"data": str(val_set), "protocols": ["pair"], "image_control": control}
+        return perception.run(ScriptedBackend(fn), SuiteConfig(out_dir=tmp_path / control, options=opts))
+
+    assert run(looks, "none").metrics["pair_acc_c_vs_rp"] == 1.0
+    shuffled = run(looks, "mismatched")
+    assert shuffled.metrics["pair_acc_c_vs_rp"] == 0.5 and shuffled.metrics["pair_acc_c_vs_rp_ties"] == 1.0
+    assert shuffled.protocol["image_control"] == "mismatched"
+    assert run(reads, "mismatched").metrics["pair_acc_c_vs_rp"] == 1.0
+    with pytest.raises(ValueError, match="image_control"):
+        run(reads, "blank")
+
+
+def test_backend_errors_are_not_parse_failures():
+    from perception_judge.evaluation.base import error_result, parse_result
+
+    records = [perception.Record("k", "q", [], {"r_c": "good", "r_rp": "bad"})]
+    reqs = perception.build_requests(records, ["pair"], "random", 0)
+    results = [error_result(reqs[0], "connection refused"), parse_result(reqs[1], "no tags")]
+    metrics, counts, lines = perception.score_seed(reqs, results, 6.0)
+    assert counts["errors"] == 1 and metrics["error_rate"] == 0.5
+    assert metrics["pair_acc_c_vs_rp_n"] == 1 and metrics["pair_acc_c_vs_rp_parse_failures"] == 1.0
+    assert [line["verdict"] for line in lines] == ["error", "fail"]

@@ -181,3 +181,17 @@ def test_many_metrics_spill_over_into_more_plot_pages(tmp_path):
     assert rep["tables"]["mjbench"]["columns"] == [
         f"mean.metric_{k:02d}" for k in range(20)
     ]  # std.* are error bars
+
+
+def test_control_suites_never_pick_the_best_checkpoint():
+    models = ["base", "final"]
+    tables = {
+        "perception": _table({"base": {"pair_acc": 0.5}, "final": {"pair_acc": 0.9}}),
+        "perception_mismatched": _table({"base": {"pair_acc": 0.9}, "final": {"pair_acc": 0.5}}),
+    }
+    protocols = {
+        "perception": {"primary_metric": "pair_acc", "higher_is_better": True},
+        "perception_mismatched": {"primary_metric": "pair_acc", "higher_is_better": True, "control": True},
+    }
+    s = R.best_model(tables, protocols, models)
+    assert s["best"] == "final" and "perception_mismatched" not in s["per_suite"]

@@ -189,3 +189,54 @@ def test_families_filter_and_text_only():
     assert all(it.image is None for it in synth.generate_items(4, 0, families=["text"]))
     mixed = synth.generate_items(6, 0, families=["bars", "text"], text_only_fraction=0.0)
     assert [it.spec["family"] for it in mixed] == ["bars", "text"] * 3
+
+
+def test_tiny_families_stay_in_range_and_leave_no_text_shortcut():
+    """r_rp states another value the generator draws, uniformly, and r_rp+r slips to an in-range answer: a rule
+    that reads only the text cannot tell r_c from r_rp (the old +-2 unclamped count perturbation could)."""
+    from collections import Counter
+
+    from perception_judge.ppjd.programmatic import ProgrammaticTeacher
+    from perception_judge.ppjd.teacher import TeacherInput
+
+    items = synth.generate_items(400, 3, families=synth.TINY_FAMILIES, text_only_fraction=0.0)
+    teacher = ProgrammaticTeacher(seed=0)
+    seen: dict[str, Counter] = {"r_c": Counter(), "r_rp": Counter()}
+    for item in items:
+        fam = item.spec["family"]
+        values = synth.tiny_values(fam)
+        assert item.image.size == (synth.TINY_IMAGE_SIZE,) * 2
+        cf = teacher.counterfactuals(TeacherInput(item.item_id, item, item.image))
+        v_c, v_rp, v_rpr = (synth.response_value(t) for t in (item.response, cf.r_rp, cf.r_rp_r))
+        assert v_c == synth.tiny_value(item.spec) and v_rp != v_c and v_rpr != v_c
+        assert {v_c, v_rp, v_rpr} <= set(values)
+        slipped = extract_final_answer(cf.r_rp_r)
+        assert slipped in values and slipped != v_rpr  # the slip stays in range
+        seen["r_c"][(fam, v_c)] += 1
+        seen["r_rp"][(fam, v_rp)] += 1
+    for fam in synth.TINY_FAMILIES:  # every value is stated about as often by r_c as by r_rp
+        for v in synth.tiny_values(fam):
+            a, b = seen["r_c"][(fam, v)], seen["r_rp"][(fam, v)]
+            assert a > 20 and b > 20 and abs(a - b) < 0.6 * max(a, b), (fam, v, a, b)
+
+
+def test_tiny_images_show_their_value():
+    items = synth.generate_items(60, 1, families=synth.TINY_FAMILIES, text_only_fraction=0.0)
+    for item in items:
+        img = item.image
+        attrs = item.spec["attributes"]
+        if item.spec["family"] == "colour":
+            x0, y0, x1, y1 = attrs["box"]
+            assert img.getpixel(((x0 + x1) // 2, (y0 + y1) // 2)) == synth.COLOURS[attrs["colour"]]
+        else:
+            pixels = np.asarray(img)
+            ink = np.all(pixels == synth.TINY_INK, axis=-1)
+            quadrants = [
+                ink[r * 28 : (r + 1) * 28, c * 28 : (c + 1) * 28].any() for r in (0, 1) for c in (0, 1)
+            ]
+            assert (
+                sum(quadrants) == attrs["count"]
+                and [i for i, q in enumerate(quadrants) if q] == attrs["cells"]
+            )
+    distinct = {it.image.tobytes() for it in items}
+    assert len(distinct) == len(items), "size and place vary: held-out images are new images"

@@ -267,6 +267,7 @@ SuiteFn = Callable[[JudgeBackend, SuiteConfig], SuiteResult]
 SUITES: dict[str, str] = {
     "bias": "perception_judge.evaluation.bias.suite:run",
     "perception": "perception_judge.evaluation.perception:run",
+    "perception_mismatched": "perception_judge.evaluation.perception:run_mismatched",
     "mllm_judge": "perception_judge.evaluation.benchmarks.mllm_judge:run",
     "vlrewardbench": "perception_judge.evaluation.benchmarks.vlrewardbench:run",
     "mjbench": "perception_judge.evaluation.benchmarks.mjbench:run",

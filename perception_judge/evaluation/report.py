@@ -133,12 +133,15 @@ def best_model(
     Criterion: per suite, rank the models by the suite's primary metric (bias: ``overall``; perception:
     ``pair_acc``; other suites: their declared ``primary_metric``), in its direction; the best model has the
     lowest mean rank over the suites it was evaluated on (models missing a suite's primary metric are not
-    ranked there). Ties go to the model with more suites, then the later step.
+    ranked there). Ties go to the model with more suites, then the later step. Control suites (``protocol["control"]``,
+    e.g. ``perception_mismatched``: a good judge sits at chance there) are reported but never ranked.
     """
     per_suite: dict[str, Any] = {}
     rank_sum: dict[str, list[float]] = {}
     for suite, table in tables.items():
         proto = protocols.get(suite, {})
+        if proto.get("control"):
+            continue
         pm = primary_metric(suite, table["columns"], proto)
         if pm is None:
             continue

@@ -43,6 +43,7 @@ from perception_judge.evaluation.backends.common import (
 from perception_judge.evaluation.base import SUITES, JudgeBackend, SuiteConfig, get_suite, progress_bar
 from perception_judge.evaluation.bias.metrics import mean_std
 from perception_judge.images import PixelPolicy
+from perception_judge.redact import redact
 from perception_judge.schema import Sampling, content_key
 
 log = logging.getLogger(__name__)
@@ -227,8 +228,8 @@ class EvalPlan:
             "seeds": list(self.seeds),
             "sampling": dataclasses.asdict(self.sampling),
             "limit": self.limit,
-            "options": _jsonable(self.options),
-            "backend": _jsonable(self.backend),
+            "options": redact(_jsonable(self.options)),
+            "backend": redact(_jsonable(self.backend)),
             "pixel_policy": self.pixel_policy.to_dict(),
             "think_prefix": self.think_prefix,
         }
@@ -241,6 +242,17 @@ def _jsonable(x: Any) -> Any:
 def cell_id(model: str, suite: str, seed: int) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model)
     return f"{safe}__{suite}__seed{seed}"
+
+
+def effective_pixel_policy(plan: EvalPlan) -> PixelPolicy:
+    """The pixel policy a sweep's backends use: ``backend.pixel_policy`` when the job config sets one, else the
+    plan's (the training run's)."""
+    from perception_judge.evaluation.backends import parse_spec
+
+    given = parse_spec(plan.backend).get("pixel_policy")
+    if given is None:
+        return plan.pixel_policy
+    return given if isinstance(given, PixelPolicy) else PixelPolicy(**dict(given))
 
 
 def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -> str:
@@ -256,7 +268,7 @@ def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -
         {k: v for k, v in _jsonable(plan.backend).items() if k not in ("progress",)},
         _jsonable(entry.spec),
         weights,
-        plan.pixel_policy.to_dict(),
+        effective_pixel_policy(plan).to_dict(),
         plan.think_prefix,
     )
 
@@ -267,7 +279,7 @@ def atomic_write_json(path: Path, data: Any, fsync: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False, indent=1, default=str)
+        json.dump(redact(data), f, ensure_ascii=False, indent=1, default=str)
         if fsync:
             f.flush()
             os.fsync(f.fileno())
@@ -327,7 +339,7 @@ class BackendPool:
             spec.setdefault("model", entry.spec.get("model"))
         elif kind == "scripted":
             spec.setdefault("fn", entry.spec.get("fn") or "constant")
-        spec["pixel_policy"] = self.plan.pixel_policy
+        spec["pixel_policy"] = effective_pixel_policy(self.plan)  # the job config's, else the run's
         spec["label"] = entry.name
         if kind == "vllm" and any(e.spec.get("adapter") for e in self.entries):
             base = spec["model"]
@@ -383,7 +395,12 @@ def suite_config(
     entry: ModelEntry, suite: str, seed: int, plan: EvalPlan, run: RunInfo | None
 ) -> SuiteConfig:
     options = dict(plan.options.get(suite, {}))
-    if suite == "perception" and not options.get("data") and run is not None and run.train_set:
+    if (
+        suite in ("perception", "perception_mismatched")
+        and not options.get("data")
+        and run is not None
+        and run.train_set
+    ):
         options["data"] = run.train_set
     if suite in TRAIN_SET_PAIR_SUITES and run is not None and run.train_set:
         from perception_judge.evaluation.benchmarks.pairs import SOURCE_PATH_OPTIONS
@@ -404,6 +421,22 @@ def suite_config(
     )
 
 
+def check_cell_names(entries: list[ModelEntry]) -> None:
+    """Refuse judges whose names give the same cell file name (``cell_id`` keeps only ``A-Za-z0-9._-``): their results
+    would overwrite each other. The error names both."""
+    seen: dict[str, str] = {}
+    for entry in entries:
+        key = cell_id(entry.name, "x", 0)
+        if key in seen and seen[key] != entry.name:
+            raise ValueError(
+                f"judges {seen[key]!r} and {entry.name!r} would share the result files {key.split('__')[0]}__*: "
+                "give them names that differ in letters, digits, '.', '_' or '-'"
+            )
+        if key in seen:
+            raise ValueError(f"judge {entry.name!r} is listed twice")
+        seen[key] = entry.name
+
+
 def run_cells(
     entries: list[ModelEntry],
     plan: EvalPlan,
@@ -412,6 +445,7 @@ def run_cells(
     progress: bool = True,
 ) -> SweepOutcome:
     """Run every unfinished cell; returns what was done, skipped (already finished) and failed."""
+    check_cell_names(entries)
     cells_dir = plan.out_dir / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
     outcome = SweepOutcome()

@@ -427,6 +427,13 @@ def _export_args(p: argparse.ArgumentParser) -> None:
         help="skip (and list) records whose image is missing or corrupt",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
+    p.add_argument(
+        "--prompt-style",
+        choices=("full", "tiny"),
+        default="full",
+        help="judge prompt wording: full (real judges, default) or tiny (the dozen-token prompt of the CPU-scale "
+        "tiny judges; recorded in export_info.json, and the evaluation renders the same style)",
+    )
 
 
 def _export_run(args: argparse.Namespace) -> int:
@@ -439,6 +446,7 @@ def _export_run(args: argparse.Namespace) -> int:
             mix=args.mix,
             skip_invalid=args.skip_invalid,
             overwrite=args.overwrite,
+            prompt_style=args.prompt_style,
         )
         info = export_ppjd(args.ppjd_dir, args.out, config)
     except (ExportError, ValueError, FileNotFoundError, FileExistsError) as e:

@@ -37,6 +37,7 @@ from typing import Any
 
 from perception_judge.images import ImageError, resolve_under
 from perception_judge.ppjd.store import iter_records, read_manifest, shard_paths
+from perception_judge.protocol import validate_style
 from perception_judge.schema import (
     PROTOCOLS,
     RESPONSE_KINDS,
@@ -92,9 +93,11 @@ class ExportConfig:
     chunk_rows: int = 256
     skip_invalid: bool = False
     overwrite: bool = False
+    prompt_style: str = "full"
 
     def __post_init__(self) -> None:
         self.mix = parse_mix(self.mix)
+        validate_style(self.prompt_style)
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.chunk_rows < 1:
@@ -125,7 +128,11 @@ def _count(rng: random.Random, expected: float) -> int:
 
 
 def record_rows(
-    record: PPJDRecord, image_cell: dict[str, Any] | None, mix: dict[str, float], seed: int
+    record: PPJDRecord,
+    image_cell: dict[str, Any] | None,
+    mix: dict[str, float],
+    seed: int,
+    style: str = "full",
 ) -> list[dict]:
     """Training rows of one record (see the module docstring)."""
     rng = random.Random(f"perception-judge/export/{seed}/{record.key}")
@@ -135,7 +142,7 @@ def record_rows(
     rows: list[dict[str, Any]] = []
 
     def row(protocol: str, kinds: list[str]) -> dict[str, Any]:
-        return training_row(protocol, record.question, texts, kinds, images, record.key, group)
+        return training_row(protocol, record.question, texts, kinds, images, record.key, group, style)
 
     n_batch = _count(rng, mix.get("batch", 0.0))
     perms: list[list[str]] = []
@@ -276,7 +283,7 @@ def export_ppjd(
             records_per_split[split] += 1
             groups_per_split[split].add(group)
             text_only += cell is None
-            for row in record_rows(record, cell, config.mix, config.seed):
+            for row in record_rows(record, cell, config.mix, config.seed, config.prompt_style):
                 writers[split].add(row)
                 counts[split][row["protocol"]] += 1
                 gt_counts[row["protocol"]][row["ground_truth"]] += 1
@@ -374,6 +381,7 @@ def dataset_card(info: dict[str, Any]) -> str:
         f"- seed: {s['seed']}",
         f"- validation fraction (of image groups): {s['val_fraction']}",
         f"- rows per record: {', '.join(f'{k}={v:g}' for k, v in s['mix'].items())}",
+        f"- prompt style: {s.get('prompt_style', 'full')}",
         f"- teacher: {info['ppjd'].get('teacher')}",
         f"- source PPJD folder: `{info['source']}`",
         f"- created: {info['created']}",

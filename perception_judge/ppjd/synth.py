@@ -43,7 +43,8 @@ SPEC_VERSION = 1
 IMAGE_SIZE = 256
 FAMILIES: tuple[str, ...] = ("objects", "bars", "table", "clock")
 TEXT_FAMILY = "text"
-ALL_FAMILIES: tuple[str, ...] = (*FAMILIES, TEXT_FAMILY)
+TINY_FAMILIES: tuple[str, ...] = ("colour", "count")
+ALL_FAMILIES: tuple[str, ...] = (*FAMILIES, *TINY_FAMILIES, TEXT_FAMILY)
 DEFAULT_TEXT_ONLY_FRACTION = 0.15
 
 # Solid fill colours. Shapes and bars are drawn without anti-aliasing, so these exact RGB values are on the
@@ -68,6 +69,8 @@ DOMAINS = {
     "table": "document",
     "clock": "clock reading",
     "text": "math word problem",
+    "colour": "colour",
+    "count": "counting",
 }
 
 
@@ -1081,6 +1084,112 @@ def _text_facts(attrs: dict[str, Any]) -> list[str]:
 
 Solver = Callable[[dict[str, Any], dict[str, Any], "dict[str, Any] | None"], tuple[str, str]]
 
+# --------------------------------------------------------------------------------------------------------------
+# Tiny families: one attribute that a 0.2M-parameter judge can see at 56 px (the demo and CI substrate)
+# --------------------------------------------------------------------------------------------------------------
+# Responses are four words, "<what> <perceived value> so \boxed{<answer>}"; r_rp misreads the value for another value the
+# generator draws (so no text-only rule separates r_c from r_rp), r_rp+r also slips from the value to a different
+# in-range answer. See docs/tiny-substrate.md for why the substrate looks like this.
+
+TINY_IMAGE_SIZE = 56
+TINY_COLOURS: tuple[str, ...] = ("red", "green", "blue", "yellow", "purple")
+TINY_COUNTS: tuple[int, ...] = (1, 2, 3, 4)
+TINY_CELL = TINY_IMAGE_SIZE // 2
+TINY_INK = (20, 20, 20)
+
+
+def _colour_scene(rng: random.Random) -> dict[str, Any]:
+    side = rng.randint(26, 44)  # size and place vary, so no two images need be alike
+    x, y = rng.randint(2, TINY_IMAGE_SIZE - side - 2), rng.randint(2, TINY_IMAGE_SIZE - side - 2)
+    return {
+        "colour": rng.choice(TINY_COLOURS),
+        "shape": rng.choice(("circle", "square")),
+        "box": [x, y, x + side, y + side],
+    }
+
+
+def _colour_draw(attrs: dict[str, Any]) -> Image.Image:
+    img = Image.new("RGB", (TINY_IMAGE_SIZE, TINY_IMAGE_SIZE), "white")
+    d = ImageDraw.Draw(img)
+    box = tuple(attrs.get("box", (8, 8, TINY_IMAGE_SIZE - 9, TINY_IMAGE_SIZE - 9)))
+    fill = COLOURS[attrs["colour"]]
+    (d.ellipse if attrs["shape"] == "circle" else d.rectangle)(box, fill=fill)
+    return img
+
+
+def _count_boxes(cells: Sequence[int], rng: random.Random) -> list[list[int]]:
+    boxes = []
+    for cell in cells:
+        side = rng.randint(10, 16)
+        x = (cell % 2) * TINY_CELL + rng.randint(2, TINY_CELL - side - 2)
+        y = (cell // 2) * TINY_CELL + rng.randint(2, TINY_CELL - side - 2)
+        boxes.append([x, y, x + side, y + side])
+    return boxes
+
+
+def _count_scene(rng: random.Random) -> dict[str, Any]:
+    n = rng.choice(TINY_COUNTS)
+    cells = sorted(rng.sample(range(4), n))
+    return {"count": n, "cells": cells, "boxes": _count_boxes(cells, rng)}
+
+
+def _count_draw(attrs: dict[str, Any]) -> Image.Image:
+    img = Image.new("RGB", (TINY_IMAGE_SIZE, TINY_IMAGE_SIZE), "white")
+    d = ImageDraw.Draw(img)
+    for box in attrs["boxes"]:
+        d.rectangle(tuple(box), fill=TINY_INK)
+    return img
+
+
+def _tiny_question(family: str) -> Callable[[dict[str, Any], random.Random], tuple[str, dict[str, Any], str]]:
+    return lambda attrs, rng: (family, {}, f"{family} ?")
+
+
+def _tiny_solver(what: str, key: str, values: Sequence[Any]) -> Callable[..., tuple[str, str]]:
+    """``"<what> <value> so \\boxed{<answer>}"``; a slip moves the answer ``delta`` steps along ``values`` (in range)."""
+
+    def solve_tiny(params: dict[str, Any], attrs: dict[str, Any], slip: dict | None) -> tuple[str, str]:
+        seen = attrs[key]
+        answer = seen
+        if slip is not None:
+            i = values.index(seen) + int(slip["delta"])
+            if not 0 <= i < len(values):
+                raise Unsolvable(f"a slip of {slip['delta']} leaves the range of {key}")
+            answer = values[i]
+        return f"{what} {seen} so \\boxed{{{answer}}}", str(answer)
+
+    return solve_tiny
+
+
+def _tiny_perturber(key: str, values: Sequence[Any]) -> Callable[..., dict[str, Any]]:
+    def perturb_tiny(attrs: dict[str, Any], params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        new = copy.deepcopy(attrs)
+        new[key] = rng.choice([v for v in values if v != attrs[key]])
+        if key == "count":  # keep the attributes drawable
+            new["cells"] = sorted(rng.sample(range(4), new[key]))
+            new["boxes"] = _count_boxes(new["cells"], rng)
+        return new
+
+    return perturb_tiny
+
+
+def tiny_value(spec: dict[str, Any], attributes: dict[str, Any] | None = None) -> str:
+    """The one perceptual value of a tiny-family item, as the word its responses use (``"red"``, ``"3"``)."""
+    attrs = spec["attributes"] if attributes is None else attributes
+    return str(attrs["colour" if spec["family"] == "colour" else "count"])
+
+
+def tiny_values(family: str) -> tuple[str, ...]:
+    """Every value a tiny family draws, as words."""
+    return TINY_COLOURS if family == "colour" else tuple(str(v) for v in TINY_COUNTS)
+
+
+def response_value(response: str) -> str | None:
+    """The perceived value a tiny response states (its second word), or None for other responses."""
+    words = response.split()
+    return words[1] if len(words) == 4 and words[2] == "so" and words[3].startswith("\\boxed{") else None
+
+
 SOLVERS: dict[tuple[str, str], Solver] = {
     ("objects", "count"): _solve_objects_count,
     ("objects", "count_colour"): _solve_objects_count_colour,
@@ -1098,6 +1207,8 @@ SOLVERS: dict[tuple[str, str], Solver] = {
     ("text", "change"): _solve_text_change,
     ("text", "legs"): _solve_text_legs,
     ("text", "share"): _solve_text_share,
+    ("colour", "colour"): _tiny_solver("shape", "colour", TINY_COLOURS),
+    ("count", "count"): _tiny_solver("shapes", "count", TINY_COUNTS),
 }
 
 SLIPS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -1117,6 +1228,8 @@ SLIPS: dict[tuple[str, str], tuple[str, ...]] = {
     ("text", "change"): ("wrong_op", "arith"),
     ("text", "legs"): ("four_legs", "arith"),
     ("text", "share"): ("wrong_op", "arith"),
+    ("colour", "colour"): ("shift",),
+    ("count", "count"): ("shift",),
 }
 """Reasoning errors each question type can make (used for r_rp+r)."""
 
@@ -1126,16 +1239,34 @@ PERTURBERS: dict[str, Callable[[dict[str, Any], dict[str, Any], random.Random], 
     "table": _table_perturb,
     "clock": _clock_perturb,
     "text": _text_perturb,
+    "colour": _tiny_perturber("colour", TINY_COLOURS),
+    "count": _tiny_perturber("count", TINY_COUNTS),
 }
 """Perceptual perturbations: a copy of the attributes with one misread fact (a count, colour, value, time)."""
 
-_SCENES = {"objects": _objects_scene, "bars": _bars_scene, "table": _table_scene, "clock": _clock_scene}
-_DRAW = {"objects": _objects_draw, "bars": _bars_draw, "table": _table_draw, "clock": _clock_draw}
+_SCENES = {
+    "objects": _objects_scene,
+    "bars": _bars_scene,
+    "table": _table_scene,
+    "clock": _clock_scene,
+    "colour": _colour_scene,
+    "count": _count_scene,
+}
+_DRAW = {
+    "objects": _objects_draw,
+    "bars": _bars_draw,
+    "table": _table_draw,
+    "clock": _clock_draw,
+    "colour": _colour_draw,
+    "count": _count_draw,
+}
 _QUESTIONS = {
     "objects": _objects_question,
     "bars": _bars_question,
     "table": _table_question,
     "clock": _clock_question,
+    "colour": _tiny_question("colour"),
+    "count": _tiny_question("count"),
 }
 _FACTS = {
     "objects": _objects_facts,
@@ -1143,12 +1274,16 @@ _FACTS = {
     "table": _table_facts,
     "clock": _clock_facts,
     "text": _text_facts,
+    "colour": lambda a: [f"one {a['shape']}", f"colour {a['colour']}", "white background"],
+    "count": lambda a: [f"{a['count']} squares", "dark squares", "one square per quadrant at most"],
 }
 _CAPTIONS = {
     "objects": _objects_caption,
     "bars": _bars_caption,
     "table": _table_caption,
     "clock": _clock_caption,
+    "colour": lambda a: f"One {a['colour']} {a['shape']} on a white background.",
+    "count": lambda a: f"{a['count']} dark squares on a white background, at most one per quadrant.",
 }
 
 
@@ -1205,6 +1340,8 @@ def _make_item(seed: int, index: int, family: str) -> SourceItem:
             "bars": ["bar chart", "values", "categories"],
             "table": ["table", "prices", "quantities"],
             "clock": ["clock", "time", "hands"],
+            "colour": ["colour", "shape", "image"],
+            "count": ["count", "squares", "image"],
         }[family]
     spec: dict[str, Any] = {
         "version": SPEC_VERSION,
@@ -1348,7 +1485,7 @@ def write_synthetic(
         "text_only_fraction": text_only_fraction,
         "counts": dict(sorted(counts.items())),
         "question_types": dict(sorted(qtypes.items())),
-        "image_size": [IMAGE_SIZE, IMAGE_SIZE],
+        "image_size": [TINY_IMAGE_SIZE] * 2 if set(fams) <= set(TINY_FAMILIES) else [IMAGE_SIZE] * 2,
     }
     info_tmp = out / "synth_info.json.tmp"
     info_tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
@@ -1365,12 +1502,17 @@ __all__ = [
     "SLIPS",
     "SOLVERS",
     "TEXT_FAMILY",
+    "TINY_FAMILIES",
+    "TINY_IMAGE_SIZE",
     "Unsolvable",
     "draw",
     "generate_items",
     "item_to_row",
     "iter_items",
     "perturb",
+    "response_value",
     "solve",
+    "tiny_value",
+    "tiny_values",
     "write_synthetic",
 ]

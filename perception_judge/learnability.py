@@ -1,0 +1,151 @@
+"""The learnability check of the tiny substrate: can supervised training on the PPJD verdict target teach the demo's
+tiny judge to use the image at all?
+
+It is the upper bound of what GRPO can reach on the same model and data, so it is checked first (``bench/
+learnability.py``, ``tests/test_learnability.py``, marked slow):
+
+1. build the demo's tiny judge (:func:`perception_judge.tiny_models.make_tiny_model`);
+2. supervised training with the true perceived value as the think and the verdict that follows from it
+   (:func:`perception_judge.tiny_models.supervised_tiny_judge`, ``think_source="truth"``), fresh images every step;
+3. score held-out tiny-world records from another seed with the perception suite's own requests and metrics, greedy,
+   through the ``hf`` backend, once with the real images and once with every image replaced by another record's
+   (``image_control="mismatched"``).
+
+Pass: held-out r_c-vs-r_rp pair accuracy >= 0.95 and the mismatched-image control <= 0.6.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TARGET_ACCURACY = 0.95
+CONTROL_CEILING = 0.6
+
+
+def heldout_records(n: int, seed: int) -> list[Any]:
+    """``n`` tiny-world records as perception-suite records (images at the tiny judge's 56 px)."""
+    from perception_judge.evaluation.perception import Record
+    from perception_judge.tiny_models import tiny_records
+
+    return [Record(r["key"], r["question"], [r["image"]], r["responses"]) for r in tiny_records(n, seed)]
+
+
+def score_pairs(
+    model_dir: str | Path, records: list[Any], image_control: str = "none", batch_size: int = 32
+) -> dict[str, Any]:
+    """Greedy pair judgements (both orders) of ``records`` by the model in ``model_dir``; the perception suite's
+    metrics (:func:`perception_judge.evaluation.perception.score_seed`)."""
+    from perception_judge.evaluation.backends.hf import HFBackend
+    from perception_judge.evaluation.perception import apply_image_control, build_requests, score_seed
+    from perception_judge.images import PixelPolicy
+    from perception_judge.schema import Sampling
+
+    recs = apply_image_control(records, image_control, seed=0)
+    requests = build_requests(recs, ["pair"], "random", 0, style="tiny")
+    backend = HFBackend(
+        model_dir,
+        pixel_policy=PixelPolicy(mode="fixed", size=56, factor=28),
+        batch_size=batch_size,
+        dtype="float32",
+        device="cpu",
+        progress=False,
+    )
+    try:
+        results = backend.judge(requests, Sampling(temperature=0.0, max_new_tokens=16, seed=0))
+    finally:
+        backend.close()
+    metrics, counts, _ = score_seed(requests, results, tau=6.0)
+    return {"metrics": metrics, "counts": counts}
+
+
+def run_check(
+    steps: int = 1500,
+    seed: int = 0,
+    n_heldout: int = 200,
+    heldout_seed: int = 7_777,
+    arch: str = "qwen2_5_vl",
+    work_dir: str | Path | None = None,
+    progress: bool = False,
+    keep_model: str | Path | None = None,
+) -> dict[str, Any]:
+    """Run the check; returns the measurements and ``passed``. ``keep_model`` saves the supervised judge there."""
+    from perception_judge.tiny_models import make_tiny_model, supervised_tiny_judge
+
+    tmp = None
+    if work_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="pj-learnability-")
+        work_dir = tmp.name
+    try:
+        model_dir = make_tiny_model(arch, Path(work_dir) / "model", seed=seed)
+        train = supervised_tiny_judge(model_dir, steps, think_source="truth", seed=seed, progress=progress)
+        records = heldout_records(n_heldout, heldout_seed)
+        real = score_pairs(model_dir, records, "none")["metrics"]
+        control = score_pairs(model_dir, records, "mismatched")["metrics"]
+        if keep_model:
+            import shutil
+
+            shutil.rmtree(keep_model, ignore_errors=True)
+            shutil.copytree(model_dir, keep_model)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    result = {
+        "arch": arch,
+        "seed": seed,
+        "train": train,
+        "n_heldout_records": n_heldout,
+        "heldout": {k: real[k] for k in real if k.startswith("pair_acc")},
+        "mismatched": {k: control[k] for k in control if k.startswith("pair_acc")},
+        "chance": 0.5,
+        "target": {"c_vs_rp": TARGET_ACCURACY, "mismatched_c_vs_rp_max": CONTROL_CEILING},
+    }
+    result["passed"] = bool(
+        (real["pair_acc_c_vs_rp"] or 0) >= TARGET_ACCURACY
+        and (control["pair_acc_c_vs_rp"] or 0) <= CONTROL_CEILING
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(
+        prog="python -m perception_judge.learnability",
+        description="The learnability check of the tiny substrate: supervised training on the PPJD verdict target, "
+        "then held-out pair accuracy with real and with mismatched images (see the module docstring).",
+    )
+    p.add_argument("--steps", type=int, default=1500, help="supervised steps (batch 32; default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="model and training seed (default %(default)s)")
+    p.add_argument("--heldout", type=int, default=200, help="held-out records (default %(default)s)")
+    p.add_argument("--heldout-seed", type=int, default=7_777, help="seed of the held-out records")
+    p.add_argument("--out", help="write the result as JSON here")
+    p.add_argument("--keep-model", help="save the supervised judge in this folder")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    result = run_check(
+        args.steps,
+        args.seed,
+        args.heldout,
+        args.heldout_seed,
+        progress=not args.no_progress,
+        keep_model=args.keep_model,
+    )
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    h, m = result["heldout"], result["mismatched"]
+    print(
+        f"learnability: held-out r_c vs r_rp {h['pair_acc_c_vs_rp']:.3f} "
+        f"[{h['pair_acc_c_vs_rp_ci95_lo']:.2f}, {h['pair_acc_c_vs_rp_ci95_hi']:.2f}], r_c vs r_rp+r "
+        f"{h['pair_acc_c_vs_rp_r']:.3f}; mismatched images {m['pair_acc_c_vs_rp']:.3f} (chance 0.5) -> "
+        f"{'PASS' if result['passed'] else 'FAIL'} in {result['train']['seconds']:.0f} s of training"
+    )
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
