@@ -100,9 +100,30 @@ def smart_resize(
     return w, h
 
 
+def _to_8bit(image: Image.Image) -> Image.Image:
+    """An ``L`` image from a 16-bit, 32-bit integer or float single-channel image, by its value range (PIL's own
+    ``convert`` clips at 255, so a 16-bit greyscale scan came out white)."""
+    import numpy as np
+
+    a = np.asarray(image, dtype=np.float64)
+    if image.mode.startswith("I;16"):
+        top = 65535.0
+    elif image.mode == "F" and a.size and np.nanmax(a) <= 1.0 and np.nanmin(a) >= 0.0:
+        top = 1.0
+    else:
+        finite = a[np.isfinite(a)]
+        hi = float(finite.max()) if finite.size else 0.0
+        top = 255.0 if hi <= 255.0 else (65535.0 if hi <= 65535.0 else hi)
+    a = np.nan_to_num(a, nan=0.0, posinf=top, neginf=0.0)
+    return Image.fromarray(np.clip(np.rint(a / top * 255.0), 0, 255).astype(np.uint8), mode="L")
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB from any PIL mode: transparency over white, 16-bit / 32-bit / float greyscale scaled by its range."""
     if image.mode == "RGB":
         return image
+    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        return _to_8bit(image).convert("RGB")
     if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         background = Image.new("RGB", rgba.size, (255, 255, 255))
@@ -148,13 +169,19 @@ def load_image(
 ) -> Image.Image:
     """Load an RGB image from a path (relative to ``root`` when given), bytes, a data URL, a ``{"bytes",
     "path"}`` dict (the datasets Image cell), or a PIL image. Raises :class:`ImageError` with a reason code:
-    ``missing``, ``bad_path``, ``path_escapes_root``, ``too_large``, ``corrupt``."""
+    ``missing``, ``bad_path``, ``path_escapes_root``, ``too_large``, ``decompression_bomb``, ``corrupt``."""
     if isinstance(src, Image.Image):
         _check_pixels(src.size, max_pixels)
         return to_rgb(src)
     if isinstance(src, dict):
-        if src.get("bytes"):
-            return load_image(bytes(src["bytes"]), root, max_bytes, max_pixels)
+        if src.get("bytes") is not None and src.get("bytes") != b"":
+            raw = src["bytes"]
+            if not isinstance(raw, bytes | bytearray | memoryview):
+                raise ImageError(
+                    "bad_path",
+                    f"image cell 'bytes' is {type(raw).__name__}, expected the encoded image as bytes",
+                )
+            return load_image(bytes(raw), root, max_bytes, max_pixels)
         if src.get("path"):
             return load_image(src["path"], root, max_bytes, max_pixels)
         raise ImageError("missing", "image cell has neither bytes nor path")
@@ -165,7 +192,16 @@ def load_image(
         if s.startswith("data:"):
             data = decode_data_url(s)
         else:
-            data = read_image_file(resolve_under(root, s) if root is not None else Path(s), max_bytes)
+            if "\x00" in s:
+                raise ImageError("bad_path", f"image path {s[:80]!r} contains a NUL byte")
+            try:
+                data = read_image_file(resolve_under(root, s) if root is not None else Path(s), max_bytes)
+            except ImageError:
+                raise
+            except (OSError, ValueError) as e:  # a name too long, a directory, permissions ...
+                raise ImageError(
+                    "bad_path", f"cannot read image {s[:120]!r}: {type(e).__name__}: {e}"
+                ) from None
     elif src is None:
         raise ImageError("missing", "no image")
     else:
@@ -181,7 +217,9 @@ def load_image(
         image.load()
     except ImageError:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except Image.DecompressionBombError as e:
+        raise ImageError("decompression_bomb", f"{e}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise ImageError("corrupt", f"{type(e).__name__}: {e}") from None
     return to_rgb(image)
 

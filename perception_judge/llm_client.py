@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import email.utils
 import json
+import logging
 import os
 import random
 import time
@@ -41,6 +42,9 @@ from PIL import Image
 from perception_judge.images import to_data_url
 
 RETRYABLE_REASONS = frozenset({"rate_limited", "server_error", "timeout", "connection", "bad_response"})
+
+
+log = logging.getLogger(__name__)
 
 
 class LLMError(Exception):
@@ -81,6 +85,7 @@ class ClientConfig:
     image_format: str = "JPEG"  # JPEG (quality 90) or PNG for the data URLs
     max_tokens_param: str = "max_tokens"  # "max_completion_tokens" for OpenAI reasoning models
     cooldown_s: float = 5.0  # how long a server that just failed is avoided when others are available
+    retry_after_max_s: float = 600.0  # a server's Retry-After is honoured up to this many seconds
 
     def __post_init__(self, api_key: str | None) -> None:
         self.__dict__["_api_key"] = api_key if isinstance(api_key, str) else None
@@ -302,7 +307,17 @@ class ChatClient:
         cap = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
         delay = self._rng.uniform(0, cap)
         if retry_after is not None:
-            delay = max(delay, min(retry_after, max(self.config.backoff_max_s, self.config.backoff_base_s)))
+            honoured = min(retry_after, self.config.retry_after_max_s)
+            if retry_after > self.config.backoff_max_s:
+                log.warning(
+                    "the server asks to retry after %.0f s (beyond backoff_max_s %.0f s); waiting %.0f s "
+                    "(retry_after_max_s %.0f s)",
+                    retry_after,
+                    self.config.backoff_max_s,
+                    honoured,
+                    self.config.retry_after_max_s,
+                )
+            delay = max(delay, honoured)
         return delay
 
     def endpoint_stats(self) -> list[dict[str, Any]]:
@@ -424,6 +439,19 @@ class ChatClient:
             reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
             extra = getattr(message, "model_extra", None) or {}
             reasoning = reasoning or extra.get("reasoning_content") or extra.get("reasoning")
+        if isinstance(text, list):  # content parts: keep the text ones
+            parts = [p.get("text") if isinstance(p, dict) else getattr(p, "text", None) for p in text]
+            text = (
+                "".join(t for t in parts if isinstance(t, str))
+                if any(isinstance(t, str) for t in parts)
+                else None
+            )
+        if text is not None and not isinstance(text, str):
+            raise LLMError(
+                "bad_response",
+                f"the message content is {type(text).__name__}, not text: a malformed response",
+                attempts,
+            )
         if text is None and not reasoning:
             raise LLMError("bad_response", "the response has no message content", attempts)
         usage = getattr(completion, "usage", None)

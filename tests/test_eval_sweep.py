@@ -470,3 +470,66 @@ def test_shipped_eval_configs_build_a_plan(config, tmp_path):
             from perception_judge.evaluation.perception import DEFAULTS
 
             assert set(opts) <= set(DEFAULTS)
+
+
+def test_backend_pixel_policy_is_used_and_fingerprinted(tmp_path):
+    """A job config's backend.pixel_policy is the one the backend gets (it used to be overwritten by the run's policy
+    while still entering the cell fingerprint), and it decides whether a finished cell is reused."""
+    entry = S.ModelEntry("m", None, "model", {"fn": "constant"})
+    run_policy = PixelPolicy(mode="fixed", size=56, factor=28)
+    own = {"mode": "fixed", "size": 112, "factor": 28}
+    plan = S.EvalPlan(
+        suites=["perception"],
+        out_dir=tmp_path,
+        backend={"kind": "scripted", "pixel_policy": own},
+        pixel_policy=run_policy,
+    )
+    backend = S.BackendPool(plan, [entry]).get(entry)
+    assert backend.pixel_policy == PixelPolicy(**own)
+    plain = S.EvalPlan(
+        suites=["perception"], out_dir=tmp_path, backend={"kind": "scripted"}, pixel_policy=run_policy
+    )
+    assert S.BackendPool(plain, [entry]).get(entry).pixel_policy == run_policy
+    assert S.cell_fingerprint(entry, "perception", 0, plan) != S.cell_fingerprint(
+        entry, "perception", 0, plain
+    )
+
+
+def test_judge_names_that_collide_as_file_names_are_refused(tmp_path):
+    plan = S.EvalPlan(suites=["perception"], out_dir=tmp_path, backend={"kind": "scripted"})
+    entries = [
+        S.ModelEntry("judge a", None, "model", {"fn": "constant"}),
+        S.ModelEntry("judge/a", None, "model"),
+    ]
+    with pytest.raises(ValueError, match="'judge a' and 'judge/a' would share the result files judge_a__"):
+        S.run_cells(entries, plan, progress=False)
+    assert not list((tmp_path / "cells").glob("*")) if (tmp_path / "cells").exists() else True
+    with pytest.raises(ValueError, match="listed twice"):
+        S.check_cell_names([entries[0], entries[0]])
+    S.check_cell_names([entries[0], S.ModelEntry("judge-a")])  # distinct file names pass
+
+
+def test_api_keys_never_reach_the_sweep_files(tmp_path):
+    from perception_judge.redact import REDACTED, redact
+
+    secret = "sk-live-0123456789abcdefghijkl"
+    plan = S.EvalPlan(
+        suites=["perception"],
+        out_dir=tmp_path,
+        backend={
+            "kind": "openai",
+            "model": "m",
+            "api_key": secret,
+            "max_tokens": 32,
+            "api_key_env": "MY_KEY",
+        },
+        options={"bias": {"hf_token": "hf_abcdefghijklmnopqrstuv", "note": secret}},
+    )
+    d = plan.to_dict()
+    assert d["backend"]["api_key"] == REDACTED and d["backend"]["max_tokens"] == 32
+    assert d["backend"]["api_key_env"] == "MY_KEY"  # the variable's name is no secret
+    assert d["options"]["bias"] == {"hf_token": REDACTED, "note": REDACTED}
+    S.atomic_write_json(tmp_path / "plan.json", {"plan": plan.backend, "nested": [{"client_secret": "x"}]})
+    text = (tmp_path / "plan.json").read_text()
+    assert secret not in text and '"client_secret": "<redacted>"' in text
+    assert redact({"max_new_tokens": 16, "tokens": "abc"}) == {"max_new_tokens": 16, "tokens": REDACTED}

@@ -235,3 +235,31 @@ def test_bad_config_is_rejected():
     with pytest.raises(ValueError, match="concurrency"):
         ClientConfig(["http://x/v1"], "m", concurrency=0)
     assert ClientConfig("http://a/v1, http://b/v1", "m").base_urls == ["http://a/v1", "http://b/v1"]
+
+
+def test_non_string_message_content_is_a_retryable_malformed_response():
+    """A server answering with content 42 (or a dict) used to raise TypeError deep in the teacher, unretried."""
+    from types import SimpleNamespace
+
+    client = ChatClient(ClientConfig(model="m", base_urls=["http://127.0.0.1:9"]))
+
+    def completion(content):
+        message = SimpleNamespace(content=content, model_extra={})
+        return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")], usage=None)
+
+    for bad in (42, {"text": "x"}, 3.5):
+        with pytest.raises(LLMError) as err:
+            client._to_response(completion(bad), attempts=1)
+        assert err.value.reason == "bad_response" and err.value.retryable
+        assert "not text" in err.value.detail
+    parts = [{"type": "text", "text": '{"a": '}, {"type": "text", "text": "1}"}]
+    assert client._to_response(completion(parts), attempts=1).text == '{"a": 1}'
+
+
+def test_retry_after_beyond_the_backoff_cap_is_honoured_and_logged(caplog):
+    client = ChatClient(ClientConfig(model="m", base_urls=["http://127.0.0.1:9"], backoff_max_s=60.0))
+    with caplog.at_level("WARNING", logger="perception_judge.llm_client"):
+        assert client._backoff(1, 300.0) >= 300.0  # used to be cut to 60 s
+    assert "retry after 300 s" in caplog.text
+    capped = ChatClient(ClientConfig(model="m", base_urls=["http://127.0.0.1:9"], retry_after_max_s=90.0))
+    assert 90.0 <= capped._backoff(1, 3600.0) <= 90.0 + 1.0

@@ -149,12 +149,15 @@ def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path)
     ck4 = weights(run_a / "checkpoint-4" / "model.safetensors")
     assert all((ck4[k] == after[k]).all() for k in after)
 
-    # the saved processor is the model family's own (the think prefix is the run's setting, not baked in)
+    # the saved processor carries the chat template training rendered with, <think> prefill included, so a
+    # checkpoint served by an OpenAI-compatible server gets the training prompt (it used to ship the unpatched one)
     from transformers import AutoProcessor
 
     from perception_judge.protocol import template_opens_think
 
-    assert not template_opens_think(AutoProcessor.from_pretrained(run_a / "checkpoint-2"))
+    assert not template_opens_think(AutoProcessor.from_pretrained(model_dir))
+    assert template_opens_think(AutoProcessor.from_pretrained(run_a / "checkpoint-2"))
+    assert template_opens_think(AutoProcessor.from_pretrained(run_a))
     _reload_and_generate(run_a / "checkpoint-2", toy_set, size=56)
 
     # resume: a run stopped at step 2 (its checkpoint copied to a fresh folder) continues to step 4

@@ -257,8 +257,10 @@ def check_batch_geometry(values: dict[str, Any], num_processes: int, label: str 
     num_processes × steps_per_generation`` completions, which must be whole groups of ``num_generations``.
     """
     where = f" with {num_processes} process(es){label}"
-    pd = int(values.get("per_device_train_batch_size") or 1)
-    ga = int(values.get("gradient_accumulation_steps") or 1)
+    pd = values.get("per_device_train_batch_size")
+    pd = 1 if pd is None else int(pd)
+    ga = values.get("gradient_accumulation_steps")
+    ga = 1 if ga is None else int(ga)
     ng = values.get("num_generations")
     spg = values.get("steps_per_generation")
     gbs = values.get("generation_batch_size")
@@ -329,6 +331,7 @@ def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) 
         raise RecipeError(f"command line: unknown argument(s): {details}")
     values = vars(namespace)
 
+    _check_ranges(values)  # before the geometry, whose messages would show a clamped value
     # Batch geometry, for this launch and for the GPU count the recipe was written for.
     check_batch_geometry(values, _world_size())
     assumed = values.get("recipe_num_processes")
@@ -371,6 +374,53 @@ def _importable(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+# (key, lowest, highest, lowest allowed itself, highest allowed itself); None = unbounded. Checked before any model
+# loads, so a typo in a recipe never costs a model load (transformers accepts most of these silently).
+NUMERIC_RANGES: tuple[tuple[str, float | None, float | None, bool, bool], ...] = (
+    ("learning_rate", 0.0, None, False, True),
+    ("weight_decay", 0.0, None, True, True),
+    ("max_grad_norm", 0.0, None, True, True),
+    ("warmup_ratio", 0.0, 1.0, True, True),
+    ("warmup_steps", 0, None, True, True),
+    ("top_p", 0.0, 1.0, False, True),
+    ("top_k", 0, None, True, True),
+    ("min_p", 0.0, 1.0, True, True),
+    ("repetition_penalty", 0.0, None, False, True),
+    ("epsilon", 0.0, None, False, True),
+    ("epsilon_high", 0.0, None, False, True),
+    ("num_train_epochs", 0.0, None, False, True),
+    ("per_device_train_batch_size", 1, None, True, True),
+    ("per_device_eval_batch_size", 1, None, True, True),
+    ("gradient_accumulation_steps", 1, None, True, True),
+    ("num_generations", 2, None, True, True),
+    ("num_iterations", 1, None, True, True),
+    ("logging_steps", 0, None, False, True),
+    ("save_steps", 0, None, False, True),
+    ("eval_steps", 0, None, False, True),
+    ("save_total_limit", 1, None, True, True),
+)
+
+
+def _check_ranges(t: Any) -> None:
+    """Every numeric GRPO / training field within its range, naming the key and the range (see NUMERIC_RANGES).
+    ``max_steps`` is -1 (use epochs) or >= 1."""
+    get = t.get if isinstance(t, dict) else (lambda k, d=None: getattr(t, k, d))
+    for key, lo, hi, lo_ok, hi_ok in NUMERIC_RANGES:
+        v = get(key, None)
+        if v is None or isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        bad = (lo is not None and (v < lo or (v == lo and not lo_ok))) or (
+            hi is not None and (v > hi or (v == hi and not hi_ok))
+        )
+        if bad:
+            left = "unbounded" if lo is None else f"{'[' if lo_ok else '('}{lo:g}"
+            right = "inf)" if hi is None else f"{hi:g}{']' if hi_ok else ')'}"
+            raise RecipeError(f"{key} must be in {left}, {right}, got {v!r}")
+    max_steps = get("max_steps", None)
+    if isinstance(max_steps, int) and max_steps != -1 and max_steps < 1:
+        raise RecipeError(f"max_steps must be >= 1 (or -1 to train num_train_epochs), got {max_steps}")
 
 
 def validate(recipe: Recipe, check_environment: bool = True) -> None:
@@ -432,6 +482,8 @@ def validate(recipe: Recipe, check_environment: bool = True) -> None:
         raise RecipeError("sample_log_steps and num_samples_to_log must be >= 0")
     if j.recipe_num_processes is not None and j.recipe_num_processes < 1:
         raise RecipeError(f"recipe_num_processes must be >= 1, got {j.recipe_num_processes}")
+
+    _check_ranges(t)
 
     # GRPO knobs that trl would only reject deep inside the first step
     _choice("loss_type", t.loss_type, LOSS_TYPES)

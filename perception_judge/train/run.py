@@ -23,25 +23,98 @@ def say(msg: str) -> None:
         print(f"[perception-judge] {msg}", file=sys.stderr, flush=True)
 
 
-def resolve_resume(value: str | None, output_dir: str) -> str | None:
-    """``resume_from_checkpoint``: None, ``latest`` (the newest ``checkpoint-N`` in output_dir) or a folder.
+WEIGHT_FILES = (
+    "model.safetensors",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+)
 
-    ``auto`` resumes when a checkpoint exists and starts fresh otherwise; ``latest`` requires one.
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why a ``checkpoint-N`` folder cannot be resumed from (None when it is complete). transformers writes
+    ``trainer_state.json`` after the weights, optimizer and RNG states, so a crash while saving leaves a folder
+    without it (or with a truncated one)."""
+    import json
+
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json (saving was interrupted)"
+    try:
+        json.loads(state.read_text())
+    except (OSError, ValueError) as e:
+        return f"unreadable trainer_state.json ({e})"
+    return None
+
+
+def checkpoint_step(folder: Path) -> int:
+    try:
+        return int(folder.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def newest_complete_checkpoint(output_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest complete ``checkpoint-N`` in ``output_dir`` and, for each newer one skipped, why."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return None, []
+    folders = sorted(
+        (
+            p
+            for p in out.iterdir()
+            if p.is_dir() and p.name.startswith("checkpoint-") and checkpoint_step(p) >= 0
+        ),
+        key=checkpoint_step,
+        reverse=True,
+    )
+    skipped = []
+    for folder in folders:
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, skipped
+        skipped.append(f"{folder.name}: {problem}")
+    return None, skipped
+
+
+def resolve_resume(value: str | None, output_dir: str) -> str | None:
+    """``resume_from_checkpoint``: None, ``latest`` (the newest complete ``checkpoint-N`` in output_dir) or a folder.
+
+    ``auto`` resumes when a complete checkpoint exists and starts fresh otherwise; ``latest`` requires one.
+    Incomplete checkpoints (a crash while saving) are skipped, and the run says which and why.
     """
     if not value:
         return None
     if value in RESUME_LATEST:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        last, skipped = newest_complete_checkpoint(output_dir)
+        for line in skipped:
+            say(f"resume: skipping {line}")
         if last is None:
             if value == "auto":
                 return None
-            raise RecipeError(f"resume_from_checkpoint={value}: no checkpoint-N folder in {output_dir!r}")
-        return last
+            raise RecipeError(
+                f"resume_from_checkpoint={value}: no checkpoint to resume from (no complete checkpoint-N folder "
+                f"in {output_dir!r})"
+            )
+        say(f"resume: from {last.name}" + (" (the newest complete one)" if skipped else ""))
+        return str(last)
     if not Path(value).is_dir():
         raise RecipeError(f"resume_from_checkpoint: {value!r} is not a checkpoint folder")
+    problem = checkpoint_problem(Path(value))
+    if problem:
+        raise RecipeError(f"resume_from_checkpoint: {value!r} is incomplete: {problem}")
     return value
+
+
+def finished_at_step(checkpoint: str | None, max_steps: int) -> int | None:
+    """The global step of a checkpoint that already reached ``max_steps`` (resuming it would train nothing but
+    trl/transformers run one extra step), else None."""
+    import json
+
+    if not checkpoint or max_steps is None or max_steps <= 0:
+        return None
+    step = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text()).get("global_step", 0))
+    return step if step >= max_steps else None
 
 
 def image_budget_warning(lengths: Any, policy: Any) -> str | None:
@@ -135,6 +208,9 @@ def build_run(recipe: Recipe, write_files: bool = True) -> Run:
     processor = models.load_processor(model_path, m, t.trust_remote_code)
     shipped_processor = models.load_processor(model_path, m, t.trust_remote_code)  # saved with checkpoints
     prepare_processor(processor, j.think_prefix)
+    # The checkpoints carry the chat template training rendered with (its <think> prefill included), so a trained
+    # judge served by vLLM / an OpenAI-compatible server gets the same prompt as in training.
+    prepare_processor(shipped_processor, j.think_prefix)
     think_open = template_opens_think(processor)
     config = models.load_config(model_path, m, t.trust_remote_code)
     policy = pixel_policy_for(j, config)
@@ -235,6 +311,14 @@ def train(recipe: Recipe) -> dict[str, Any]:
 
     output_dir = recipe.training.output_dir
     start = time.time()
+    resume = resolve_resume(recipe.training.resume_from_checkpoint, output_dir)
+    done_step = finished_at_step(resume, recipe.training.max_steps)
+    if done_step is not None:
+        say(
+            f"the run in {output_dir} is complete: {Path(resume).name} is at step {done_step} of max_steps "
+            f"{recipe.training.max_steps}; nothing to train (raise max_steps to continue it)"
+        )
+        return {"global_step": done_step, "already_complete": True}
     try:
         run = build_run(recipe)
         run.trainer.train(resume_from_checkpoint=run.resume)
