@@ -109,5 +109,35 @@ def load_training_set(folder: str | Path, splits: Iterable[str] = SPLITS) -> Any
             f"no training set in {str(folder)!r}: expected {', '.join(f'{s}.parquet' for s in splits)} "
             "(written by `perception-judge export`)"
         )
+    import pyarrow.parquet as pq
+
+    want = features()
+    for path in files.values():  # name the file, the column and what was expected, before datasets does not
+        try:
+            names = pq.read_schema(path).names
+        except Exception as e:  # pyarrow raises several types for a damaged file
+            raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
+        missing = [c for c in TRAIN_COLUMNS if c not in names]
+        if missing:
+            raise ValueError(
+                f"{path}: missing column(s) {missing}; a training set has {list(TRAIN_COLUMNS)} "
+                "(written by `perception-judge export`)"
+            )
     ds = load_dataset("parquet", data_files=files)
-    return DatasetDict({k: v.cast(features()) for k, v in ds.items()})
+    out = {}
+    for split, table in ds.items():
+        extra = [c for c in table.column_names if c not in want]
+        if extra:
+            table = table.remove_columns(extra)
+        try:
+            out[split] = table.cast(want)
+        except (ValueError, TypeError) as e:
+            bad = [
+                f"{c} is {table.features[c]!r}, expected {want[c]!r}"
+                for c in want
+                if c in table.features and repr(table.features[c]) != repr(want[c])
+            ]
+            raise ValueError(
+                f"{files[split]}: column types differ from the training-set format: {'; '.join(bad) or e}"
+            ) from None
+    return DatasetDict(out)

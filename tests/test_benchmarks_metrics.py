@@ -144,3 +144,25 @@ def test_read_jsonl_and_load_table(tmp_path):
     assert list(table.view(["x", "nope"])[1]) == ["x"]
     with pytest.raises(BenchmarkDataError, match="not a datasets folder"):
         load_table(tmp_path / "hub")
+
+
+def test_benchmark_image_paths_stay_inside_the_image_roots(tmp_path):
+    """A row with ../../ or an absolute path used to read any file on the machine."""
+    from PIL import Image
+
+    from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, ImageSource, SkipItem
+
+    root = tmp_path / "images"
+    (root / "sub").mkdir(parents=True)
+    Image.new("RGB", (8, 8), "red").save(root / "sub" / "ok.png")
+    Image.new("RGB", (8, 8), "blue").save(tmp_path / "secret.png")
+    src = ImageSource([root])
+    assert src.load("sub/ok.png", "row 1").getpixel((0, 0)) == (255, 0, 0)
+    assert src.load(str(root / "sub" / "ok.png"), "row 2").size == (8, 8)  # absolute, but under the root
+    for bad in ("../secret.png", "sub/../../secret.png", str(tmp_path / "secret.png")):
+        with pytest.raises(BenchmarkDataError, match="path_escapes_root"):
+            src.load(bad, "row 3")
+        with pytest.raises(BenchmarkDataError, match="path_escapes_root"):
+            src.check(bad, "row 3")
+    with pytest.raises(SkipItem):
+        ImageSource([root], missing="skip").load("../secret.png", "row 4")

@@ -318,3 +318,91 @@ def test_kill_9_then_resume_gives_the_same_records_as_an_uninterrupted_run(synth
     runs = read_manifest(killed)["runs"]
     assert [r["status"] for r in runs] == ["interrupted", "complete"]
     assert "records written this run" in resumed.stdout
+
+
+def test_one_hostile_row_costs_one_failure_and_the_build_goes_on(tmp_path):
+    """A NUL byte in an image path or an image cell whose bytes are text or a number used to raise inside the source
+    iterator and stop the whole build; each is now one failure with its reason."""
+    data = tmp_path / "data"
+    data.mkdir()
+    good = _bad_inputs(data)[0]
+    rows = [
+        good,
+        {**good, "image": "img/ok\x00.png"},
+        {**good, "image": {"bytes": "some text"}},
+        {**good, "image": {"bytes": -1}, "question": "Count the green squares."},  # another key than row 3
+        {**good, "image": "img/ok.png", "question": "How many squares are green?"},
+    ]
+    with open(data / "part.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    out = tmp_path / "ppjd"
+    with FakeOpenAIServer() as srv:
+        summary = build(
+            TableSource([data / "part.jsonl"], preset="mmpr", image_root=data), _llm(srv.base_url), _cfg(out)
+        )
+    failures = {f["item_id"]: (f["stage"], f["reason"]) for f in read_failures(out).values()}
+    assert failures == {f"part.jsonl:{i}": ("load", "image_bad_path") for i in (2, 3, 4)}, failures
+    assert sorted(r.item_id for r in iter_records(out)) == ["part.jsonl:1", "part.jsonl:5"]
+    assert summary.status == "complete" and summary.failed_new == 3
+
+
+def test_non_text_fields_are_refused_per_record_and_long_questions_capped(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    good = _bad_inputs(data)[0]
+    rows = [
+        {**good, "answer_gt": 3},  # a number where the schema allows one: converted, built
+        {**good, "question": ["How", "many?"]},  # used to be repr'd into the prompt
+        {**good, "chosen": {"text": "3"}},
+        {**good, "question": "How many? " * 600},
+    ]
+    with open(data / "part.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    out = tmp_path / "ppjd"
+    with FakeOpenAIServer() as srv:
+        build(
+            TableSource([data / "part.jsonl"], preset="mmpr", image_root=data), _llm(srv.base_url), _cfg(out)
+        )
+    failures = {f["item_id"]: (f["stage"], f["reason"], f["detail"]) for f in read_failures(out).values()}
+    assert (
+        failures["part.jsonl:2"][:2] == ("source", "bad_row")
+        and "is list, expected text" in failures["part.jsonl:2"][2]
+    )
+    assert failures["part.jsonl:3"][:2] == ("source", "bad_row") and "is dict" in failures["part.jsonl:3"][2]
+    assert failures["part.jsonl:4"][:2] == ("precheck", "question_too_long")
+    assert [r.item_id for r in iter_records(out)] == ["part.jsonl:1"]
+
+
+def test_a_full_disk_stops_the_build_keeps_every_record_and_resumes_to_the_same_set(
+    synth_dir, tmp_path, monkeypatch
+):
+    """ENOSPC on our own output used to turn good items into permanent failures (and hang); now the run stops with a
+    'disk full' reason naming the folder, no item is marked failed, and a re-run finishes the same set."""
+    import errno
+
+    from perception_judge.ppjd import store as store_mod
+
+    reference = tmp_path / "reference"
+    build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(reference))
+    want = {r.key for r in iter_records(reference)}
+
+    out = tmp_path / "ppjd"
+    real = store_mod.PPJDStore.append_record
+    calls = {"n": 0}
+
+    def filling_up(self, record):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, record)
+
+    monkeypatch.setattr(store_mod.PPJDStore, "append_record", filling_up)
+    first = build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(out))
+    assert first.status != "complete" and "disk full" in first.abort_reason and str(out) in first.abort_reason
+    kept = {r.key for r in iter_records(out)}
+    assert len(kept) == 5 and not read_failures(out).keys() - set(read_failures(reference))
+    monkeypatch.undo()
+    again = build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(out))
+    assert again.status == "complete" and {r.key for r in iter_records(out)} == want

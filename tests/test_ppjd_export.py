@@ -178,3 +178,37 @@ def test_png_bytes_are_the_originals(ppjd_dir, exported):
     row = next(r for r in table if r["images"])
     assert row["images"][0]["bytes"] == (ppjd_dir / records[row["record_key"]].image).read_bytes()
     Image.open(io.BytesIO(row["images"][0]["bytes"])).verify()
+
+
+def test_overwrite_swaps_the_whole_export_and_cleans_stale_temporaries(ppjd_dir, tmp_path, monkeypatch):
+    """An interrupted `export --overwrite` used to leave no train.parquet or a mix of old and new splits, and its
+    .export-tmp folder behind; a full disk was a traceback."""
+    import errno
+
+    from perception_judge.ppjd import export as E
+
+    src = ppjd_dir
+    out = tmp_path / "ts"
+    E.export_ppjd(src, out, E.ExportConfig(seed=0))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"}
+    (out / "notes.txt").write_text("mine")
+    (tmp_path / ".ts.export-tmp-999-1").mkdir()  # a dead run's temporary
+    (out / ".export-tmp-999").mkdir()  # the old layout's temporary
+
+    def full_disk(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(E, "_swap_in", full_disk)
+    with pytest.raises(E.ExportError, match="disk full"):
+        E.export_ppjd(src, out, E.ExportConfig(seed=1, overwrite=True))
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"} == before  # untouched
+    monkeypatch.undo()
+    E.export_ppjd(src, out, E.ExportConfig(seed=1, overwrite=True))
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"}
+    assert set(after) == set(before) and after != before  # the new export, whole
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not list(tmp_path.glob(".ts.*")) and not list(out.glob(".export-tmp-*"))
+    # a swap that died between its two renames: the next export (or read) finds the old folder restored
+    out.rename(tmp_path / ".ts.export-old")
+    E._recover(out)
+    assert (out / "train.parquet").is_file()

@@ -81,3 +81,19 @@ def test_out_of_range_recipe_values_are_refused_before_any_model_loads(key, valu
         parse_recipe(
             ["recipes/tiny.yaml", "--output_dir", str(tmp_path), f"--{key}={value}"], check_environment=False
         )
+
+
+def test_training_set_schema_errors_name_the_file_and_the_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from perception_judge.trainset import load_training_set
+
+    folder = tmp_path / "ts"
+    folder.mkdir()
+    pq.write_table(pa.table({"prompt": ["x"], "protocol": ["pair"]}), folder / "train.parquet")
+    with pytest.raises(ValueError, match=r"train\.parquet: missing column\(s\) \['images', 'ground_truth'"):
+        load_training_set(folder)
+    (folder / "train.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ValueError, match=r"train\.parquet: not a readable parquet file"):
+        load_training_set(folder)

@@ -24,6 +24,7 @@ Files are written chunk by chunk (constant memory) into a temp folder and moved 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -256,10 +257,11 @@ def export_ppjd(
     groups = [image_group(r) for r in _records(src)]
     val_groups = choose_validation_groups(groups, config.val_fraction, config.seed)
 
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".export-tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _recover(out)
+    for stale in [*out.parent.glob(f".{out.name}.export-tmp-*"), *out.glob(".export-tmp-*")]:
+        shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted export
+    tmp = out.parent / f".{out.name}.export-tmp-{os.getpid()}-{time.time_ns()}"
     tmp.mkdir()
     writers = {s: _SplitWriter(split_path(tmp, s), config.chunk_rows) for s in ("train", "validation")}
     counts: dict[str, Counter[str]] = {s: Counter() for s in writers}
@@ -316,11 +318,14 @@ def export_ppjd(
             json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
         (tmp / "README.md").write_text(dataset_card(info), encoding="utf-8")
-        for name in ("train.parquet", "validation.parquet"):
-            if (out / name).exists():
-                (out / name).unlink()
-        for f in tmp.iterdir():
-            os.replace(f, out / f.name)
+        _swap_in(tmp, out)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise ExportError(
+                f"disk full while writing the export of {str(src)!r} beside {str(out)!r}; the previous export (if any) "
+                "is untouched: free some space and run it again"
+            ) from None
+        raise
     finally:
         for w in writers.values():
             if w.writer is not None:
@@ -328,6 +333,30 @@ def export_ppjd(
                     w.writer.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return info
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Replace the folder ``out`` by ``new`` as a whole: readers see the old export or the new one, never a mix.
+    The old folder is renamed aside first (``_recover`` restores it if the process dies between the two renames)."""
+    old = out.parent / f".{out.name}.export-old"
+    if old.exists():
+        shutil.rmtree(old)
+    if out.exists():
+        for f in out.iterdir():  # files that are not the export's (notes, a user's own files) are kept
+            if not (new / f.name).exists() and not f.name.startswith(".export-tmp-"):
+                (shutil.copytree if f.is_dir() else shutil.copy2)(f, new / f.name)
+        os.replace(out, old)
+    os.replace(new, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _recover(out: Path) -> None:
+    """Undo a swap that died between its two renames: the old export comes back."""
+    old = out.parent / f".{out.name}.export-old"
+    if old.exists() and not out.exists():
+        os.replace(old, out)
+    elif old.exists():
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def dataset_card(info: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ do ``max_consecutive_failures`` transient teacher failures in a row (the server 
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import os
 import signal
@@ -43,7 +44,6 @@ from perception_judge.ppjd.teacher import (
     STAGE_LOAD,
     STAGE_PRECHECK,
     STAGE_SOURCE,
-    STAGE_STORE,
     STAGE_TEACHER,
     StageError,
     Teacher,
@@ -238,9 +238,23 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
         store.write_manifest(runs=runs)
         state["last_manifest"] = time.monotonic()
 
+    def output_error(e: OSError) -> _Abort:
+        """Our own output could not be written (a full disk, a read-only mount): never the item's fault. The run
+        stops, every record already written stays, the item stays pending for the next run."""
+        what = "disk full" if e.errno == errno.ENOSPC else f"{type(e).__name__}: {e.strerror or e}"
+        summary.abort_reason = (
+            f"cannot write to the output folder {str(config.out_dir)!r} ({what}); every record written so far is kept "
+            "and the run resumes where it stopped once the folder is writable again"
+        )
+        stop.set()
+        return _Abort(summary.abort_reason)
+
     def fail(key: str, item: SourceItem, e: StageError) -> None:
         f = Failure(key, item.item_id, e.stage, e.reason, redact(e.detail)[:1000], e.attempts)
-        store.append_failure(f)
+        try:
+            store.append_failure(f)
+        except OSError as err:
+            raise output_error(err) from None
         summary.failed_new += 1
         reasons[f"{e.stage}/{e.reason}"] += 1
 
@@ -258,7 +272,7 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                     # a new image file is fsynced: do it off the event loop so other items keep moving
                     image_rel, image_sha = await asyncio.to_thread(store.put_image, loaded[0], loaded[1])
                 except OSError as e:
-                    raise StageError(STAGE_STORE, "image_write_failed", f"{type(e).__name__}: {e}") from None
+                    raise output_error(e) from None
             meta: dict[str, Any] = {
                 "similarity_rp": checked.similarity_rp,
                 "usage": cf.usage,
@@ -284,7 +298,10 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                 teacher=teacher.name,
                 meta=meta,
             )
-            store.append_record(record)
+            try:
+                store.append_record(record)
+            except OSError as e:
+                raise output_error(e) from None
             summary.records_new += 1
             state["consecutive"] = 0
         except StageError as e:
@@ -303,6 +320,8 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                     stop.set()
             else:
                 state["consecutive"] = 0
+        except _Abort:
+            raise
         except Exception as e:
             fail(key, item, StageError(STAGE_TEACHER, "exception", f"{type(e).__name__}: {e}"))
         progress.update(summary.records_new, summary.failed_new)

@@ -260,8 +260,16 @@ class TableSource:
         meta: dict[str, Any] = {"file": path.name, "line": line}
         texts: dict[str, str] = {}
         for name in ("question", "answer", "response"):
-            value, _ = self._field(row, name)
-            texts[name] = "" if value is None else str(value) if not isinstance(value, str) else value
+            value, key = self._field(row, name)
+            if value is None or isinstance(value, str):
+                texts[name] = value or ""
+            elif name == "answer" and isinstance(value, int | float) and not isinstance(value, bool):
+                texts[name] = str(value)  # a numeric ground truth is text the schema allows ("42", "3.5")
+            else:  # never repr a list / dict / bool into a prompt
+                texts[name] = ""
+                meta.setdefault(
+                    "row_error", f"field {key or name!r} is {type(value).__name__}, expected text (row {loc})"
+                )
         raw_image, _ = self._field(row, "image")
         image: Any = None
         if _empty(raw_image):
@@ -305,7 +313,10 @@ class TableSource:
                 )
             raw = raw[0]
         if isinstance(raw, dict):
-            if raw.get("bytes"):
+            if raw.get("bytes") is not None and raw.get("bytes") != b"":
+                if not isinstance(raw["bytes"], bytes | bytearray | memoryview):
+                    kind = type(raw["bytes"]).__name__
+                    return None, None, {"reason": "bad_path", "detail": f"image 'bytes' is {kind}, not bytes"}
                 raw = bytes(raw["bytes"])
             elif raw.get("path"):
                 raw = raw["path"]
@@ -335,10 +346,18 @@ class TableSource:
         rel = self._prefix.get(path, "") + raw
         root = self.image_root if self.image_root is not None else path.parent
         ref = "path:" + rel.replace("\\", "/")
+        if "\x00" in rel:
+            return None, ref, {"reason": "bad_path", "detail": f"image path {rel[:80]!r} contains a NUL byte"}
         try:
             resolved = resolve_under(root, rel)
         except ImageError as e:
             return None, ref, {"reason": e.reason, "detail": e.detail}
+        except (OSError, ValueError) as e:  # a name the file system refuses
+            return (
+                None,
+                ref,
+                {"reason": "bad_path", "detail": f"image path {rel[:80]!r}: {type(e).__name__}: {e}"},
+            )
         return str(resolved), ref, None
 
 

@@ -40,6 +40,7 @@ _VERSION_HEADING_RE = re.compile(r"(?im)^\s*(?:version|solution|response)\s*[12]
 @dataclass
 class PrecheckConfig:
     max_response_chars: int = 4000  # longer r_c are skipped (precheck/response_too_long)
+    max_question_chars: int = 4000  # longer questions are skipped (precheck/question_too_long)
     text_only: str = "include"  # "include" or "skip" items without an image
 
 
@@ -64,6 +65,12 @@ def precheck(item: SourceItem, has_image: bool, config: PrecheckConfig) -> None:
         )
     if _THINK_RE.search(item.response):
         raise StageError(STAGE_PRECHECK, "response_has_think", "r_c contains <think>/<thinking> tags")
+    if len(item.question) > config.max_question_chars:
+        raise StageError(
+            STAGE_PRECHECK,
+            "question_too_long",
+            f"the question has {len(item.question)} characters (limit {config.max_question_chars})",
+        )
     if len(item.response) > config.max_response_chars:
         raise StageError(
             STAGE_PRECHECK,

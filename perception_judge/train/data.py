@@ -334,7 +334,7 @@ def load_judge_data(
 
     try:
         dsd = load_training_set(script_args.dataset_name)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         raise DataError(str(e)) from None
     train_split = script_args.dataset_train_split
     if train_split not in dsd:

@@ -22,6 +22,7 @@ Seeds
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -34,7 +35,7 @@ from tqdm.auto import tqdm
 
 from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, is_backend_error
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.images import ImageError, PixelPolicy, load_image
+from perception_judge.images import ImageError, PixelPolicy, load_image, resolve_under
 from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
 AGGREGATIONS: tuple[str, ...] = ("mean", "vote", "flex")
@@ -374,13 +375,37 @@ class ImageSource:
         self.what = what
 
     def _candidates(self, rel: str) -> list[Path]:
+        """The files a relative image path may name, each confined to its root: a path that leaves every root
+        (``../``, a symlink out) raises :class:`ImageError` ``path_escapes_root``."""
+        out: list[Path] = []
+        escaped: ImageError | None = None
+        for root in self.roots:
+            try:
+                out.append(resolve_under(root, rel))
+            except ImageError as e:
+                escaped = e
+        if not out and escaped is not None:  # the path itself leaves every root: never try its bare name
+            raise escaped
         rel_path = Path(rel)
-        out = [root / rel_path for root in self.roots]
         if (
             len(rel_path.parts) > 1
         ):  # tolerate an extra leading folder ("image/200.jpg" under the image folder)
-            out += [root / rel_path.name for root in self.roots]
+            for root in self.roots:
+                with contextlib.suppress(ImageError):
+                    out.append(resolve_under(root, rel_path.name))
         return out
+
+    def _confined_absolute(self, cell: str) -> Path:
+        """An absolute image path is read only when it lies under one of the image roots."""
+        path = Path(cell).resolve()
+        for root in self.roots:
+            r = Path(root).resolve()
+            if path == r or r in path.parents:
+                return path
+        raise ImageError(
+            "path_escapes_root",
+            f"absolute image path {cell!r} is outside the image roots {[str(r) for r in self.roots]}",
+        )
 
     def check(self, cell: Any, context: str) -> None:
         """Fail fast, before any judging: in ``error`` mode, an image path that resolves to no file raises
@@ -388,11 +413,16 @@ class ImageSource:
         if self.missing != "error":
             return
         if isinstance(cell, str) and not cell.startswith("data:"):
-            path = Path(cell)
-            if cell.strip() and (
-                path.is_file() if path.is_absolute() else any(c.is_file() for c in self._candidates(cell))
-            ):
-                return
+            try:
+                path = Path(cell)
+                if cell.strip() and (
+                    self._confined_absolute(cell).is_file()
+                    if path.is_absolute()
+                    else any(c.is_file() for c in self._candidates(cell))
+                ):
+                    return
+            except ImageError:
+                pass
             self.load(cell, context)  # raises with the full message
         elif cell is None:
             self.load(cell, context)
@@ -401,7 +431,7 @@ class ImageSource:
         try:
             if isinstance(cell, str) and not cell.startswith("data:"):
                 if Path(cell).is_absolute():
-                    return load_image(cell)
+                    return load_image(self._confined_absolute(cell))
                 candidates = self._candidates(cell)
                 for c in candidates:
                     if c.is_file():
