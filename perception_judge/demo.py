@@ -350,17 +350,12 @@ def _learning_lines(summary: dict[str, Any] | None) -> list[str]:
     lines = [
         "held-out pair accuracy (chance 0.5; ties count 1/2), r_c vs r_rp | r_c vs r_rp+r | mismatched images:"
     ]
+    from perception_judge.demo_summary import fmt_block
+
     for m in summary["models"]:
-
-        def f(block: dict[str, Any] | None) -> str:
-            return (
-                "n/a"
-                if not block
-                else f"{block['accuracy']:.3f} [{block['ci95'][0]:.2f}, {block['ci95'][1]:.2f}]"
-            )
-
         lines.append(
-            f"  {m['name']:<18} {f(m['c_vs_rp'])} | {f(m['c_vs_rpr'])} | {f(m['c_vs_rp_mismatched'])}"
+            f"  {m['name']:<18} {fmt_block(m['c_vs_rp'])} | {fmt_block(m['c_vs_rpr'])} | "
+            f"{fmt_block(m['c_vs_rp_mismatched'])}"
         )
     if "learned" in summary:
         lines.append(

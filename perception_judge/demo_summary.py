@@ -150,7 +150,8 @@ def plot_learning_curve(summary: dict[str, Any], path: str | Path) -> Path | Non
     return path
 
 
-def _fmt(block: dict[str, Any] | None) -> str:
+def fmt_block(block: dict[str, Any] | None) -> str:
+    """``0.942 [0.90, 0.96]``: an accuracy block with its 95% interval (``n/a`` when absent)."""
     if not block:
         return "n/a"
     lo, hi = block["ci95"]
@@ -172,9 +173,9 @@ def report_section(summary: dict[str, Any], plot: str | None) -> str:
     for m in summary["models"]:
         rp = m["c_vs_rp"] or {}
         lines.append(
-            f"| {m['name']} | {'base' if m['step'] is None else m['step']} | {_fmt(m['c_vs_rp'])} | "
-            f"{(rp.get('ties') or 0):.3f} | {(rp.get('parse_failures') or 0):.3f} | {_fmt(m['c_vs_rpr'])} | "
-            f"{_fmt(m['c_vs_rp_mismatched'])} | {rp.get('n', 0)} |"
+            f"| {m['name']} | {'base' if m['step'] is None else m['step']} | {fmt_block(m['c_vs_rp'])} | "
+            f"{(rp.get('ties') or 0):.3f} | {(rp.get('parse_failures') or 0):.3f} | {fmt_block(m['c_vs_rpr'])} | "
+            f"{fmt_block(m['c_vs_rp_mismatched'])} | {rp.get('n', 0)} |"
         )
     lines.append("")
     if "learned" in summary:
@@ -189,8 +190,8 @@ def report_section(summary: dict[str, Any], plot: str | None) -> str:
     if sup:
         lines += [
             f"Supervised upper bound (learnability check, {sup['steps']} supervised steps on the verdict target): "
-            f"r_c vs r_rp {_fmt(sup['c_vs_rp'])}, r_c vs r_rp+r {_fmt(sup['c_vs_rpr'])}, mismatched images "
-            f"{_fmt(sup['c_vs_rp_mismatched'])}; passed: {sup['passed']}.",
+            f"r_c vs r_rp {fmt_block(sup['c_vs_rp'])}, r_c vs r_rp+r {fmt_block(sup['c_vs_rpr'])}, mismatched images "
+            f"{fmt_block(sup['c_vs_rp_mismatched'])}; passed: {sup['passed']}.",
             "",
         ]
     if plot:

@@ -142,8 +142,13 @@ def resolve_under(root: str | os.PathLike[str], relative: str) -> Path:
         or (len(relative) > 1 and relative[1] == ":")
     ):
         raise ImageError("path_escapes_root", f"absolute image path {relative!r} is not allowed")
-    root_path = Path(root).resolve()
-    candidate = (root_path / relative).resolve()
+    if "\x00" in relative:
+        raise ImageError("bad_path", f"image path {relative[:80]!r} contains a NUL byte")
+    try:
+        root_path = Path(root).resolve()
+        candidate = (root_path / relative).resolve()
+    except (OSError, ValueError) as e:  # a name the file system refuses
+        raise ImageError("bad_path", f"image path {relative[:80]!r}: {type(e).__name__}: {e}") from None
     if candidate != root_path and root_path not in candidate.parents:
         raise ImageError(
             "path_escapes_root", f"image path {relative!r} leaves the image root {str(root_path)!r}"
@@ -161,6 +166,17 @@ def read_image_file(path: Path, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> byt
     return path.read_bytes()
 
 
+def cell_bytes(cell: dict[str, Any]) -> bytes:
+    """The encoded image of a ``{"bytes": ...}`` cell; :class:`ImageError` ``bad_path`` when it is not bytes (text,
+    a number: a hostile or broken row)."""
+    raw = cell["bytes"]
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise ImageError(
+            "bad_path", f"image cell 'bytes' is {type(raw).__name__}, expected the encoded image as bytes"
+        )
+    return bytes(raw)
+
+
 def load_image(
     src: Any,
     root: str | os.PathLike[str] | None = None,
@@ -175,13 +191,7 @@ def load_image(
         return to_rgb(src)
     if isinstance(src, dict):
         if src.get("bytes") is not None and src.get("bytes") != b"":
-            raw = src["bytes"]
-            if not isinstance(raw, bytes | bytearray | memoryview):
-                raise ImageError(
-                    "bad_path",
-                    f"image cell 'bytes' is {type(raw).__name__}, expected the encoded image as bytes",
-                )
-            return load_image(bytes(raw), root, max_bytes, max_pixels)
+            return load_image(cell_bytes(src), root, max_bytes, max_pixels)
         if src.get("path"):
             return load_image(src["path"], root, max_bytes, max_pixels)
         raise ImageError("missing", "image cell has neither bytes nor path")
@@ -192,8 +202,6 @@ def load_image(
         if s.startswith("data:"):
             data = decode_data_url(s)
         else:
-            if "\x00" in s:
-                raise ImageError("bad_path", f"image path {s[:80]!r} contains a NUL byte")
             try:
                 data = read_image_file(resolve_under(root, s) if root is not None else Path(s), max_bytes)
             except ImageError:

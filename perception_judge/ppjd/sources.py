@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from PIL import Image
 
-from perception_judge.images import ImageError, decode_data_url, resolve_under
+from perception_judge.images import ImageError, cell_bytes, decode_data_url, resolve_under
 from perception_judge.schema import SourceItem, content_key, sha256_hex
 
 FIELDS = ("item_id", "image", "question", "answer", "response")
@@ -314,10 +314,10 @@ class TableSource:
             raw = raw[0]
         if isinstance(raw, dict):
             if raw.get("bytes") is not None and raw.get("bytes") != b"":
-                if not isinstance(raw["bytes"], bytes | bytearray | memoryview):
-                    kind = type(raw["bytes"]).__name__
-                    return None, None, {"reason": "bad_path", "detail": f"image 'bytes' is {kind}, not bytes"}
-                raw = bytes(raw["bytes"])
+                try:
+                    raw = cell_bytes(raw)
+                except ImageError as e:
+                    return None, None, {"reason": e.reason, "detail": e.detail}
             elif raw.get("path"):
                 raw = raw["path"]
             else:
@@ -346,18 +346,10 @@ class TableSource:
         rel = self._prefix.get(path, "") + raw
         root = self.image_root if self.image_root is not None else path.parent
         ref = "path:" + rel.replace("\\", "/")
-        if "\x00" in rel:
-            return None, ref, {"reason": "bad_path", "detail": f"image path {rel[:80]!r} contains a NUL byte"}
         try:
             resolved = resolve_under(root, rel)
         except ImageError as e:
             return None, ref, {"reason": e.reason, "detail": e.detail}
-        except (OSError, ValueError) as e:  # a name the file system refuses
-            return (
-                None,
-                ref,
-                {"reason": "bad_path", "detail": f"image path {rel[:80]!r}: {type(e).__name__}: {e}"},
-            )
         return str(resolved), ref, None
 
 

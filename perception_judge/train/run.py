@@ -23,14 +23,6 @@ def say(msg: str) -> None:
         print(f"[perception-judge] {msg}", file=sys.stderr, flush=True)
 
 
-WEIGHT_FILES = (
-    "model.safetensors",
-    "adapter_model.safetensors",
-    "pytorch_model.bin",
-    "model.safetensors.index.json",
-)
-
-
 def checkpoint_problem(folder: Path) -> str | None:
     """Why a ``checkpoint-N`` folder cannot be resumed from (None when it is complete). transformers writes
     ``trainer_state.json`` after the weights, optimizer and RNG states, so a crash while saving leaves a folder
@@ -167,7 +159,10 @@ class Run:
     state: Any
 
 
-def build_run(recipe: Recipe, write_files: bool = True) -> Run:
+_RESOLVE = object()  # build_run's default: resolve resume_from_checkpoint itself
+
+
+def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) -> Run:
     """Resolve the model, load processor and data, check everything, then load the model and build the trainer."""
     from accelerate import PartialState
 
@@ -201,7 +196,8 @@ def build_run(recipe: Recipe, write_files: bool = True) -> Run:
             f"{t.generation_batch_size // t.num_generations} prompts per generation round"
         )
     output_dir = t.output_dir
-    resume = resolve_resume(t.resume_from_checkpoint, output_dir)
+    if resume is _RESOLVE:  # train() passes the checkpoint it already resolved
+        resume = resolve_resume(t.resume_from_checkpoint, output_dir)
 
     # 1. model folder (tiny build / base-adapter merge), processor, config: no weights loaded yet
     model_path = models.resolve_model_path(m, j, output_dir, t.trust_remote_code)
@@ -320,7 +316,7 @@ def train(recipe: Recipe) -> dict[str, Any]:
         )
         return {"global_step": done_step, "already_complete": True}
     try:
-        run = build_run(recipe)
+        run = build_run(recipe, resume=resume)
         run.trainer.train(resume_from_checkpoint=run.resume)
     except BaseException as e:
         from perception_judge.train.card import RUN_FILE
