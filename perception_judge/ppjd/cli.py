@@ -8,6 +8,7 @@ be overridden by a flag. API keys are never flags: the key is read from the envi
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -92,6 +93,7 @@ _CONFIG_KEYS = {
     "build": {
         "out", "shard_size", "fsync_every", "min_rp_similarity", "max_response_chars", "text_only", "limit",
         "retry_failed", "max_image_bytes", "max_image_pixels", "max_consecutive_failures", "require_boxed",
+        "stop_grace_s",
     },
 }  # fmt: skip
 
@@ -231,6 +233,12 @@ def _build_args(p: argparse.ArgumentParser) -> None:
         type=int,
         help="stop the run after this many teacher-call failures in a row (default 200)",
     )
+    g.add_argument(
+        "--stop-grace",
+        type=float,
+        help="seconds the items in flight get to finish after SIGINT/SIGTERM before they are cancelled and left "
+        "pending for the next run (default 10)",
+    )
 
 
 def _pick(*values: Any, default: Any = None) -> Any:
@@ -361,6 +369,7 @@ def _build_run(args: argparse.Namespace) -> int:
             ),
             progress=args.progress,
             handle_signals=True,
+            stop_grace_s=_pick(args.stop_grace, bcfg.get("stop_grace_s"), default=10.0),
         )
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"perception-judge build-ppjd: {e}", file=sys.stderr)
@@ -370,6 +379,11 @@ def _build_run(args: argparse.Namespace) -> int:
     except FolderLocked as e:
         print(f"perception-judge build-ppjd: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the output folder cannot even be opened or its manifest started
+        what = "disk full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+        print(f"perception-judge build-ppjd: cannot write to the output folder {config.out_dir!r}: {what}",
+              file=sys.stderr)  # fmt: skip
+        return 1
     print(format_summary(summary))
     if summary.status == "aborted":
         print(f"perception-judge build-ppjd: run aborted: {summary.abort_reason}", file=sys.stderr)

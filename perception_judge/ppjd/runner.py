@@ -9,14 +9,16 @@ Every item ends as exactly one of: a record, a failure line, "skipped" (done or 
 "duplicate" (its key appeared earlier in this run), or -- when the run is interrupted -- "in flight" (it will
 be picked up by the next run). Nothing is lost silently: the summary counts all five.
 
-Stopping: SIGINT / SIGTERM (with ``handle_signals``) stop taking new items and let the ones in flight finish;
-a second signal cancels them. A fatal teacher error (bad API key, unknown model) stops the run at once, and so
+Stopping: SIGINT / SIGTERM (with ``handle_signals``) stop taking new items and give the ones in flight
+``stop_grace_s`` to finish; then (or at a second signal) they are cancelled and stay pending for the next run, so a
+hung teacher call cannot hold the stop. A fatal teacher error (bad API key, unknown model) stops the run at once, and so
 do ``max_consecutive_failures`` transient teacher failures in a row (the server is probably down).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import io
 import os
@@ -71,8 +73,13 @@ class BuildConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     progress: bool | None = None  # None: a bar when stderr is a terminal, periodic log lines otherwise
     handle_signals: bool = False
+    stop_grace_s: float = (
+        10.0  # after SIGINT/SIGTERM, seconds the items in flight get before they are cancelled
+    )
 
     def __post_init__(self) -> None:
+        if self.stop_grace_s < 0:
+            raise ValueError(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.limit is not None and self.limit < 0:
@@ -235,7 +242,10 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
             "usage": teacher.usage(),
         }
         run_info["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        store.write_manifest(runs=runs)
+        try:
+            store.write_manifest(runs=runs)
+        except OSError as e:
+            raise output_error(e) from None
         state["last_manifest"] = time.monotonic()
 
     def output_error(e: OSError) -> _Abort:
@@ -326,7 +336,8 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
             fail(key, item, StageError(STAGE_TEACHER, "exception", f"{type(e).__name__}: {e}"))
         progress.update(summary.records_new, summary.failed_new)
         if time.monotonic() - state["last_manifest"] >= config.manifest_every_s:
-            write_manifest("running")
+            with contextlib.suppress(_Abort):  # stop is set; the final manifest write tries again
+                write_manifest("running")
 
     async def producer() -> None:
         seen_keys: set[str] = set()
@@ -351,9 +362,14 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                 seen_keys.add(key)
                 queued += 1
                 await queue.put((key, item))
-        finally:
+        except asyncio.CancelledError:
+            raise  # the workers are being cancelled too: no end markers (the queue may be full)
+        except BaseException:
             for _ in range(config.concurrency):
                 await queue.put(None)
+            raise
+        for _ in range(config.concurrency):
+            await queue.put(None)
 
     async def worker() -> None:
         while True:
@@ -377,19 +393,23 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
     tasks: list[asyncio.Task[Any]] = []
     signals_installed: list[int] = []
 
+    def cancel_in_flight() -> None:
+        for t in tasks:
+            t.cancel()
+
     def on_signal() -> None:
         if not stop.is_set():
             print(
-                f"\nbuild-ppjd: stopping; finishing {state['in_flight']} item(s) in flight "
-                "(signal again to abort them)",
+                f"\nbuild-ppjd: stopping; {state['in_flight']} item(s) in flight get {config.stop_grace_s:g} s to "
+                "finish (signal again to abort them now; unfinished items stay pending)",
                 file=sys.stderr,
                 flush=True,
             )
             summary.abort_reason = summary.abort_reason or "interrupted"
             stop.set()
+            loop.call_later(config.stop_grace_s, cancel_in_flight)
         else:
-            for t in tasks:
-                t.cancel()
+            cancel_in_flight()
 
     if config.handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -436,10 +456,19 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
         run_info["elapsed_s"] = summary.elapsed_s
         run_info["abort_reason"] = summary.abort_reason
         try:
-            store.sync()
+            try:
+                store.sync()
+            except OSError as e:
+                raise output_error(e) from None
             write_manifest(status)
+        except _Abort:  # the records are on disk; only the run's bookkeeping could not be written
+            summary.status = "aborted"
         finally:
-            store.close()
+            try:
+                store.close()
+            except OSError as e:
+                output_error(e)
+                summary.status = "aborted"
     return summary
 
 
