@@ -66,9 +66,9 @@ def main() -> int:
 
     from PIL import Image
 
+    from perception_judge.core.protocol import build_messages
+    from perception_judge.core.schema import JudgeRequest, Sampling
     from perception_judge.evaluation.backends.hf import HFBackend
-    from perception_judge.protocol import build_messages
-    from perception_judge.schema import JudgeRequest, Sampling
     from perception_judge.tiny_models import make_tiny_model
 
     requests = [

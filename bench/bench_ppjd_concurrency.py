@@ -68,8 +68,8 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
 
 
 def throughput(url: str, concurrency: int, n: int, workdir: Path) -> dict:
+    from perception_judge import synth
     from perception_judge.llm_client import ClientConfig
-    from perception_judge.ppjd import synth
     from perception_judge.ppjd.runner import BuildConfig, build
     from perception_judge.ppjd.sources import ItemsSource
     from perception_judge.ppjd.teacher import LLMTeacher
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         emit(f"ppjd_speedup_c{args.high}_vs_c1", ratio, 20.0, "x")
         ok &= ratio >= 20.0
 
-        from perception_judge.ppjd import synth
+        from perception_judge import synth
 
         synth_dir = work / "synth"
         t0 = time.perf_counter()

@@ -50,10 +50,10 @@ def plain_trl(data: str, model: str, out: str, steps: int) -> None:
     from transformers import AutoProcessor
     from trl import GRPOConfig, GRPOTrainer
 
-    from perception_judge.protocol import prepare_processor, template_opens_think
+    from perception_judge.core.protocol import prepare_processor, template_opens_think
+    from perception_judge.core.trainset import load_training_set
     from perception_judge.rewards import REWARDS
     from perception_judge.train.rewards import DIAGNOSTIC_REWARDS
-    from perception_judge.trainset import load_training_set
 
     recipe = yaml.safe_load(RECIPE.read_text())
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}

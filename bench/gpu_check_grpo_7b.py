@@ -278,12 +278,12 @@ def _check(
     import torch
     from trl import GRPOConfig
 
-    from perception_judge.images import PixelPolicy
-    from perception_judge.protocol import prepare_processor, template_opens_think
+    from perception_judge.core.images import PixelPolicy
+    from perception_judge.core.protocol import prepare_processor, template_opens_think
+    from perception_judge.core.trainset import rows_to_dataset
     from perception_judge.train.rewards import build_rewards
     from perception_judge.train.toyset import toy_rows
     from perception_judge.train.trainer import JudgeGRPOTrainer
-    from perception_judge.trainset import rows_to_dataset
 
     grpo = GRPOConfig(
         output_dir=str(work / "out"),

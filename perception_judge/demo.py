@@ -27,7 +27,8 @@ from typing import Any
 
 from perception_judge import __version__
 from perception_judge.cli import Command
-from perception_judge.schema import sha256_hex
+from perception_judge.core.runinfo import RUN_FILE, read_run_info
+from perception_judge.core.schema import sha256_hex
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/tiny_demo.yaml"
@@ -145,9 +146,8 @@ def _summary_lines(out: Path) -> list[str]:
             value = info.get("value")
             shown = "n/a" if value is None else f"{value:.3f}"
             lines.append(f"  {suite}: {info.get('metric')} = {shown} for {info.get('best')}")
-    run = out / "train" / "perception_judge_run.json"
-    if run.is_file():
-        final = json.loads(run.read_text()).get("final_metrics") or {}
+    if (out / "train" / RUN_FILE).is_file():
+        final = read_run_info(out / "train").get("final_metrics") or {}
         keys = ("rewards/judge/mean", "rewards/format/mean", "judge/parse_failure_rate")
         got = ", ".join(f"{k} {final[k]:.3f}" for k in keys if isinstance(final.get(k), int | float))
         if got:
@@ -245,7 +245,7 @@ def main_demo(args: argparse.Namespace) -> int:
             run_stage(
                 "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
                 [
-                    sys.executable, "-m", "perception_judge.learnability", "--steps", str(args.learnability_steps),
+                    sys.executable, "-m", "perception_judge.evaluation.learnability", "--steps", str(args.learnability_steps),
                     "--seed", str(args.seed), "--out", f"{rel}/learnability.json", "--no-progress",
                     "--keep-model", f"{rel}/supervised-model",
                 ],
@@ -281,8 +281,9 @@ def main_demo(args: argparse.Namespace) -> int:
             extra += ["--logging_steps", str(max(1, min(10, every)))]
         if args.warm_start_steps is not None:
             extra += ["--tiny_model_warm_start_steps", str(args.warm_start_steps)]
-        run_json = out / "train" / "perception_judge_run.json"
-        finished = run_json.is_file() and json.loads(run_json.read_text()).get("status") == "finished"
+        finished = (out / "train" / RUN_FILE).is_file() and read_run_info(out / "train").get(
+            "status"
+        ) == "finished"
         if not finished:
             run_stage(
                 "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",

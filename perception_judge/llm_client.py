@@ -6,9 +6,10 @@ OpenAI-compatible endpoint (``https://generativelanguage.googleapis.com/v1beta/o
 
 * **Several servers.** ``base_urls`` may list several servers (e.g. one ``vllm serve`` per GPU); each request
   goes to the least busy one that is not cooling down after an error (ties: round robin).
-* **Retries are ours** (the SDK's are off): 429, 5xx, timeouts, connection errors and unreadable responses are
-  retried with exponential backoff and full jitter, at least as long as a ``Retry-After`` /
-  ``retry-after-ms`` header asks. Other 4xx errors (bad request, auth, unknown model) fail at once.
+* **Retries are ours** (the SDK's are off; ``tenacity`` drives them): 429, 5xx, timeouts, connection errors
+  and unreadable responses are retried up to ``max_retries`` times with exponential backoff and full jitter,
+  at least as long as a ``Retry-After`` / ``retry-after-ms`` header asks (up to ``retry_after_max_s``).
+  Other 4xx errors (bad request, auth, unknown model) fail at once.
 * **Concurrency** is capped by one semaphore (``concurrency`` requests in flight; a request waiting out its
   backoff does not hold a slot).
 * **Timeouts** bound the whole request (``timeout_s``), not only each socket read.
@@ -38,8 +39,9 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from PIL import Image
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from perception_judge.images import to_data_url
+from perception_judge.core.images import to_data_url
 
 RETRYABLE_REASONS = frozenset({"rate_limited", "server_error", "timeout", "connection", "bad_response"})
 
@@ -49,14 +51,23 @@ log = logging.getLogger(__name__)
 
 class LLMError(Exception):
     """A chat call failed for good. ``reason``: rate_limited, server_error, timeout, connection, bad_response
-    (retryable kinds, after the last retry), or auth, not_found, bad_request, client_error (not retried)."""
+    (retryable kinds, after the last retry), or auth, not_found, bad_request, client_error (not retried).
+    ``retry_after``: the seconds the server asked to wait (``Retry-After``), if it did."""
 
-    def __init__(self, reason: str, detail: str = "", attempts: int = 1, status: int | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        detail: str = "",
+        attempts: int = 1,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
         self.attempts = attempts
         self.status = status
+        self.retry_after = retry_after
 
     @property
     def retryable(self) -> bool:
@@ -199,7 +210,7 @@ def _image_part(img: Any, max_side: int | None, fmt: str) -> dict[str, Any]:
     elif isinstance(img, Image.Image):
         url = to_data_url(img, max_side=max_side, fmt=fmt)
     else:
-        from perception_judge.images import load_image
+        from perception_judge.core.images import load_image
 
         url = to_data_url(load_image(img), max_side=max_side, fmt=fmt)
     return {"type": "image_url", "image_url": {"url": url}}
@@ -304,6 +315,9 @@ class ChatClient:
         return best
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based): ``uniform(0, min(backoff_max_s,
+        backoff_base_s * 2^(attempt-1)))`` (full jitter), raised to ``min(retry_after, retry_after_max_s)`` when
+        the server sent a Retry-After."""
         cap = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
         delay = self._rng.uniform(0, cap)
         if retry_after is not None:
@@ -319,6 +333,16 @@ class ChatClient:
                 )
             delay = max(delay, honoured)
         return delay
+
+    def _wait(self, state: RetryCallState) -> float:
+        """tenacity's wait: :meth:`_backoff` for the attempt that just failed, with its Retry-After."""
+        if state.attempt_number > self.config.max_retries:
+            return 0.0  # tenacity asks before it checks ``stop``: the last attempt is not followed by a wait
+        error = state.outcome.exception() if state.outcome is not None else None
+        return self._backoff(state.attempt_number, getattr(error, "retry_after", None))
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.usage["retries"] += 1
 
     def endpoint_stats(self) -> list[dict[str, Any]]:
         return [{"url": e.url, "requests": e.requests, "errors": e.errors} for e in self._endpoints]
@@ -353,76 +377,85 @@ class ChatClient:
         if response_format is not None:
             body["response_format"] = response_format
         body.update(cfg.extra_body or {})
-        attempts = 0
-        last: LLMError | None = None
-        assert self._sem is not None
-        while attempts <= cfg.max_retries:
-            attempts += 1
-            retry_after: float | None = None
-            async with self._sem:
-                idx = self._pick()
-                ep = self._endpoints[idx]
-                ep.in_flight += 1
-                ep.requests += 1
-                self.usage["requests"] += 1
-                try:
-                    async with asyncio.timeout(cfg.timeout_s):
-                        # The SDK's documented raw POST: the body is already a plain chat-completions request,
-                        # so this skips the SDK's per-call parameter transform (milliseconds per request over
-                        # base64 images) while keeping its transport, errors and response parsing.
-                        completion = await self._clients[idx].post(
-                            "/chat/completions", cast_to=self._completion_type, body=body
-                        )
-                    return self._to_response(completion, attempts)
-                except LLMError as e:  # unreadable completion
-                    last = LLMError(e.reason, e.detail, attempts, e.status)
-                except Exception as e:
-                    last, retry_after = self._classify(e, attempts)
-                finally:
-                    ep.in_flight -= 1
-                ep.errors += 1
-                if last.reason in ("server_error", "connection", "timeout"):
-                    ep.cooldown_until = time.monotonic() + cfg.cooldown_s
-                elif last.reason == "rate_limited":
-                    ep.cooldown_until = time.monotonic() + (
-                        retry_after if retry_after is not None else cfg.cooldown_s
-                    )
-            if not last.retryable or attempts > cfg.max_retries:
-                break
-            self.usage["retries"] += 1
-            await asyncio.sleep(self._backoff(attempts, retry_after))
-        self.usage["failures"] += 1
-        assert last is not None
-        raise last
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(cfg.max_retries + 1),
+            retry=retry_if_exception(lambda e: isinstance(e, LLMError) and e.retryable),
+            wait=self._wait,
+            before_sleep=self._count_retry,
+            reraise=True,  # the last LLMError itself, not tenacity's RetryError
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self._attempt(body, attempt.retry_state.attempt_number)
+        except LLMError:
+            self.usage["failures"] += 1
+            raise
+        return response
 
-    def _classify(self, e: Exception, attempts: int) -> tuple[LLMError, float | None]:
+    async def _attempt(self, body: dict[str, Any], attempt: int) -> ChatResponse:
+        """One request to the least busy endpoint; a failure raises :class:`LLMError` after the endpoint's
+        error count and cooldown are updated (the semaphore slot is released before any backoff)."""
+        cfg = self.config
+        assert self._sem is not None
+        async with self._sem:
+            idx = self._pick()
+            ep = self._endpoints[idx]
+            ep.in_flight += 1
+            ep.requests += 1
+            self.usage["requests"] += 1
+            try:
+                async with asyncio.timeout(cfg.timeout_s):
+                    # The SDK's documented raw POST: the body is already a plain chat-completions request,
+                    # so this skips the SDK's per-call parameter transform (milliseconds per request over
+                    # base64 images) while keeping its transport, errors and response parsing.
+                    completion = await self._clients[idx].post(
+                        "/chat/completions", cast_to=self._completion_type, body=body
+                    )
+                return self._to_response(completion, attempt)
+            except LLMError as e:  # unreadable completion
+                error = e
+            except Exception as e:
+                error = self._classify(e, attempt)
+            finally:
+                ep.in_flight -= 1
+            ep.errors += 1
+            if error.reason in ("server_error", "connection", "timeout"):
+                ep.cooldown_until = time.monotonic() + cfg.cooldown_s
+            elif error.reason == "rate_limited":
+                ep.cooldown_until = time.monotonic() + (
+                    error.retry_after if error.retry_after is not None else cfg.cooldown_s
+                )
+        raise error
+
+    def _classify(self, e: Exception, attempts: int) -> LLMError:
         import openai
 
         detail = self.redact(f"{type(e).__name__}: {e}")[:500]
         if isinstance(e, TimeoutError | openai.APITimeoutError):
-            return LLMError("timeout", detail or "request timed out", attempts), None
+            return LLMError("timeout", detail or "request timed out", attempts)
         if isinstance(e, openai.APIConnectionError):
-            return LLMError("connection", detail, attempts), None
+            return LLMError("connection", detail, attempts)
         if isinstance(e, openai.APIStatusError):
             status = e.status_code
             retry_after = _retry_after_seconds(getattr(e.response, "headers", None))
             if status == 429:
-                return LLMError("rate_limited", detail, attempts, status), retry_after
+                return LLMError("rate_limited", detail, attempts, status, retry_after)
             if status >= 500 or status == 408:
-                return LLMError("server_error", detail, attempts, status), retry_after
+                return LLMError("server_error", detail, attempts, status, retry_after)
             if status in (401, 403):
-                return LLMError("auth", detail, attempts, status), None
+                return LLMError("auth", detail, attempts, status)
             if status == 404:
-                return LLMError("not_found", detail, attempts, status), None
+                return LLMError("not_found", detail, attempts, status)
             if status in (400, 422):
-                return LLMError("bad_request", detail, attempts, status), None
-            return LLMError("client_error", detail, attempts, status), None
+                return LLMError("bad_request", detail, attempts, status)
+            return LLMError("client_error", detail, attempts, status)
         if isinstance(e, openai.APIResponseValidationError | json.JSONDecodeError | ValueError | KeyError):
-            return LLMError("bad_response", detail, attempts), None
+            return LLMError("bad_response", detail, attempts)
         if isinstance(e, openai.OpenAIError):
-            return LLMError("bad_response", detail, attempts), None
+            return LLMError("bad_response", detail, attempts)
         if isinstance(e, OSError):
-            return LLMError("connection", detail, attempts), None
+            return LLMError("connection", detail, attempts)
         raise e
 
     def _to_response(self, completion: Any, attempts: int) -> ChatResponse:

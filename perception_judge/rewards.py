@@ -27,10 +27,11 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perception_judge.protocol import format_ok, parse_scores
-from perception_judge.schema import (
+from perception_judge.core.protocol import format_ok, parse_scores
+from perception_judge.core.schema import (
     COL_GROUND_TRUTH,
     COL_PROTOCOL,
+    DEFAULT_TAU,
     PROTOCOLS,
     SLOTS,
     VERDICT_CORRECT,
@@ -91,7 +92,7 @@ def pair_reward(scores: Sequence[float] | None, order: str, ties: str = "zero") 
     return ranking_reward(scores, order, ties)
 
 
-def verdict_reward(score: float | None, verdict: str, tau: float = 6.0) -> float:
+def verdict_reward(score: float | None, verdict: str, tau: float = DEFAULT_TAU) -> float:
     """Pointwise verdict: 1 when the score falls on the right side of the threshold ``tau``.
 
         R = 1[s >= tau]  if verdict == "correct"    (the response is r_c)
@@ -146,12 +147,37 @@ def completion_text(completion: Any) -> tuple[str, str | None]:
     return "", None
 
 
+def verdict_score(
+    text: str, reasoning: str | None, protocol: str, truth: str, ties: str, tau: float, think_open: bool
+) -> float:
+    """The verifiable score reward of one completion: :func:`ranking_reward` (batch rows), :func:`pair_reward`
+    (pair rows) or :func:`verdict_reward` (single rows) of the scores it states."""
+    parsed = parse_scores(text, expected_n(protocol, truth), reasoning=reasoning, think_open=think_open)
+    if protocol == "batch":
+        return ranking_reward(parsed.scores, truth, ties)
+    if protocol == "pair":
+        return pair_reward(parsed.scores, truth, ties)
+    return verdict_reward(parsed.scores[0] if parsed.scores else None, truth, tau)
+
+
+def format_score(
+    text: str, reasoning: str | None, protocol: str, truth: str, ties: str, tau: float, think_open: bool
+) -> float:
+    """:func:`format_reward` of one completion (ties and tau play no part)."""
+    return format_reward(text, expected_n(protocol, truth), reasoning, think_open)
+
+
+RowScore = Callable[[str, "str | None", str, str, str, float, bool], float]
+
+
 class JudgeReward:
-    """A named, configurable trl reward callable.
+    """A named, configurable trl reward callable: ``score`` (:func:`verdict_score` or :func:`format_score`) on
+    every row whose protocol is in ``protocols``, None on the others (trl skips those).
 
     trl logs each reward under ``__name__`` (``rewards/<name>/mean``). ``think_open`` tells the parser that
     the rendered prompt ends inside an open think block (the trainer sets it from the chat template), so a
-    completion that never writes ``</think>`` is unclosed and earns nothing.
+    completion that never writes ``</think>`` is unclosed and earns nothing. With ``log_parse_failures`` the
+    reward also logs ``<name>/parse_failure_rate`` through trl's ``log_metric``.
     """
 
     def __init__(
@@ -159,8 +185,10 @@ class JudgeReward:
         name: str,
         protocols: tuple[str, ...],
         ties: str = "zero",
-        tau: float = 6.0,
+        tau: float = DEFAULT_TAU,
         think_open: bool = False,
+        score: RowScore = verdict_score,
+        log_parse_failures: bool = False,
     ) -> None:
         if ties not in TIE_POLICIES:
             raise ValueError(f"ties must be one of {TIE_POLICIES}, got {ties!r}")
@@ -170,6 +198,8 @@ class JudgeReward:
         self.ties = ties
         self.tau = float(tau)
         self.think_open = think_open
+        self.score = score
+        self.log_parse_failures = log_parse_failures
 
     def with_options(self, **options: Any) -> JudgeReward:
         """A copy with some options changed (``ties``, ``tau``, ``think_open``)."""
@@ -177,7 +207,9 @@ class JudgeReward:
         if unknown:
             raise ValueError(f"reward {self.name!r} has no option(s) {sorted(unknown)}")
         kwargs = {"ties": self.ties, "tau": self.tau, "think_open": self.think_open, **options}
-        return type(self)(self.name, self.protocols, **kwargs)
+        return type(self)(
+            self.name, self.protocols, score=self.score, log_parse_failures=self.log_parse_failures, **kwargs
+        )
 
     def __repr__(self) -> str:
         return f"JudgeReward({self.name!r}, ties={self.ties!r}, tau={self.tau}, think_open={self.think_open})"
@@ -186,15 +218,7 @@ class JudgeReward:
     def score_row(self, text: str, reasoning: str | None, protocol: str, ground_truth: str) -> float | None:
         if protocol not in self.protocols:
             return None
-        n = expected_n(protocol, ground_truth)
-        if self.name == "format":
-            return format_reward(text, n, reasoning, self.think_open)
-        parsed = parse_scores(text, n, reasoning=reasoning, think_open=self.think_open)
-        if protocol == "batch":
-            return ranking_reward(parsed.scores, ground_truth, self.ties)
-        if protocol == "pair":
-            return pair_reward(parsed.scores, ground_truth, self.ties)
-        return verdict_reward(parsed.scores[0] if parsed.scores else None, ground_truth, self.tau)
+        return self.score(text, reasoning, protocol, ground_truth, self.ties, self.tau, self.think_open)
 
     # the trl contract --------------------------------------------------------------------------------------
     def __call__(
@@ -224,13 +248,13 @@ class JudgeReward:
             text, reasoning = completion_text(completion)
             value = self.score_row(text, reasoning, protocol, truth)
             out.append(value)
-            if value is not None and self.name != "format":
+            if value is not None and self.log_parse_failures:
                 scored += 1
                 n = expected_n(protocol, truth)
                 if not parse_scores(text, n, reasoning=reasoning, think_open=self.think_open).ok:
                     failures += 1
         log_metric = kwargs.get("log_metric")
-        if callable(log_metric) and scored and self.name in ("judge", "batch_ranking"):
+        if callable(log_metric) and scored:
             log_metric(f"{self.name}/parse_failure_rate", failures / scored)
         return out
 
@@ -238,11 +262,11 @@ class JudgeReward:
 RewardFn = Callable[..., list[float | None]]
 
 REWARDS: dict[str, JudgeReward] = {
-    "batch_ranking": JudgeReward("batch_ranking", ("batch",)),
+    "batch_ranking": JudgeReward("batch_ranking", ("batch",), log_parse_failures=True),
     "pair_preference": JudgeReward("pair_preference", ("pair",)),
     "pointwise_verdict": JudgeReward("pointwise_verdict", ("single",)),
-    "judge": JudgeReward("judge", PROTOCOLS),
-    "format": JudgeReward("format", PROTOCOLS),
+    "judge": JudgeReward("judge", PROTOCOLS, log_parse_failures=True),
+    "format": JudgeReward("format", PROTOCOLS, score=format_score),
 }
 
 
@@ -261,8 +285,10 @@ __all__ = [
     "completion_text",
     "expected_n",
     "format_reward",
+    "format_score",
     "get_reward",
     "pair_reward",
     "ranking_reward",
     "verdict_reward",
+    "verdict_score",
 ]

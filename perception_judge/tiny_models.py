@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.io import progress_bar
+
 ARCHS = ("qwen2_5_vl", "qwen3_vl")
 
 SPECIAL_TOKENS = [
@@ -288,14 +290,11 @@ TINY_MATCH_SCORE = 8
 def tiny_records(n: int, seed: int, families: Any = None) -> list[dict[str, Any]]:
     """``n`` tiny-world records with the programmatic counterfactuals (PPJD rows without the store):
     ``{"key", "family", "question", "image", "responses": {kind: text}, "value"}``."""
-    from perception_judge.ppjd import synth
-    from perception_judge.ppjd.programmatic import ProgrammaticTeacher
-    from perception_judge.ppjd.teacher import TeacherInput
+    from perception_judge import synth
 
-    teacher = ProgrammaticTeacher(seed=seed)
     out = []
     for item in synth.generate_items(n, seed, families or synth.TINY_FAMILIES, text_only_fraction=0.0):
-        cf = teacher.counterfactuals(TeacherInput(key=item.item_id, item=item, image=item.image))
+        cf = synth.counterfactuals(item.spec, item.response, item.answer, item.item_id, seed=seed)
         out.append(
             {
                 "key": item.item_id,
@@ -317,8 +316,8 @@ def tiny_score(response: str, think: str) -> int:
 
     so r_c > r_rp > r_rp+r whenever the perceived value is the true one, and the scores never tie between the three
     answers of a record. A judge that perceives the wrong value ranks the answer that states it first."""
-    from perception_judge.ppjd.answers import extract_final_answer
-    from perception_judge.ppjd.synth import response_value
+    from perception_judge.core.answers import extract_final_answer
+    from perception_judge.synth import response_value
 
     value = response_value(response)
     slipped = value is not None and extract_final_answer(response) != value
@@ -329,7 +328,7 @@ def tiny_target(think: str, responses: list[str]) -> str:
     """The completion after the ``<think>`` prefill: the perceived value and the slots of the answers that state it
     (``none`` when no answer does), then :func:`tiny_score` of every answer.
     ``" red B</think><answer>3</answer><answer>8</answer>"``."""
-    from perception_judge.ppjd.synth import response_value
+    from perception_judge.synth import response_value
 
     slots = " ".join(SLOT_LETTERS[i] for i, r in enumerate(responses) if response_value(r) == think) or "none"
     return f" {think} {slots}</think>" + "".join(
@@ -338,8 +337,8 @@ def tiny_target(think: str, responses: list[str]) -> str:
 
 
 def _tiny_example(rng: Any, rec: dict[str, Any], think_source: str) -> tuple[list[dict[str, Any]], Any, str]:
-    from perception_judge.ppjd.synth import response_value, tiny_values
-    from perception_judge.protocol import build_messages
+    from perception_judge.core.protocol import build_messages
+    from perception_judge.synth import response_value, tiny_values
 
     protocol = rng.choices(["pair", "batch", "single"], weights=[3, 1, 1])[0]
     kinds = ["r_c", "r_rp", "r_rp_r"]
@@ -379,8 +378,8 @@ def supervised_tiny_judge(
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from perception_judge.images import PixelPolicy
-    from perception_judge.protocol import render_generation_prompt
+    from perception_judge.core.images import PixelPolicy
+    from perception_judge.core.protocol import render_generation_prompt
 
     if think_source not in THINK_SOURCES:
         raise ValueError(f"think_source must be one of {THINK_SOURCES}, got {think_source!r}")
@@ -404,11 +403,7 @@ def supervised_tiny_judge(
     losses: list[float] = []
     t0 = time.perf_counter()
     pool: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=steps, unit="step", desc=f"supervised ({think_source})")
+    bar = progress_bar(steps, f"supervised ({think_source})", "step", enabled=progress)
     for step in range(steps):
         if len(pool) < batch_size:  # fresh images every step, drawn in blocks
             pool = tiny_records(batch_size * 8, seed=10_000 * (seed + 1) + step)
@@ -438,11 +433,9 @@ def supervised_tiny_judge(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+    bar.close()
     target = Path(save_to) if save_to else model_dir
     model.save_pretrained(target)
     if save_to:
@@ -516,11 +509,43 @@ def warm_start_format(
     """The format warm start of a generated tiny judge, in place: :func:`supervised_tiny_judge` with guessed values
     (the target never depends on the image) and a frozen vision tower. Records its statistics in
     ``tiny_model.json``."""
-    from perception_judge.learnability import heldout_records, score_pairs
-
     stats = supervised_tiny_judge(model_dir, steps, think_source="guess", seed=seed, **kwargs)
     stats["warm_start_steps"] = steps
-    probe = score_pairs(model_dir, heldout_records(8, seed + 99), "none")["metrics"]
-    stats["greedy_format_rate"] = 1.0 - (probe["pair_acc_parse_failures"] or 0.0)
+    stats["greedy_format_rate"] = greedy_format_rate(model_dir, tiny_records(8, seed + 99))
     _record(model_dir, "warm_start", stats)
     return stats
+
+
+def greedy_format_rate(model_dir: str | Path, records: list[dict[str, Any]], image_size: int = 56) -> float:
+    """The fraction of greedy pair verdicts (r_c vs r_rp, one per record) that parse as two scores: the probe of a
+    format warm start. (The evaluation's ``perception`` suite measures the same model's accuracy.)"""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from perception_judge.core.images import PixelPolicy
+    from perception_judge.core.protocol import build_messages, parse_scores, render_generation_prompt
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    processor.tokenizer.padding_side = "left"
+    policy = PixelPolicy(mode="fixed", size=image_size, factor=image_size)
+    prompts = [
+        render_generation_prompt(
+            processor,
+            build_messages(
+                "pair",
+                r["question"],
+                [r["responses"]["r_c"], r["responses"]["r_rp"]],
+                n_images=1,
+                style="tiny",
+            ),
+        )
+        for r in records
+    ]
+    images = [policy.apply(r["image"]) for r in records]
+    batch = processor(text=prompts, images=images, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=16, do_sample=False)
+    texts = processor.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    parsed = [parse_scores(t, 2, think_open=True).ok for t in texts]
+    return sum(parsed) / max(1, len(parsed))

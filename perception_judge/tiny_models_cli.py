@@ -24,7 +24,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "--from-supervised",
         metavar="DIR",
         help="instead of building one: copy this supervised tiny judge (e.g. the learnability check's, "
-        "`python -m perception_judge.learnability --keep-model DIR`) and make it blind (--blind-steps)",
+        "`python -m perception_judge.evaluation.learnability --keep-model DIR`) and make it blind (--blind-steps)",
     )
     p.add_argument(
         "--blind-steps",

@@ -20,9 +20,9 @@ from typing import Any
 
 from PIL import Image
 
+from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, answer_tags
 from perception_judge.evaluation.base import SuiteConfig
-from perception_judge.schema import JudgeRequest, Sampling
 
 _SECTION = re.compile(r"^## (?:Answer of Assistant \d+|The assistant's answer)\n", re.MULTILINE)
 _Q = re.compile(r"Q=(\d+)")

@@ -78,8 +78,8 @@ def test_position_on_mllm_judge_pairs_and_an_unbiased_judge(tmp_path):
 
 
 def test_position_on_a_ppjd_split(tmp_path):
-    from perception_judge.protocol import build_messages
-    from perception_judge.trainset import rows_to_dataset
+    from perception_judge.core.protocol import build_messages
+    from perception_judge.core.trainset import rows_to_dataset
 
     texts = {"r_c": "Q=9 correct", "r_rp": "Q=5 misperceived", "r_rp_r": "Q=2 both wrong"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from benchmark_fixtures import write_jsonl
@@ -51,6 +52,46 @@ def test_pearson():
     assert M.pearson([1], [1]) is None
     with pytest.raises(ValueError):
         M.pearson([1, 2], [1])
+
+
+def _reference_levenshtein(a: str, b: str) -> int:
+    """The hand-written DP that rapidfuzz replaced."""
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def test_levenshtein_equals_the_reference_dp_on_random_strings():
+    rng = random.Random(0)
+    for _ in range(500):
+        a = "".join(rng.choice("ABCDE") for _ in range(rng.randint(0, 7)))
+        b = "".join(rng.choice("ABCD") for _ in range(rng.randint(0, 7)))
+        d = _reference_levenshtein(a, b)
+        longest = max(len(a), len(b))
+        assert M.levenshtein(a, b) == d and isinstance(M.levenshtein(a, b), int)
+        assert M.normalized_levenshtein(a, b) == (d / longest if longest else 0.0)
+
+
+def test_pearson_equals_the_textbook_formula_with_ties():
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.randint(2, 12)
+        x = [rng.randint(1, 10) for _ in range(n)]
+        y = [rng.randint(1, 5) for _ in range(n)]
+        mx, my = sum(x) / n, sum(y) / n
+        sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+        got = M.pearson(x, y)
+        if sxx == 0 or syy == 0:
+            assert got is None
+            continue
+        want = sum((a - mx) * (b - my) for a, b in zip(x, y)) / math.sqrt(sxx * syy)
+        assert isinstance(got, float) and -1.0 <= got <= 1.0 and got == approx(want, abs=1e-12)
+    assert M.pearson([0.1, 0.1, 0.1], [1, 2, 3]) is None  # constant even where its float mean is not exact
+    assert M.pearson([], []) is None
 
 
 def test_score_mapping_and_verdicts():

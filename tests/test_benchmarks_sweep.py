@@ -59,9 +59,9 @@ def test_suites_with_a_real_tiny_judge(tiny_qwen25, tmp_path):
     the model, and an unparsable judge gives parse_failure_rate 1.0 and None (not 0.0) where no data exists."""
     from benchmark_fixtures import write_mjbench_disk, write_mllm_judge
 
+    from perception_judge.core.schema import Sampling
     from perception_judge.evaluation.backends import load_backend
     from perception_judge.evaluation.base import SuiteConfig, get_suite
-    from perception_judge.schema import Sampling
 
     judge = load_backend(
         {"kind": "hf", "model": str(tiny_qwen25), "pixel_policy": {"mode": "fixed", "size": 56}}

@@ -10,12 +10,12 @@ from typing import ClassVar
 import pytest
 from PIL import Image
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.protocol import build_messages, render_generation_prompt
+from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation.backends import load_backend, parse_spec
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, scripted_fn
 from perception_judge.evaluation.base import is_backend_error, request_seed
-from perception_judge.images import PixelPolicy
-from perception_judge.protocol import build_messages, render_generation_prompt
-from perception_judge.schema import JudgeRequest, Sampling
 
 
 def _req(i: int, n_images: int = 1, protocol: str = "single") -> JudgeRequest:
@@ -442,3 +442,60 @@ def test_vllm_backend_with_a_stand_in_engine_and_shared_lora_engine(
     pool.release(base, entries[0])
     assert base.engine is None  # closed after the last model it serves
     pool.close_all()
+
+
+def test_a_dead_engine_fails_fast_instead_of_one_request_at_a_time():
+    """After a failed batch, run_batches used to retry every request alone, so a dead engine cost one slow failure
+    per request; now DEAD_AFTER lone failures in a row (or an engine that says it is dead) stop the call."""
+    from perception_judge.core.schema import JudgeRequest, JudgeResult
+    from perception_judge.evaluation.backends.common import DEAD_AFTER, BackendDead, run_batches
+
+    items = [(i, JudgeRequest(f"r{i}", []), None) for i in range(100)]
+    calls = []
+
+    def dead(batch):
+        calls.append(len(batch))
+        raise RuntimeError("connection reset")
+
+    with pytest.raises(BackendDead, match="probably dead"):
+        run_batches(items, 32, dead)
+    assert calls == [32] + [1] * DEAD_AFTER
+
+    def engine_dead(batch):
+        raise type("EngineDeadError", (RuntimeError,), {})("EngineCore died")
+
+    with pytest.raises(BackendDead, match="the engine died"):
+        run_batches(items, 32, engine_dead)
+
+    def some_bad(batch):  # a few bad requests among good ones stay isolated
+        if any(i % 10 == 3 for i, _, _ in batch):
+            raise ValueError("bad image")
+        return [JudgeResult(req.request_id, "<answer>5</answer>", [5.0]) for _, req, _ in batch]
+
+    out = run_batches(items, 8, some_bad)
+    assert len(out) == 100 and sum(r.error is not None for r in out.values()) == 10
+
+
+def test_vllm_engine_defaults_are_cpu_safe_without_a_gpu_and_tower_lora_is_switched_on(tmp_path):
+    """The vllm backend defaulted to dtype auto (bf16) and 85% of GPU memory even on the CPU build, and a LoRA
+    adapter on the vision tower silently lost its vision layers (vLLM needs enable_tower_connector_lora)."""
+    import json
+
+    from perception_judge.evaluation.backends.vllm import adapter_targets_vision, engine_kwargs
+
+    cpu = engine_kwargs("/m", on_gpu=False)
+    assert cpu["dtype"] == "float32" and cpu["enforce_eager"] and "gpu_memory_utilization" not in cpu
+    assert (
+        engine_kwargs("/m", on_gpu=False, dtype="bfloat16")["dtype"] == "bfloat16"
+    )  # an explicit choice stays
+    gpu = engine_kwargs("/m", on_gpu=True)
+    assert gpu["dtype"] == "auto" and gpu["gpu_memory_utilization"] == 0.85 and "enforce_eager" not in gpu
+    assert engine_kwargs("/m", on_gpu=True, gpu_memory_utilization=0.5)["gpu_memory_utilization"] == 0.5
+    lora = engine_kwargs("/m", enable_lora=True, tower_lora=True, on_gpu=False)
+    assert lora["enable_tower_connector_lora"] is True
+    assert "enable_tower_connector_lora" not in engine_kwargs("/m", enable_lora=True, on_gpu=False)
+
+    for targets, vision in ((["q_proj", "v_proj"], False), (["q_proj", "visual.blocks.0.attn.qkv"], True),
+                            (r".*(language_model|visual).*\.(q_proj|qkv)", True), ("all-linear", False)):  # fmt: skip
+        (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 8, "target_modules": targets}))
+        assert adapter_targets_vision(tmp_path) is vision, targets

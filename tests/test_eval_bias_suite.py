@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
 from perception_judge.evaluation.base import SuiteConfig, error_result, parse_result
 from perception_judge.evaluation.bias import suite
@@ -17,7 +18,6 @@ from perception_judge.evaluation.bias.items import builtin_base_items
 from perception_judge.evaluation.bias.loader import MissingImagesError, load_official
 from perception_judge.evaluation.bias.metrics import bc_value, bd_value
 from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, BY_TYPE, CATEGORIES
-from perception_judge.schema import JudgeRequest, Sampling
 
 ITEMS = builtin_base_items(n_image=6, n_text=3, seed=0)
 BY_ID = {i.item_id: i for i in ITEMS}

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+import random
+
 import pytest
 
+from perception_judge.core.schema import Sampling
 from perception_judge.evaluation import perception
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
 from perception_judge.evaluation.base import SuiteConfig
 from perception_judge.evaluation.fixtures import make_validation_set
-from perception_judge.schema import Sampling
 
 QUALITY = {"r_c": 9, "r_rp": 5, "r_rp_r": 2}
 
@@ -27,6 +31,35 @@ def test_kendall_tau_b_and_pair_verdicts():
     assert perception.pair_verdict([5, 9], 0) == "wrong"
     assert perception.pair_verdict([7, 7], 1) == "tie"
     assert perception.pair_verdict(None, 0) == "fail"
+
+
+def _reference_tau_b(x, y):
+    """The hand-written (C - D) / sqrt((P - Tx)(P - Ty)) that scipy replaced."""
+    c = d = tx = ty = 0
+    for i, j in itertools.combinations(range(len(x)), 2):
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        tx += dx == 0
+        ty += dy == 0
+        if dx and dy:
+            c += (dx > 0) == (dy > 0)
+            d += (dx > 0) != (dy > 0)
+    p = len(x) * (len(x) - 1) // 2
+    denom = math.sqrt((p - tx) * (p - ty))
+    return (c - d) / denom if denom else 0.0
+
+
+def test_kendall_tau_b_equals_the_reference_formula_on_ties():
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.randint(0, 8)
+        x = [float(rng.randint(1, 4)) for _ in range(n)]  # few values: many ties
+        y = [float(rng.randint(1, 3)) for _ in range(n)]
+        got = perception.kendall_tau_b(x, y)
+        assert isinstance(got, float) and got == pytest.approx(_reference_tau_b(x, y), abs=1e-12)
+    assert perception.kendall_tau_b([], []) == perception.kendall_tau_b([3], [1]) == 0.0
+    assert perception.kendall_tau_b([3, 2, 1], [7, 7, 7]) == 0.0
+    with pytest.raises(ValueError, match="equal length"):
+        perception.kendall_tau_b([1, 2], [1, 2, 3])
 
 
 def test_records_merge_rows_of_one_record(val_set):

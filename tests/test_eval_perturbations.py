@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.schema import SourceItem
 from perception_judge.evaluation.bias import perturbations as P
 from perception_judge.evaluation.bias.items import (
     BaseItem,
@@ -17,8 +19,6 @@ from perception_judge.evaluation.bias.items import (
     query_keywords,
 )
 from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES
-from perception_judge.images import PixelPolicy
-from perception_judge.schema import SourceItem
 
 
 def _scene(size=(96, 72), colour=(200, 30, 30)) -> Image.Image:
@@ -246,7 +246,7 @@ def test_source_item_adapter():
 
 
 def test_synth_base_items_when_available():
-    synth = pytest.importorskip("perception_judge.ppjd.synth")
+    synth = pytest.importorskip("perception_judge.synth")
     from perception_judge.evaluation.bias.items import synth_base_items
 
     items = synth_base_items(12, seed=0)

@@ -7,8 +7,8 @@ import json
 import pytest
 from PIL import Image
 
+from perception_judge.core.io import atomic_write_json
 from perception_judge.evaluation import report as R
-from perception_judge.evaluation.sweep import atomic_write_json
 
 
 def _table(values: dict[str, dict[str, float | None]], steps: dict[str, int | None] | None = None) -> dict:

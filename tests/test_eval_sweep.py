@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.schema import Sampling
 from perception_judge.evaluation import sweep as S
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
 from perception_judge.evaluation.base import SuiteConfig
-from perception_judge.images import PixelPolicy
-from perception_judge.schema import Sampling
 
 BIAS_OPTS = {"bias": {"source": "builtin", "n_per_type": 1}}
 
@@ -510,7 +510,7 @@ def test_judge_names_that_collide_as_file_names_are_refused(tmp_path):
 
 
 def test_api_keys_never_reach_the_sweep_files(tmp_path):
-    from perception_judge.redact import REDACTED, redact
+    from perception_judge.core.redact import REDACTED, redact
 
     secret = "sk-live-0123456789abcdefghijkl"
     plan = S.EvalPlan(
@@ -533,3 +533,68 @@ def test_api_keys_never_reach_the_sweep_files(tmp_path):
     text = (tmp_path / "plan.json").read_text()
     assert secret not in text and '"client_secret": "<redacted>"' in text
     assert redact({"max_new_tokens": 16, "tokens": "abc"}) == {"max_new_tokens": 16, "tokens": REDACTED}
+
+
+@pytest.mark.parametrize("kind", ["openai", "vllm"])
+def test_backend_flag_drops_another_kinds_config_keys(kind, tmp_path):
+    """`--backend vllm` / `openai` with a config whose backend block is hf's kept hf-only keys ('device',
+    'batch_size'), so every cell failed in the backend's constructor; now the plan keeps only keys the chosen kind
+    takes, and a key a kind does not take is an error that names it."""
+    from perception_judge.cli import build_parser
+    from perception_judge.evaluation.backends import backend_options, load_backend
+    from perception_judge.evaluation.cli import COMMAND, apply_sets, build_plan, load_config
+
+    config = Path(__file__).resolve().parents[1] / "eval/configs/tiny.yaml"
+    args = build_parser("eval", COMMAND).parse_args(
+        ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x", "--backend", kind]
+    )
+    plan = build_plan(args, apply_sets(load_config(config), args.sets), tmp_path)
+    assert plan.backend["kind"] == kind
+    assert set(plan.backend) - {"kind"} <= backend_options(kind)
+    assert "device" not in plan.backend
+    if kind == "vllm":
+        assert plan.backend["batch_size"] == 32 and plan.backend["dtype"] == "float32"  # shared keys stay
+    with pytest.raises(ValueError, match=r"has no option\(s\) \['device'\]"):
+        load_backend({"kind": kind, "model": "m", "device": "cpu"})
+
+
+def test_a_cell_whose_backend_died_is_failed_and_redone(tmp_path):
+    """A cell whose judge calls mostly failed in the backend (the server killed mid-run) used to be recorded as
+    done, the sweep exited 0 and a re-run skipped it. Now it is failed with the count, and a re-run redoes it."""
+    from perception_judge.evaluation.base import error_result
+
+    run_dir = dummy_run(tmp_path / "run", steps=(5,), final=False)
+    out = tmp_path / "eval"
+    alive = {"calls": 0, "until": 3}
+
+    class DyingBackend(ScriptedBackend):
+        def judge(self, requests, sampling):
+            good = super().judge(requests, sampling)
+            out = []
+            for res in good:
+                alive["calls"] += 1
+                dead = alive["calls"] > alive["until"]
+                out.append(error_result(res_req[res.request_id], "connection refused") if dead else res)
+            return out
+
+    res_req: dict = {}
+
+    def factory(entry, plan):
+        backend = DyingBackend(
+            lambda req, s: (res_req.setdefault(req.request_id, req), format_scores(req, [8]))[1]
+        )
+        return backend
+
+    plan = _plan(out, seeds=(0,))
+    outcome, _ = S.sweep(run_dir, plan, backend_factory=factory, progress=False)
+    assert outcome.failed == 2 and outcome.done == 0  # base and checkpoint-5: nearly every call failed
+    cell = json.loads((out / "cells" / "checkpoint-5__bias__seed0.json").read_text())
+    assert cell["status"] == "failed" and "failed in the backend" in cell["error"]
+    assert "Failed cells" in (out / "report.md").read_text()
+
+    alive["until"] = 10**9  # the server is back
+    outcome, _ = S.sweep(run_dir, plan, backend_factory=factory, progress=False)
+    assert outcome.done == 2 and outcome.skipped == 0
+
+    assert S.backend_failure({"n_backend_errors": 1, "n_calls": 100}) is None  # transient errors stay
+    assert "3 of 10" in S.backend_failure({"backend_errors": 3, "judgments": 10})

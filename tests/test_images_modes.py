@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from perception_judge.images import ImageError, load_image, to_rgb
+from perception_judge.core.images import ImageError, load_image, to_rgb
 
 
 def _png(image: Image.Image) -> bytes:

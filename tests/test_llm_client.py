@@ -263,3 +263,43 @@ def test_retry_after_beyond_the_backoff_cap_is_honoured_and_logged(caplog):
     assert "retry after 300 s" in caplog.text
     capped = ChatClient(ClientConfig(model="m", base_urls=["http://127.0.0.1:9"], retry_after_max_s=90.0))
     assert 90.0 <= capped._backoff(1, 3600.0) <= 90.0 + 1.0
+
+
+def test_retry_policy_attempts_waits_and_counters(monkeypatch):
+    """The tenacity wiring: retryable errors are retried max_retries times with the server's Retry-After passed
+    to the backoff; a non-retryable error or an unexpected exception ends the call at once."""
+    client = ChatClient(_config(["http://127.0.0.1:9/v1"], max_retries=2))
+    attempts: list[int] = []
+    waits: list[tuple[int, float | None]] = []
+    errors: list[BaseException] = []
+
+    async def attempt(body, n):
+        attempts.append(n)
+        raise errors[0] if len(errors) == 1 else errors[n - 1]
+
+    def backoff(n, retry_after):
+        waits.append((n, retry_after))
+        return 0.0
+
+    monkeypatch.setattr(client, "_attempt", attempt)
+    monkeypatch.setattr(client, "_backoff", backoff)
+
+    errors[:] = [LLMError("rate_limited", "", 1, 429, retry_after=7.0), LLMError("server_error", "", 2, 500)]
+    errors.append(LLMError("timeout", "", 3))
+    with pytest.raises(LLMError) as e:
+        _run(_chat(client))
+    assert e.value.reason == "timeout" and attempts == [1, 2, 3] and waits == [(1, 7.0), (2, None)]
+    assert client.usage["retries"] == 2 and client.usage["failures"] == 1
+
+    attempts.clear()
+    errors[:] = [LLMError("auth", "", 1, 401)]
+    with pytest.raises(LLMError) as e:
+        _run(_chat(client))
+    assert e.value.reason == "auth" and attempts == [1]
+    assert client.usage["retries"] == 2 and client.usage["failures"] == 2
+
+    attempts.clear()
+    errors[:] = [RuntimeError("a bug, not a transport error")]
+    with pytest.raises(RuntimeError, match="a bug"):
+        _run(_chat(client))
+    assert attempts == [1] and client.usage["failures"] == 2

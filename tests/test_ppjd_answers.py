@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perception_judge.ppjd.answers import answers_match, extract_final_answer, find_boxed, normalize_answer
+from perception_judge.core.answers import answers_match, extract_final_answer, find_boxed, normalize_answer
 
 
 @pytest.mark.parametrize(

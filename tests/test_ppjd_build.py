@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from perception_judge import synth
+from perception_judge.core.schema import sha256_hex
 from perception_judge.llm_client import ClientConfig
-from perception_judge.ppjd import synth
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
 from perception_judge.ppjd.runner import BuildConfig, build
 from perception_judge.ppjd.sources import TableSource, item_key, synthetic_source
 from perception_judge.ppjd.store import iter_records, read_failures, read_manifest, shard_paths
 from perception_judge.ppjd.teacher import STAGES, LLMTeacher, LLMTeacherConfig
 from perception_judge.ppjd.validate import PrecheckConfig
-from perception_judge.schema import sha256_hex
 from perception_judge.testing import FakeOpenAIServer, Faults
 
 SECRET = "sk-build-Secret-Value-42xyz"

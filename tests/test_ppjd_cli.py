@@ -23,7 +23,7 @@ def test_synth_build_export_end_to_end(tmp_path, capsys):
     assert main(["export", str(ppjd), "--out", str(train), "--mix", "batch=1,single=0.5"]) == 0
     out = capsys.readouterr().out
     assert "exported" in out
-    from perception_judge.trainset import load_training_set
+    from perception_judge.core.trainset import load_training_set
 
     ds = load_training_set(train)
     assert ds["train"].num_rows > 0 and set(ds["train"]["protocol"]) <= {"batch", "single"}

@@ -8,15 +8,15 @@ from collections import Counter
 import pytest
 from PIL import Image
 
-from perception_judge.ppjd import synth
+from perception_judge import synth
+from perception_judge.core.protocol import build_messages
+from perception_judge.core.schema import RESPONSE_KINDS, order_from_kinds
+from perception_judge.core.trainset import load_training_set
 from perception_judge.ppjd.export import ExportConfig, ExportError, export_ppjd, parse_mix, record_rows
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
 from perception_judge.ppjd.runner import BuildConfig, build
 from perception_judge.ppjd.sources import synthetic_source
 from perception_judge.ppjd.store import iter_records
-from perception_judge.protocol import build_messages
-from perception_judge.schema import RESPONSE_KINDS, order_from_kinds
-from perception_judge.trainset import load_training_set
 
 RANK = {k: i for i, k in enumerate(RESPONSE_KINDS)}
 

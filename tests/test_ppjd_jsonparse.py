@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from perception_judge.ppjd.answers import extract_final_answer
-from perception_judge.ppjd.jsonparse import JSONParseError, parse_json_object, repair_json_text
+from perception_judge.core.answers import extract_final_answer
+from perception_judge.core.jsonparse import JSONParseError, parse_json_object, repair_json_text
 
 # (what a model writes inside a JSON string with single backslashes, what the text must be)
 LATEX_CASES = [

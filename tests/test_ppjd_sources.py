@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from perception_judge.ppjd import synth
+from perception_judge import synth
 from perception_judge.ppjd.sources import TableSource, item_key, open_source
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from perception_judge.core.schema import Failure, PPJDRecord
 from perception_judge.ppjd.store import (
     FolderLocked,
     PPJDStore,
@@ -14,7 +15,6 @@ from perception_judge.ppjd.store import (
     read_manifest,
     shard_paths,
 )
-from perception_judge.schema import Failure, PPJDRecord
 
 
 def _rec(i: int) -> PPJDRecord:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from perception_judge.ppjd import synth
-from perception_judge.ppjd.answers import answers_match, extract_final_answer
+from perception_judge import synth
+from perception_judge.core.answers import answers_match, extract_final_answer
 
 
 @pytest.fixture(scope="module")

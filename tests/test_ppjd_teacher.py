@@ -9,9 +9,10 @@ from collections import Counter
 
 import pytest
 
+from perception_judge import synth
+from perception_judge.core.answers import answers_match, extract_final_answer
+from perception_judge.core.schema import SourceItem
 from perception_judge.llm_client import ClientConfig
-from perception_judge.ppjd import synth
-from perception_judge.ppjd.answers import answers_match, extract_final_answer
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
 from perception_judge.ppjd.teacher import (
     Counterfactuals,
@@ -31,7 +32,6 @@ from perception_judge.ppjd.validate import (
     similarity,
     validate,
 )
-from perception_judge.schema import SourceItem
 from perception_judge.testing import FakeOpenAIServer, Faults
 
 

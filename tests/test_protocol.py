@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perception_judge.protocol import (
+from perception_judge.core.protocol import (
     build_messages,
     count_image_placeholders,
     expected_scores,

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import pytest
 
+from perception_judge.core.schema import SLOTS, ground_truth_for, order_from_kinds
 from perception_judge.rewards import (
     REWARDS,
     format_reward,
@@ -15,7 +16,6 @@ from perception_judge.rewards import (
     ranking_reward,
     verdict_reward,
 )
-from perception_judge.schema import SLOTS, ground_truth_for, order_from_kinds
 
 
 def _kendall_fraction(scores, order, half_ties):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from perception_judge import protocol
 from perception_judge.cli import main as cli_main
+from perception_judge.core import protocol
 from perception_judge.tiny_models import make_tiny_model
 
 

@@ -1,7 +1,7 @@
 """Trainer building blocks: rewards wiring, LoRA/freezing, merge-lora, run file and card, and the prompt identity.
 
 The prompt identity test builds the real trainer (no training) and checks that the prompt GRPOTrainer tokenizes is
-exactly :func:`perception_judge.protocol.render_generation_prompt` of the same row: training and evaluation prompts
+exactly :func:`perception_judge.core.protocol.render_generation_prompt` of the same row: training and evaluation prompts
 cannot drift apart.
 """
 
@@ -154,13 +154,8 @@ def test_merged_base_is_reused_and_mismatch_refused(tiny_qwen25, tmp_path):
 
 
 def test_run_file_card_and_checkpoint_listing(tmp_path):
-    from perception_judge.train.card import (
-        final_metrics,
-        read_run_info,
-        render_model_card,
-        update_run_info,
-        write_run_info,
-    )
+    from perception_judge.core.runinfo import read_run_info, update_run_info, write_run_info
+    from perception_judge.train.card import final_metrics, render_model_card
 
     write_run_info(
         tmp_path, {"base_model": "b", "tuning": "lora", "rewards": {"judge": 1.0}, "args": {"lora_r": 8}}
@@ -206,7 +201,7 @@ def test_trainer_prompt_equals_shared_renderer(arch, tiny_qwen25, tiny_qwen3, tm
     from transformers import AutoProcessor
     from trl.data_utils import apply_chat_template, prepare_multimodal_messages
 
-    from perception_judge.protocol import render_generation_prompt
+    from perception_judge.core.protocol import render_generation_prompt
     from perception_judge.train.recipe import parse_recipe
     from perception_judge.train.run import build_run
     from perception_judge.train.toyset import write_toy_training_set

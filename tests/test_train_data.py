@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from perception_judge.images import PixelPolicy
-from perception_judge.protocol import build_messages, prepare_processor
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.protocol import build_messages, prepare_processor
+from perception_judge.core.trainset import rows_to_dataset, split_path
 from perception_judge.train.args import JudgeArguments
 from perception_judge.train.data import (
     DataError,
@@ -18,7 +19,6 @@ from perception_judge.train.data import (
     protocol_mix_indices,
 )
 from perception_judge.train.toyset import toy_rows, write_toy_training_set
-from perception_judge.trainset import rows_to_dataset, split_path
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_prompt_lengths_are_exact(processor, tiny_qwen25):
     lengths = PromptLengths(processor, policy, "auto")
     rows = toy_rows(3, image_size=90)
     n = lengths([r["prompt"] for r in rows], [[im.size for im in r["images"]] for r in rows])
-    from perception_judge.protocol import render_generation_prompt
+    from perception_judge.core.protocol import render_generation_prompt
 
     for row, got in zip(rows, n):
         text = render_generation_prompt(processor, row["prompt"], "auto")

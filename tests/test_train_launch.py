@@ -72,8 +72,8 @@ def _reload_and_generate(folder: Path, data_dir: Path, size: int, base: Path | N
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from perception_judge.protocol import render_generation_prompt
-    from perception_judge.trainset import load_training_set
+    from perception_judge.core.protocol import render_generation_prompt
+    from perception_judge.core.trainset import load_training_set
 
     if base is None:
         model = AutoModelForImageTextToText.from_pretrained(folder)
@@ -153,7 +153,7 @@ def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path)
     # checkpoint served by an OpenAI-compatible server gets the training prompt (it used to ship the unpatched one)
     from transformers import AutoProcessor
 
-    from perception_judge.protocol import template_opens_think
+    from perception_judge.core.protocol import template_opens_think
 
     assert not template_opens_think(AutoProcessor.from_pretrained(model_dir))
     assert template_opens_think(AutoProcessor.from_pretrained(run_a / "checkpoint-2"))

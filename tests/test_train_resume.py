@@ -87,7 +87,7 @@ def test_training_set_schema_errors_name_the_file_and_the_column(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from perception_judge.trainset import load_training_set
+    from perception_judge.core.trainset import load_training_set
 
     folder = tmp_path / "ts"
     folder.mkdir()

@@ -2,8 +2,8 @@
 
 Backend
     ``JudgeBackend.judge(requests, sampling) -> list[JudgeResult]`` (same order as the requests). Every
-    backend renders prompts with :func:`perception_judge.protocol.render_generation_prompt` (local models) or
-    sends the same messages to a server, applies the run's :class:`~perception_judge.images.PixelPolicy`, and
+    backend renders prompts with :func:`perception_judge.core.protocol.render_generation_prompt` (local models) or
+    sends the same messages to a server, applies the run's :class:`~perception_judge.core.images.PixelPolicy`, and
     parses completions with the parser the request names (:data:`PARSERS`). A failed call gives
     :func:`error_result` (no text, an error starting with :data:`BACKEND_ERROR_PREFIX`; see
     :func:`is_backend_error`), never an exception; backends that seed per request use :func:`request_seed`.
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.images import PixelPolicy, load_image
-from perception_judge.protocol import count_image_placeholders, parse_scores
-from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
+from perception_judge.core.images import PixelPolicy, load_image
+from perception_judge.core.protocol import count_image_placeholders, parse_scores
+from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 
 # --------------------------------------------------------------------------------------------------------------
 # Parsers: name -> f(text, n, reasoning) -> (scores | None, error | None)
@@ -141,6 +141,30 @@ def prepare_each(
 # Progress bars
 # --------------------------------------------------------------------------------------------------------------
 
+LOWER_IS_BETTER_PARTS: tuple[str, ...] = (
+    "fail_rate",
+    "failure_rate",
+    "error_rate",
+    "tied_scores_rate",
+    "pred_tie_rate",
+    "levenshtein",
+    "distance",
+    "padded_preferred_rate",
+    "flip_rate_to_padded",
+    "_abs",
+    "_var",
+)
+"""Name parts of the metrics where lower is better (failures, errors, ties, distances, variances, absolute
+deviations, the verbosity suite's preference for padding); every other metric is higher-better unless its suite
+declares otherwise (``protocol["lower_is_better"]`` / ``["higher_is_better"]``)."""
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether lower values of ``metric`` are better, by its name (:data:`LOWER_IS_BETTER_PARTS`): the one rule the
+    suites' report hints and the report's model ranking share."""
+    return any(part in metric for part in LOWER_IS_BETTER_PARTS)
+
+
 _PROGRESS = {"enabled": True}
 
 
@@ -151,9 +175,9 @@ def set_progress(enabled: bool) -> None:
 
 def progress_bar(total: int, desc: str, unit: str = "it", **kwargs: Any) -> Any:
     """A tqdm bar for long evaluation loops (disabled when there is nothing to do or progress is off)."""
-    from tqdm.auto import tqdm
+    from perception_judge.core.io import progress_bar as bar
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=not _PROGRESS["enabled"] or not total, **kwargs)
+    return bar(total, desc, unit, enabled=_PROGRESS["enabled"], **kwargs)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -180,9 +204,9 @@ class JudgeBackend(abc.ABC):
         return {"backend": self.name, "pixel_policy": self.pixel_policy.to_dict()}
 
     def prepare_images(self, request: JudgeRequest) -> list[Any]:
-        """The request's images loaded (:func:`~perception_judge.images.load_image`) and put through the pixel
+        """The request's images loaded (:func:`~perception_judge.core.images.load_image`) and put through the pixel
         policy, after checking that they match the image placeholders. Raises ``ValueError`` /
-        :class:`~perception_judge.images.ImageError` naming the request."""
+        :class:`~perception_judge.core.images.ImageError` naming the request."""
         n = count_image_placeholders(request.messages)
         if n != len(request.images):
             raise ValueError(

@@ -12,6 +12,8 @@ from typing import Any
 
 from perception_judge.cli import Command
 
+log = logging.getLogger("perception_judge.eval")
+
 DESCRIPTION = """\
 Evaluate multimodal judges.
 
@@ -174,8 +176,8 @@ def apply_sets(cfg: dict[str, Any], sets: list[str]) -> dict[str, Any]:
 
 
 def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> Any:
+    from perception_judge.core.schema import Sampling
     from perception_judge.evaluation.sweep import EvalPlan
-    from perception_judge.schema import Sampling
 
     sampling_d = dict(cfg.get("sampling") or {})
     for flag, key in (
@@ -194,7 +196,18 @@ def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> 
         raise ValueError(f"unknown sampling key(s) {sorted(bad)}; known: {sorted(fields)}")
     sampling_d.pop("seed", None)  # seeds come from --seeds / seeds:
     backend = dict(cfg.get("backend") or {})
-    if args.backend:
+    if args.backend and args.backend != backend.get("kind", "hf"):
+        # the config's block is another kind's: keep only the keys the chosen kind takes too
+        from perception_judge.evaluation.backends import backend_options
+
+        takes = backend_options(args.backend)
+        dropped = sorted(k for k in backend if k != "kind" and k not in takes)
+        if dropped:
+            log.warning(
+                "--backend %s: dropping the config's %s backend key(s) %s (not %s options)",
+                args.backend, backend.get("kind", "hf"), dropped, args.backend,
+            )  # fmt: skip
+        backend = {k: v for k, v in backend.items() if k in takes}
         backend["kind"] = args.backend
     backend.setdefault("kind", "hf")
     for flag in ("batch_size", "dtype", "device", "base_urls"):
@@ -288,8 +301,8 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from perception_judge.core.images import PixelPolicy
     from perception_judge.evaluation.sweep import evaluate
-    from perception_judge.images import PixelPolicy
 
     cfg = apply_sets(load_config(args.config), args.sets)
     out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else None)

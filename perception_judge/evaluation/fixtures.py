@@ -20,8 +20,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from perception_judge.images import PixelPolicy
-from perception_judge.schema import RESPONSE_KINDS
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.runinfo import write_run_info
+from perception_judge.core.schema import RESPONSE_KINDS
 
 _COLOURS = [
     ("red", (220, 40, 40)),
@@ -61,7 +62,7 @@ def make_validation_set(
     folder: str | Path, n: int = 4, seed: int = 0, splits: tuple[str, ...] = ("validation",)
 ) -> Path:
     """Write an exported-training-set folder with batch, pair and single rows for ``n`` records."""
-    from perception_judge.trainset import rows_to_dataset, training_row
+    from perception_judge.core.trainset import rows_to_dataset, training_row
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,7 +166,7 @@ def make_fake_run(
         "rewards": {"judge": 1.0},
         "train_set": str(train_set) if train_set else None,
     }
-    (run_dir / "perception_judge_run.json").write_text(json.dumps(info, indent=2))
+    write_run_info(run_dir, info)
     for step in steps:
         dst = run_dir / f"checkpoint-{step}"
         (_save_lora(base, dst, step) if tuning == "lora" else _save_full(base, dst, step, scale))

@@ -1,11 +1,11 @@
 """The perceptual-sensitivity suite on held-out PPJD: does the judge prefer the correct response r_c over its
 perceptual counterfactuals r_rp (perception errors) and r_rp_r (perception and reasoning errors)?
 
-Data: the ``validation`` split of an exported training set (:func:`perception_judge.trainset.load_training_set`;
+Data: the ``validation`` split of an exported training set (:func:`perception_judge.core.trainset.load_training_set`;
 columns ``question``, ``responses`` in slot order, ``kinds``, ``images``, ``record_key``). Rows of one record are
 merged, so every record contributes its question, image and the three responses once.
 
-Protocols (all with the trained judge's own prompts, :func:`perception_judge.protocol.build_messages`):
+Protocols (all with the trained judge's own prompts, :func:`perception_judge.core.protocol.build_messages`):
 
 ``pair``    r_c vs r_rp and r_c vs r_rp_r, each pair judged in **both orders**. A judgement earns 1 when r_c
             gets the strictly higher score, 1/2 for a tie and 0 when r_c scores lower or the completion does not
@@ -49,6 +49,17 @@ import random
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.protocol import build_messages
+from perception_judge.core.schema import (
+    DEFAULT_TAU,
+    RESPONSE_KINDS,
+    SLOTS,
+    VERDICT_CORRECT,
+    VERDICT_INCORRECT,
+    JudgeRequest,
+    JudgeResult,
+    order_from_kinds,
+)
 from perception_judge.evaluation.base import (
     JudgeBackend,
     SuiteConfig,
@@ -59,17 +70,7 @@ from perception_judge.evaluation.base import (
 )
 from perception_judge.evaluation.benchmarks.metrics import rate
 from perception_judge.evaluation.bias.metrics import mean_std
-from perception_judge.protocol import build_messages
 from perception_judge.rewards import ranking_reward, verdict_reward
-from perception_judge.schema import (
-    RESPONSE_KINDS,
-    SLOTS,
-    VERDICT_CORRECT,
-    VERDICT_INCORRECT,
-    JudgeRequest,
-    JudgeResult,
-    order_from_kinds,
-)
 
 PROTOCOL_NAMES = ("pair", "batch", "single")
 DEFAULTS: dict[str, Any] = {
@@ -77,7 +78,7 @@ DEFAULTS: dict[str, Any] = {
     "split": "validation",
     "protocols": list(PROTOCOL_NAMES),
     "batch_orders": "random",
-    "tau": 6.0,
+    "tau": DEFAULT_TAU,
     "data_seed": 0,
     "chunk_size": 256,
     "prompt_style": None,
@@ -111,24 +112,16 @@ class Record:
 
 def kendall_tau_b(x: list[float], y: list[float]) -> float:
     """Kendall tau-b between two score lists: (C - D) / sqrt((P - Tx)(P - Ty)), with P the number of pairs and
-    Tx, Ty the pairs tied in x, y. 0.0 when either list is constant (no ordering information)."""
+    Tx, Ty the pairs tied in x, y (:func:`scipy.stats.kendalltau`, ``variant="b"``). 0.0 when either list is
+    constant or shorter than two (no ordering information), and wherever scipy gives NaN."""
     if len(x) != len(y):
         raise ValueError("kendall_tau_b needs lists of equal length")
-    c = d = tx = ty = 0
-    for i, j in itertools.combinations(range(len(x)), 2):
-        dx, dy = x[i] - x[j], y[i] - y[j]
-        if dx == 0:
-            tx += 1
-        if dy == 0:
-            ty += 1
-        if dx and dy:
-            if (dx > 0) == (dy > 0):
-                c += 1
-            else:
-                d += 1
-    p = len(x) * (len(x) - 1) // 2
-    denom = math.sqrt((p - tx) * (p - ty))
-    return (c - d) / denom if denom else 0.0
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return 0.0
+    from scipy.stats import kendalltau  # lazy: scipy.stats costs most of a second to import
+
+    tau = float(kendalltau(x, y, variant="b").statistic)
+    return 0.0 if math.isnan(tau) else tau
 
 
 def pair_verdict(scores: list[float] | None, correct_slot: int) -> str:
@@ -205,7 +198,7 @@ def apply_image_control(records: list[Record], control: str, seed: int) -> list[
 
 def load_records(path: str | Path, split: str = "validation", limit: int | None = None) -> list[Record]:
     """Merge the rows of a split into one :class:`Record` per ``record_key`` (order of first appearance)."""
-    from perception_judge.trainset import features, load_training_set
+    from perception_judge.core.trainset import features, load_training_set
 
     p = Path(path)
     if p.is_file() and p.suffix == ".parquet":
@@ -409,7 +402,7 @@ def score_seed(
 
 
 def _style_of(data: str | Path) -> str:
-    from perception_judge.trainset import prompt_style_of
+    from perception_judge.core.trainset import prompt_style_of
 
     p = Path(data)
     return prompt_style_of(p if p.is_dir() else p.parent)
@@ -486,7 +479,7 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
         "seeds": list(config.seeds),
         "sampling": dataclasses.asdict(config.sampling),
         "backend": backend.describe(),
-        "parser": "protocol (perception_judge.protocol.parse_scores: final answer only, exactly N tags, 1-10)",
+        "parser": "protocol (perception_judge.core.protocol.parse_scores: final answer only, exactly N tags, 1-10)",
         "prompt_style": style,
         "image_control": control,
         "control_seed": int(opts["control_seed"]),

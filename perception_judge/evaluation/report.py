@@ -23,8 +23,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.io import atomic_write_json, atomic_write_text
+from perception_judge.evaluation.base import lower_is_better
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES
-from perception_judge.evaluation.sweep import atomic_write_json
 
 PLOTS_DIR = "plots"
 _MAX_COLS = 8
@@ -59,20 +60,17 @@ def _suite_protocols(data: dict[str, Any], out_dir: Path) -> dict[str, dict[str,
     return out
 
 
-_LOWER_IS_BETTER_PARTS = ("fail_rate", "failure_rate", "error_rate", "levenshtein", "distance", "_var")
-
-
 def metric_direction(metric: str, protocol: dict[str, Any]) -> bool:
     """True when higher is better: a suite may list ``lower_is_better`` metric names or set
-    ``higher_is_better`` to a bool or a ``{metric: bool}`` map; failure (``fail_rate``, ``failure_rate``) and error
-    rates are lower-better."""
+    ``higher_is_better`` to a bool or a ``{metric: bool}`` map; otherwise the name decides
+    (:func:`~perception_judge.evaluation.base.lower_is_better`)."""
     lower = protocol.get("lower_is_better") or []
     if metric in lower:
         return False
     hib = protocol.get("higher_is_better")
     if isinstance(hib, dict) and metric in hib:
         return bool(hib[metric])
-    if any(t in metric for t in _LOWER_IS_BETTER_PARTS):
+    if lower_is_better(metric):
         return False
     if metric == protocol.get("primary_metric") and isinstance(hib, bool):
         return hib
@@ -548,9 +546,7 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "plots": plots,
     }
     md = render_markdown({**report, "tables": tables})
-    tmp = out_dir / ".report.md.tmp"
-    tmp.write_text(md, encoding="utf-8")
-    os.replace(tmp, out_dir / "report.md")
+    atomic_write_text(out_dir / "report.md", md, fsync=False)
     atomic_write_json(out_dir / "report.json", report, fsync=False)
     return report
 

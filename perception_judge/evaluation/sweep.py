@@ -34,6 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.io import atomic_open, atomic_write_json
+from perception_judge.core.redact import redact
+from perception_judge.core.runinfo import RUN_FILE, RunInfo, read_run
+from perception_judge.core.schema import Sampling, content_key
 from perception_judge.evaluation.backends.common import (
     fingerprint,
     has_full_weights,
@@ -42,13 +47,9 @@ from perception_judge.evaluation.backends.common import (
 )
 from perception_judge.evaluation.base import SUITES, JudgeBackend, SuiteConfig, get_suite, progress_bar
 from perception_judge.evaluation.bias.metrics import mean_std
-from perception_judge.images import PixelPolicy
-from perception_judge.redact import redact
-from perception_judge.schema import Sampling, content_key
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "perception_judge_run.json"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 TRAIN_SET_PAIR_SUITES = ("position", "verbosity")
 """Pair-source suites whose pairs default to the run's training set (the ``ppjd`` source, ``trainset_dir``)."""
@@ -57,61 +58,6 @@ TRAIN_SET_PAIR_SUITES = ("position", "verbosity")
 # --------------------------------------------------------------------------------------------------------------
 # Runs and models
 # --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunInfo:
-    """What a sweep needs from ``perception_judge_run.json``."""
-
-    run_dir: Path
-    base_model: str
-    model_type: str = ""
-    tuning: str = "full"
-    think_prefix: str = "auto"
-    pixel_policy: PixelPolicy = field(default_factory=PixelPolicy)
-    train_set: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
-
-
-def read_run(run_dir: str | os.PathLike[str]) -> RunInfo:
-    """Read a run's ``perception_judge_run.json``; errors name the missing file or key."""
-    run_dir = Path(run_dir)
-    path = run_dir / RUN_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{str(path)!r} not found: RUN_DIR must be the output folder of train_grpo.py (it writes {RUN_FILE})"
-        )
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ValueError(f"{str(path)!r} is not valid JSON: {e}") from None
-    if not raw.get("base_model"):
-        raise KeyError(f"{str(path)!r} lacks the key 'base_model'")
-    base = str(raw["base_model"])
-    if not os.path.isabs(base) and (run_dir / base).exists():
-        base = str(run_dir / base)
-    tuning = raw.get("tuning", "full")
-    if tuning not in ("full", "lora"):
-        raise ValueError(f"{str(path)!r}: tuning must be 'full' or 'lora', got {tuning!r}")
-    policy = raw.get("pixel_policy") or {}
-    train_set = raw.get("train_set")
-    if (
-        train_set
-        and not os.path.isabs(train_set)
-        and not Path(train_set).exists()
-        and (run_dir / train_set).exists()
-    ):
-        train_set = str(run_dir / train_set)
-    return RunInfo(
-        run_dir=run_dir,
-        base_model=base,
-        model_type=str(raw.get("model_type", "")),
-        tuning=tuning,
-        think_prefix=str(raw.get("think_prefix", "auto")),
-        pixel_policy=PixelPolicy(**policy) if policy else PixelPolicy(),
-        train_set=train_set,
-        raw=raw,
-    )
 
 
 @dataclass
@@ -273,19 +219,6 @@ def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -
     )
 
 
-def atomic_write_json(path: Path, data: Any, fsync: bool = True) -> None:
-    """Write ``data`` as JSON (UTF-8, indent 1) to a temp file and rename it into place, so a reader sees the
-    old file or the new one, never a part; ``fsync`` flushes it to disk before the rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(redact(data), f, ensure_ascii=False, indent=1, default=str)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _claim_cell_dir(folder: Path, fp: str) -> None:
     """Mark a cell's output folder with the fingerprint it is run with; leftovers of an interrupted run with
     other settings are removed first (an interrupted run with the same settings is kept: suites resume from it)."""
@@ -383,6 +316,26 @@ class BackendPool:
 # --------------------------------------------------------------------------------------------------------------
 
 
+MAX_BACKEND_ERROR_RATE = 0.05
+"""A cell whose judge calls failed in the backend (a dead server, a crashed engine) beyond this share is recorded
+as failed: the run exits non-zero, a re-run redoes it, the report lists it. Below it, the errors are transient
+and each suite counts them as errors (never as the judge's parse failures)."""
+
+
+def backend_failure(counts: dict[str, Any]) -> str | None:
+    """Why a finished suite's backend errors fail its cell (None when they stay within
+    :data:`MAX_BACKEND_ERROR_RATE`). Reads the counts every suite reports: ``n_backend_errors`` or
+    ``backend_errors`` over ``n_requests``, ``n_calls`` or ``judgments``."""
+    errors = counts.get("n_backend_errors", counts.get("backend_errors")) or 0
+    total = counts.get("n_requests") or counts.get("n_calls") or counts.get("judgments") or 0
+    if not errors or not total or errors / total <= MAX_BACKEND_ERROR_RATE:
+        return None
+    return (
+        f"{errors} of {total} judge calls failed in the backend ({errors / total:.0%}, more than "
+        f"{MAX_BACKEND_ERROR_RATE:.0%}): is the server or engine up? Re-run the sweep to redo this cell"
+    )
+
+
 @dataclass
 class SweepOutcome:
     done: int = 0
@@ -403,7 +356,7 @@ def suite_config(
     ):
         options["data"] = run.train_set
     if suite in TRAIN_SET_PAIR_SUITES and run is not None and run.train_set:
-        from perception_judge.evaluation.benchmarks.pairs import SOURCE_PATH_OPTIONS
+        from perception_judge.evaluation.benchmarks.pair_sources import SOURCE_PATH_OPTIONS
 
         no_source = options.get("source") in (None, "ppjd") and not any(
             options.get(k) for k in SOURCE_PATH_OPTIONS
@@ -505,6 +458,10 @@ def run_cells(
                             cfg = suite_config(entry, suite, seed, plan, run)
                             result = get_suite(suite)(backend, cfg)
                             cell.update(status="done", result=_jsonable(result.to_dict()))
+                            too_many = backend_failure(result.counts)
+                            if too_many:  # the numbers would rest on the calls that happened to succeed
+                                log.error("cell %s failed: %s", cell["cell"], too_many)
+                                cell.update(status="failed", error=too_many)
                         except Exception as e:  # one failing cell does not stop the sweep
                             log.error("cell %s failed: %s: %s", cell["cell"], type(e).__name__, e)
                             cell.update(
@@ -616,12 +573,11 @@ def write_results(
     cells = collect_cells(out_dir)
     order = model_order(cells, entries)
     rows = build_rows(cells, order)
-    with (out_dir / ".results.csv.tmp").open("w", newline="", encoding="utf-8") as f:
+    with atomic_open(out_dir / "results.csv") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for r in rows:
             w.writerow({**r, "values": json.dumps(r["values"])})
-    os.replace(out_dir / ".results.csv.tmp", out_dir / "results.csv")
     models = []
     for name in order:
         c = next((c for c in cells if c["model"] == name), None)

@@ -23,7 +23,7 @@ from perception_judge.cli import Command
 
 
 def _synth_args(p: argparse.ArgumentParser) -> None:
-    from perception_judge.ppjd.synth import DEFAULT_TEXT_ONLY_FRACTION, FAMILIES
+    from perception_judge.synth import DEFAULT_TEXT_ONLY_FRACTION, FAMILIES
 
     p.add_argument("--n", type=int, required=True, help="number of items to generate")
     p.add_argument(
@@ -46,7 +46,7 @@ def _synth_args(p: argparse.ArgumentParser) -> None:
 
 
 def _synth_run(args: argparse.Namespace) -> int:
-    from perception_judge.ppjd.synth import write_synthetic
+    from perception_judge.synth import write_synthetic
 
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     try:
@@ -485,7 +485,7 @@ EXPORT = Command(
     run=_export_run,
     description=(
         "Export a PPJD folder to the training set read by the trainer and the evaluation "
-        "(perception_judge.trainset.load_training_set): per record a seeded permutation of (r_c, r_rp, r_rp+r) "
+        "(perception_judge.core.trainset.load_training_set): per record a seeded permutation of (r_c, r_rp, r_rp+r) "
         "into slots A/B/C with the batch-protocol prompt and the order string as ground truth, optionally pair "
         "and single rows (--mix); train / validation split by source image."
     ),

@@ -1,4 +1,4 @@
-"""PPJD folder -> training set (the format of :mod:`perception_judge.trainset`).
+"""PPJD folder -> training set (the format of :mod:`perception_judge.core.trainset`).
 
 Per record, with randomness seeded by (export seed, record key) -- so the result does not depend on record
 order or on how the folder was built:
@@ -36,16 +36,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.images import ImageError, resolve_under
-from perception_judge.ppjd.store import iter_records, read_manifest, shard_paths
-from perception_judge.protocol import validate_style
-from perception_judge.schema import (
+from perception_judge.core.images import ImageError, resolve_under
+from perception_judge.core.protocol import validate_style
+from perception_judge.core.schema import (
     PROTOCOLS,
     RESPONSE_KINDS,
     PPJDRecord,
     sha256_hex,
 )
-from perception_judge.trainset import rows_to_dataset, split_path, training_row
+from perception_judge.core.trainset import rows_to_dataset, split_path, training_row
+from perception_judge.ppjd.store import iter_records, read_manifest, shard_paths
 
 DEFAULT_MIX = {"batch": 1.0, "pair": 0.0, "single": 0.0}
 _PAIRS = (("r_c", "r_rp"), ("r_c", "r_rp_r"), ("r_rp", "r_rp_r"))
@@ -425,7 +425,7 @@ def dataset_card(info: dict[str, Any]) -> str:
         "## Loading",
         "",
         "```python",
-        "from perception_judge.trainset import load_training_set",
+        "from perception_judge.core.trainset import load_training_set",
         "ds = load_training_set('THIS_FOLDER')        # DatasetDict with train / validation",
         "# or: datasets.load_dataset('parquet', data_files={'train': 'train.parquet', ...})",
         "```",

@@ -32,7 +32,7 @@ from typing import Any
 
 from PIL import Image
 
-from perception_judge.images import (
+from perception_judge.core.images import (
     DEFAULT_MAX_IMAGE_BYTES,
     DEFAULT_MAX_IMAGE_PIXELS,
     ImageError,
@@ -40,6 +40,8 @@ from perception_judge.images import (
     load_image,
     read_image_file,
 )
+from perception_judge.core.io import progress_bar
+from perception_judge.core.schema import Failure, PPJDRecord, SourceItem
 from perception_judge.ppjd.sources import Source, item_key
 from perception_judge.ppjd.store import PPJDStore
 from perception_judge.ppjd.teacher import (
@@ -52,7 +54,6 @@ from perception_judge.ppjd.teacher import (
     TeacherInput,
 )
 from perception_judge.ppjd.validate import PrecheckConfig, ValidationConfig, precheck, validate
-from perception_judge.schema import Failure, PPJDRecord, SourceItem
 
 _EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
 
@@ -164,10 +165,8 @@ class _Progress:
         self.started = time.monotonic()
         self.last_log = self.started
         self.total = total
-        if self.tty:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="rec", desc="build-ppjd", dynamic_ncols=True, smoothing=0.1)
+        if self.tty:  # otherwise a log line every 30 s
+            self.bar = progress_bar(total, "build-ppjd", "rec", enabled=True, smoothing=0.1)
 
     def update(self, done: int, failed: int) -> None:
         if self.bar is not None:

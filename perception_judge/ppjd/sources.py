@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 from PIL import Image
 
-from perception_judge.images import ImageError, cell_bytes, decode_data_url, resolve_under
-from perception_judge.schema import SourceItem, content_key, sha256_hex
+from perception_judge.core.images import ImageError, cell_bytes, decode_data_url, resolve_under
+from perception_judge.core.schema import SourceItem, content_key, sha256_hex
 
 FIELDS = ("item_id", "image", "question", "answer", "response")
 

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
 import json
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.schema import Failure, PPJDRecord, sha256_hex
+from perception_judge.core.io import atomic_write_bytes, atomic_write_text
+from perception_judge.core.schema import Failure, PPJDRecord, sha256_hex
 
 MANIFEST_FORMAT = "perception-judge/ppjd/1"
 SHARD_PREFIX = "records-"
@@ -53,38 +52,6 @@ def shard_name(index: int) -> str:
 def shard_paths(folder: str | os.PathLike[str]) -> list[Path]:
     folder = Path(folder)
     return sorted(p for p in folder.glob(f"{SHARD_PREFIX}*.jsonl") if p.is_file())
-
-
-_TMP_COUNTER = itertools.count()
-
-
-def _tmp_name(path: Path) -> Path:
-    """A temp name unique per process, thread and call (concurrent writers of the same file never collide)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}-{next(_TMP_COUNTER)}")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = _tmp_name(path)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write, fsync, rename into place, fsync the folder (the name survives a power loss too)."""
-    tmp = _tmp_name(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -27,11 +27,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from PIL import Image
 
-from perception_judge.images import to_data_url
+from perception_judge.core.answers import normalize_answer
+from perception_judge.core.images import to_data_url
+from perception_judge.core.jsonparse import JSONParseError, parse_json_object
+from perception_judge.core.schema import SourceItem
 from perception_judge.llm_client import ChatClient, ClientConfig, LLMError
-from perception_judge.ppjd.answers import normalize_answer
-from perception_judge.ppjd.jsonparse import JSONParseError, parse_json_object
-from perception_judge.schema import SourceItem
 
 # Stage names (every Failure names one of them).
 STAGE_SOURCE = "source"

@@ -20,7 +20,8 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from perception_judge.ppjd.answers import answers_match, extract_final_answer, find_boxed
+from perception_judge.core.answers import answers_match, extract_final_answer, find_boxed
+from perception_judge.core.schema import SourceItem
 from perception_judge.ppjd.teacher import (
     SCAFFOLDING_TOKENS,
     STAGE_ANSWERS,
@@ -29,7 +30,6 @@ from perception_judge.ppjd.teacher import (
     Counterfactuals,
     StageError,
 )
-from perception_judge.schema import SourceItem
 
 _THINK_RE = re.compile(r"</?think(?:ing)?>", re.IGNORECASE)
 _IDENT_RE = re.compile(r"\b(?:r_rp_r|r_rp|rp_r|r_c|r_rp\+r)\b")

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from perception_judge.core.protocol import count_image_placeholders
 from perception_judge.ppjd.teacher import (
     STAGE_ATTRIBUTES,
     STAGE_REWRITE,
@@ -103,15 +104,6 @@ def _text_of(messages: list[dict[str, Any]], role: str) -> str:
         elif isinstance(c, list):
             out.extend(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
     return "\n".join(out)
-
-
-def _count_images(messages: list[dict[str, Any]]) -> int:
-    n = 0
-    for m in messages:
-        c = m.get("content")
-        if isinstance(c, list):
-            n += sum(1 for p in c if isinstance(p, dict) and p.get("type") == "image_url")
-    return n
 
 
 def teacher_reply(body: dict[str, Any], verify_ok: bool = True) -> dict[str, Any] | str:
@@ -428,7 +420,9 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.reasoning:
             message["reasoning_content"] = "Let me look at the request carefully."
         text_chars = sum(len(_text_of(body.get("messages") or [], r)) for r in ("system", "user"))
-        prompt_tokens = text_chars // 4 + 256 * _count_images(body.get("messages") or [])
+        prompt_tokens = text_chars // 4 + 256 * count_image_placeholders(
+            body.get("messages") or [], "image_url"
+        )
         completion_tokens = max(1, len(content) // 4)
         srv.count("status_200")
         srv.count("prompt_tokens", prompt_tokens)

@@ -19,6 +19,8 @@ from typing import Any
 
 from trl import ScriptArguments
 
+from perception_judge.core.schema import DEFAULT_TAU
+
 IMAGE_MODES = ("fixed", "smart", "none")
 THINK_PREFIXES = ("auto", "off")
 OVERLONG_POLICIES = ("drop", "error")
@@ -54,7 +56,7 @@ class JudgeArguments:
         },
     )
     reward_tau: float = field(
-        default=6.0,
+        default=DEFAULT_TAU,
         metadata={"help": "Threshold of the pointwise verdict reward (score >= tau means correct)."},
     )
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from perception_judge.schema import sha256_hex
+from perception_judge.core.schema import sha256_hex
 
 
 class _Bound(TrainerCallback):
@@ -189,6 +189,6 @@ class RunFileCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
-        from perception_judge.train.card import update_run_info
+        from perception_judge.core.runinfo import update_run_info
 
         update_run_info(self.output_dir, global_step=state.global_step)

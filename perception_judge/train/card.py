@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-RUN_FILE = "perception_judge_run.json"
+from perception_judge.core.io import atomic_write_text
+
 CARD_FILE = "README.md"
 
 
@@ -54,48 +54,6 @@ def versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             continue
     return out
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def read_run_info(output_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    return json.loads((Path(output_dir) / RUN_FILE).read_text())
-
-
-def write_run_info(output_dir: str | os.PathLike[str], info: dict[str, Any]) -> Path:
-    path = Path(output_dir) / RUN_FILE
-    _atomic_write(path, json.dumps(info, indent=2, ensure_ascii=False, default=str) + "\n")
-    return path
-
-
-def list_checkpoints(output_dir: str | os.PathLike[str]) -> list[str]:
-    folder = Path(output_dir)
-    if not folder.is_dir():
-        return []
-    found = [p.name for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    return sorted(found, key=lambda n: int(n.split("-")[-1]))
-
-
-def update_run_info(folder: str | os.PathLike[str], /, **fields: Any) -> None:
-    """Merge ``fields`` into the run file in ``folder`` and refresh its checkpoint list."""
-    path = Path(folder) / RUN_FILE
-    info = json.loads(path.read_text()) if path.is_file() else {}
-    info.update(fields)
-    info["checkpoints"] = list_checkpoints(folder)
-    info["updated_at"] = now()
-    write_run_info(folder, info)
 
 
 def final_metrics(log_history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -203,7 +161,7 @@ def render_model_card(info: dict[str, Any], metrics: dict[str, Any] | None = Non
         "",
         "## Prompts and images",
         "",
-        f"- prompts: `perception_judge.protocol.build_messages`, rendered by `render_generation_prompt` with "
+        f"- prompts: `perception_judge.core.protocol.build_messages`, rendered by `render_generation_prompt` with "
         f"`think_prefix={info.get('think_prefix')!r}` (the saved chat template is the base model's; install the "
         "prefix with `prepare_processor(processor, think_prefix)` to reproduce the training prompt exactly)",
         f"- images: pixel policy `{json.dumps(info.get('pixel_policy', {}))}`",
@@ -251,5 +209,5 @@ def write_model_card(
     output_dir: str | os.PathLike[str], info: dict[str, Any], metrics: dict[str, Any] | None = None
 ) -> Path:
     path = Path(output_dir) / CARD_FILE
-    _atomic_write(path, render_model_card(info, metrics))
+    atomic_write_text(path, render_model_card(info, metrics))
     return path

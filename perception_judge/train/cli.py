@@ -37,7 +37,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def base_from_run(adapter: str) -> str | None:
     """The ``base_model`` of the run an adapter folder (or checkpoint folder inside it) belongs to."""
-    from perception_judge.train.card import RUN_FILE
+    from perception_judge.core.runinfo import RUN_FILE
 
     folder = Path(adapter)
     for candidate in (folder, folder.parent):

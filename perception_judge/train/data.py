@@ -2,13 +2,13 @@
 
 Steps (each counted in a :class:`SplitReport`, nothing is dropped silently):
 
-1. :func:`perception_judge.trainset.load_training_set` reads ``train.parquet`` / ``validation.parquet``;
+1. :func:`perception_judge.core.trainset.load_training_set` reads ``train.parquet`` / ``validation.parquet``;
 2. every row is checked: known protocol, a ground truth that fits it, as many images as ``{"type": "image"}``
    placeholders (a data bug fails the run before training, naming the row);
 3. the protocol mix keeps the chosen protocols in the chosen proportions (subsampling, never oversampling);
 4. prompts longer than ``max_prompt_tokens`` (rendered exactly as the trainer renders them, image tokens
    included) are dropped and counted, or fail the run (``overlong_prompts: error``);
-5. the :class:`~perception_judge.images.PixelPolicy` is applied lazily to every image as rows are read, so the
+5. the :class:`~perception_judge.core.images.PixelPolicy` is applied lazily to every image as rows are read, so the
    trainer, HF generation and vLLM all see images of the policy's size (one fixed size by default: vLLM colocate
    mode never sees mixed sizes).
 """
@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from perception_judge.images import PixelPolicy
-from perception_judge.protocol import count_image_placeholders, render_generation_prompt
-from perception_judge.schema import (
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.protocol import count_image_placeholders, render_generation_prompt
+from perception_judge.core.schema import (
     COL_GROUND_TRUTH,
     COL_IMAGES,
     COL_PROMPT,
@@ -329,8 +329,8 @@ def load_judge_data(
     with_validation: bool = True,
 ) -> JudgeData:
     """Load, check and filter the training set named by ``dataset_name``; apply the pixel policy lazily."""
+    from perception_judge.core.trainset import load_training_set
     from perception_judge.train.args import protocol_mix_dict
-    from perception_judge.trainset import load_training_set
 
     try:
         dsd = load_training_set(script_args.dataset_name)

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.images import PixelPolicy
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.schema import PROTOCOLS
 from perception_judge.rewards import TIE_POLICIES
-from perception_judge.schema import PROTOCOLS
 from perception_judge.train.args import (
     IMAGE_MODES,
     OVERLONG_POLICIES,

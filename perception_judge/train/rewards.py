@@ -21,6 +21,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perception_judge.core.schema import DEFAULT_TAU
 from perception_judge.rewards import REWARDS, JudgeReward, completion_text
 
 
@@ -111,7 +112,7 @@ def reward_display_name(fn: Any, fallback: str) -> str:
 
 
 def build_rewards(
-    names: Sequence[str], ties: str = "zero", tau: float = 6.0, think_open: bool = False
+    names: Sequence[str], ties: str = "zero", tau: float = DEFAULT_TAU, think_open: bool = False
 ) -> list[Callable[..., Any]]:
     """The trl reward callables for ``names`` (same order), judge rewards configured with the options."""
     check_reward_names(names)

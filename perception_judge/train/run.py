@@ -166,7 +166,8 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
     """Resolve the model, load processor and data, check everything, then load the model and build the trainer."""
     from accelerate import PartialState
 
-    from perception_judge.protocol import prepare_processor, template_opens_think
+    from perception_judge.core.protocol import prepare_processor, template_opens_think
+    from perception_judge.core.runinfo import RUN_FILE, update_run_info, write_run_info
     from perception_judge.train import models
     from perception_judge.train.callbacks import (
         CompletionSamplesCallback,
@@ -174,14 +175,7 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
         RunFileCallback,
         ValidationMetricsCallback,
     )
-    from perception_judge.train.card import (
-        RUN_FILE,
-        final_metrics,
-        now,
-        update_run_info,
-        write_model_card,
-        write_run_info,
-    )
+    from perception_judge.train.card import final_metrics, now, write_model_card
     from perception_judge.train.data import PromptLengths, load_judge_data, pixel_policy_for
     from perception_judge.train.rewards import build_rewards, reward_weight_map
     from perception_judge.train.trainer import JudgeGRPOTrainer
@@ -303,7 +297,8 @@ def train(recipe: Recipe) -> dict[str, Any]:
     """Build and run one GRPO training, save the final model and the run files; returns the final metrics."""
     import torch
 
-    from perception_judge.train.card import final_metrics, now, update_run_info, write_model_card
+    from perception_judge.core.runinfo import update_run_info
+    from perception_judge.train.card import final_metrics, now, write_model_card
 
     output_dir = recipe.training.output_dir
     start = time.time()
@@ -319,7 +314,7 @@ def train(recipe: Recipe) -> dict[str, Any]:
         run = build_run(recipe, resume=resume)
         run.trainer.train(resume_from_checkpoint=run.resume)
     except BaseException as e:
-        from perception_judge.train.card import RUN_FILE
+        from perception_judge.core.runinfo import RUN_FILE
 
         if os.environ.get("RANK", "0") in ("0", "") and (Path(output_dir) / RUN_FILE).is_file():
             update_run_info(

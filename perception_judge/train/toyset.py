@@ -1,8 +1,8 @@
 """A small synthetic training set in the exported format, for tests, benchmarks and trainer smoke runs.
 
 It is written exactly like ``perception-judge export`` output (``train.parquet`` / ``validation.parquet`` with the
-columns of :data:`perception_judge.schema.TRAIN_COLUMNS`), built through the shared
-:func:`perception_judge.protocol.build_messages`, so the trainer is tested against the real format without
+columns of :data:`perception_judge.core.schema.TRAIN_COLUMNS`), built through the shared
+:func:`perception_judge.core.protocol.build_messages`, so the trainer is tested against the real format without
 depending on the PPJD builder. Every item is a procedurally drawn counting scene with a known answer and three
 responses of the PPJD kinds (r_c correct; r_rp wrong count, logic kept; r_rp_r wrong count and wrong logic).
 """
@@ -16,13 +16,13 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from perception_judge.schema import (
+from perception_judge.core.schema import (
     RESPONSE_KINDS,
     SLOTS,
     content_key,
     sha256_hex,
 )
-from perception_judge.trainset import rows_to_dataset, split_path, training_row
+from perception_judge.core.trainset import rows_to_dataset, split_path, training_row
 
 _COLORS = {"red": (220, 40, 40), "blue": (40, 80, 220), "green": (40, 170, 60), "yellow": (230, 200, 30)}
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from perception_judge.core.images import PixelPolicy
 from perception_judge.evaluation.base import JudgeBackend
-from perception_judge.images import PixelPolicy
 
 KINDS = ("hf", "vllm", "openai", "scripted")
 
@@ -43,36 +43,55 @@ def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": kind, **d}
 
 
+_CLASSES = {
+    "hf": "perception_judge.evaluation.backends.hf:HFBackend",
+    "vllm": "perception_judge.evaluation.backends.vllm:VLLMBackend",
+    "openai": "perception_judge.evaluation.backends.openai:OpenAIBackend",
+    "scripted": "perception_judge.evaluation.backends.scripted:ScriptedBackend",
+}
+
+
+def backend_class(kind: str) -> type[JudgeBackend]:
+    """The backend class of a kind (imported on first use; the engines themselves load only when it is built)."""
+    import importlib
+
+    if kind not in _CLASSES:
+        raise ValueError(f"unknown backend kind {kind!r}; choose one of {', '.join(KINDS)}")
+    module, name = _CLASSES[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def backend_options(kind: str) -> set[str]:
+    """The keys a backend kind's block may hold (its constructor's parameters; ``fn`` for ``scripted``)."""
+    import inspect
+
+    params = inspect.signature(backend_class(kind).__init__).parameters
+    return {n for n, p in params.items() if n != "self" and p.kind is not p.VAR_KEYWORD}
+
+
 def load_backend(spec: str | Mapping[str, Any], **overrides: Any) -> JudgeBackend:
-    """Build a backend from a spec; ``overrides`` win over the spec's keys (``None`` values are ignored)."""
+    """Build a backend from a spec; ``overrides`` win over the spec's keys (``None`` values are ignored). A key
+    the kind does not take is an error naming it (``scripted`` ignores other kinds' keys)."""
     d = parse_spec(spec)
     d.update({k: v for k, v in overrides.items() if v is not None})
     kind = d.pop("kind")
     policy = d.get("pixel_policy")
     if isinstance(policy, Mapping):
         d["pixel_policy"] = PixelPolicy(**policy)
-    if kind == "hf":
-        from perception_judge.evaluation.backends.hf import HFBackend
+    if kind == "scripted":
+        from perception_judge.evaluation.backends.scripted import ScriptedBackend, scripted_fn
 
-        return HFBackend(**d)
-    if kind == "vllm":
-        from perception_judge.evaluation.backends.vllm import VLLMBackend
-
-        return VLLMBackend(**d)
-    if kind == "openai":
-        from perception_judge.evaluation.backends.openai import OpenAIBackend
-
-        return OpenAIBackend(**d)
-    from perception_judge.evaluation.backends.scripted import ScriptedBackend, scripted_fn
-
-    fn = d.pop("fn")
-    if isinstance(fn, str):
-        d.setdefault("label", f"scripted-{fn}")
-        fn = scripted_fn(fn)
-    unknown = set(d) - {"pixel_policy", "label"}
+        fn = d.pop("fn")
+        if isinstance(fn, str):
+            d.setdefault("label", f"scripted-{fn}")
+            fn = scripted_fn(fn)
+        return ScriptedBackend(fn, **{k: v for k, v in d.items() if k in ("pixel_policy", "label")})
+    unknown = set(d) - backend_options(kind)
     if unknown:
-        d = {k: v for k, v in d.items() if k in ("pixel_policy", "label")}
-    return ScriptedBackend(fn, **d)
+        raise ValueError(
+            f"backend {kind!r} has no option(s) {sorted(unknown)}; it takes {sorted(backend_options(kind))}"
+        )
+    return backend_class(kind)(**d)
 
 
-__all__ = ["KINDS", "load_backend", "parse_spec"]
+__all__ = ["KINDS", "backend_class", "backend_options", "load_backend", "parse_spec"]

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.schema import JudgeRequest, JudgeResult
 from perception_judge.evaluation.base import error_result
-from perception_judge.schema import JudgeRequest, JudgeResult
 
 log = logging.getLogger(__name__)
 
@@ -103,32 +103,58 @@ def fingerprint(*folders: str | Path | None) -> str:
     return h.hexdigest()[:16]
 
 
+DEAD_AFTER = 8
+"""Requests that fail one at a time in a row, after their batch failed, before the engine counts as dead."""
+
+
+class BackendDead(RuntimeError):
+    """The engine fails every request: the cell stops at once instead of retrying each request alone."""
+
+
+def _looks_dead(e: BaseException) -> bool:
+    return "EngineDead" in type(e).__name__ or "engine is dead" in str(e).lower()
+
+
 def run_batches(
     items: Sequence[tuple[int, JudgeRequest, Any]],
     batch_size: int,
     generate: Callable[[list[tuple[int, JudgeRequest, Any]]], list[JudgeResult]],
     progress: Any = None,
+    _failed_in_a_row: list[int] | None = None,
 ) -> dict[int, JudgeResult]:
     """Run ``generate`` on batches; when a batch raises, retry its requests one at a time, so one bad request
-    only fails itself (its result carries the error). Returns ``{index: result}``."""
+    only fails itself (its result carries the error). Returns ``{index: result}``.
+
+    A dead engine fails every request: when :data:`DEAD_AFTER` lone requests fail in a row (or the engine says
+    it is dead), :class:`BackendDead` is raised at once instead of trying each remaining request alone."""
+    streak = _failed_in_a_row if _failed_in_a_row is not None else [0]
     out: dict[int, JudgeResult] = {}
     for start in range(0, len(items), batch_size):
         batch = list(items[start : start + batch_size])
         try:
             results = generate(batch)
         except Exception as e:  # isolate the failing request below
+            if _looks_dead(e):
+                raise BackendDead(f"the engine died: {type(e).__name__}: {e}") from e
             if len(batch) == 1:
                 idx, req, _ = batch[0]
                 log.warning("request %s failed: %s: %s", req.request_id, type(e).__name__, e)
                 out[idx] = error_result(req, f"{type(e).__name__}: {e}")
+                streak[0] += 1
+                if streak[0] >= DEAD_AFTER:
+                    raise BackendDead(
+                        f"{streak[0]} requests failed one after another when run alone (last: "
+                        f"{type(e).__name__}: {e}); the engine is probably dead"
+                    ) from e
                 results = None
             else:
                 log.warning(
                     "a batch of %d failed (%s: %s); retrying one at a time", len(batch), type(e).__name__, e
                 )
-                out.update(run_batches(batch, 1, generate))
+                out.update(run_batches(batch, 1, generate, _failed_in_a_row=streak))
                 results = None
         if results is not None:
+            streak[0] = 0
             for (idx, _, _), res in zip(batch, results):
                 out[idx] = res
         if progress is not None:

@@ -1,7 +1,7 @@
 """The ``hf`` backend: transformers ``generate``, batched with left padding, full checkpoints or LoRA adapters.
 
-* Prompts come from :func:`perception_judge.protocol.render_generation_prompt` (the renderer training uses,
-  with the same ``think_prefix``); images go through the run's :class:`~perception_judge.images.PixelPolicy`.
+* Prompts come from :func:`perception_judge.core.protocol.render_generation_prompt` (the renderer training uses,
+  with the same ``think_prefix``); images go through the run's :class:`~perception_judge.core.images.PixelPolicy`.
 * Requests are sorted by prompt length and generated ``batch_size`` at a time with left padding; greedy when
   ``temperature == 0``, else sampled with temperature / top_p / top_k; ``max_new_tokens``; stops at the model's
   end-of-turn tokens.
@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
+from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.backends.common import fingerprint, processor_dir, resolve_model, run_batches
 from perception_judge.evaluation.base import (
     JudgeBackend,
@@ -29,9 +32,6 @@ from perception_judge.evaluation.base import (
     progress_bar,
     request_seed,
 )
-from perception_judge.images import PixelPolicy
-from perception_judge.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
-from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
 log = logging.getLogger(__name__)
 

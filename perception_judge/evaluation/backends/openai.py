@@ -3,7 +3,7 @@
 It wraps the teacher client of the PPJD builder (:class:`perception_judge.llm_client.ChatClient`), so judge calls
 get the same retries with exponential backoff, the same timeout and the same concurrency limit as teacher calls.
 The judge messages (with ``{"type": "image"}`` placeholders) are sent as they are; images go through the run's
-:class:`~perception_judge.images.PixelPolicy` first (the client then only downscales images larger than
+:class:`~perception_judge.core.images.PixelPolicy` first (the client then only downscales images larger than
 ``image_max_side``). The server applies its own chat template; a ``reasoning_content`` it returns is kept
 separately and the parser reads the final answer only.
 
@@ -19,6 +19,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.base import (
     JudgeBackend,
     error_result,
@@ -27,8 +29,6 @@ from perception_judge.evaluation.base import (
     progress_bar,
     request_sampling,
 )
-from perception_judge.images import PixelPolicy
-from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
 log = logging.getLogger(__name__)
 

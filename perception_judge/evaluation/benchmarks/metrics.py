@@ -14,9 +14,12 @@ is ``None``, never a silent ``0.0``. Vocabulary:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 
-from perception_judge.schema import SLOTS
+from rapidfuzz.distance import Levenshtein
+
+from perception_judge.core.schema import SLOTS
 
 VERDICTS: tuple[str, ...] = ("A", "B", "C")
 _SIGN = {"A": -1, "B": 1, "C": 0}
@@ -28,19 +31,17 @@ _SIGN = {"A": -1, "B": 1, "C": 0}
 
 
 def mean(values: Iterable[float | None]) -> float | None:
-    """Arithmetic mean of the values that are not None; None when there are none."""
+    """Arithmetic mean Σx / n of the values that are not None (:func:`statistics.fmean`); None when there are
+    none."""
     xs = [float(v) for v in values if v is not None]
-    return sum(xs) / len(xs) if xs else None
+    return statistics.fmean(xs) if xs else None
 
 
 def median(values: Iterable[float | None]) -> float | None:
-    """Median of the values that are not None (mean of the two middle values for an even count); None if
-    there are none."""
-    xs = sorted(float(v) for v in values if v is not None)
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    """Median of the values that are not None (mean of the two middle values for an even count,
+    :func:`statistics.median`); None if there are none."""
+    xs = [float(v) for v in values if v is not None]
+    return statistics.median(xs) if xs else None
 
 
 def rate(numerator: int, denominator: int) -> float | None:
@@ -49,23 +50,19 @@ def rate(numerator: int, denominator: int) -> float | None:
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Pearson correlation r = Σ(x−x̄)(y−ȳ) / sqrt(Σ(x−x̄)² · Σ(y−ȳ)²).
+    """Pearson correlation r = Σ(x−x̄)(y−ȳ) / sqrt(Σ(x−x̄)² · Σ(y−ȳ)²) (:func:`scipy.stats.pearsonr`),
+    clamped to [−1, 1].
 
-    None when fewer than two pairs or when either side has zero variance (r is undefined there; the Flex-Judge
+    None when fewer than two pairs or when either side is constant (r is undefined there; the Flex-Judge
     evaluator turns that NaN into 0, see :func:`flex_score_pearson`)."""
     if len(x) != len(y):
         raise ValueError(f"pearson needs equal lengths, got {len(x)} and {len(y)}")
-    n = len(x)
-    if n < 2:
+    if len(x) < 2 or len(set(x)) == 1 or len(set(y)) == 1:
         return None
-    mx, my = sum(x) / n, sum(y) / n
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
-    sxx = sum((a - mx) ** 2 for a in x)
-    syy = sum((b - my) ** 2 for b in y)
-    if sxx == 0 or syy == 0:
-        return None
-    r = sxy / math.sqrt(sxx * syy)
-    return max(-1.0, min(1.0, r))
+    from scipy.stats import pearsonr  # lazy: scipy.stats costs most of a second to import
+
+    r = float(pearsonr(x, y).statistic)
+    return None if math.isnan(r) else max(-1.0, min(1.0, r))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -114,23 +111,16 @@ def has_tied_scores(scores: Sequence[float]) -> bool:
 
 
 def levenshtein(a: str, b: str) -> int:
-    """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b."""
-    if len(a) < len(b):
-        a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        current = [i]
-        for j, cb in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
-    return previous[-1]
+    """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b
+    (:func:`rapidfuzz.distance.Levenshtein.distance`, unit weights)."""
+    return Levenshtein.distance(a, b)
 
 
 def normalized_levenshtein(pred: str, gt: str) -> float:
-    """``levenshtein(pred, gt) / max(len(pred), len(gt))`` in [0, 1]; **lower is better**. An empty prediction
-    against a non-empty ground truth gives 1.0; two empty strings give 0.0."""
-    longest = max(len(pred), len(gt))
-    return levenshtein(pred, gt) / longest if longest else 0.0
+    """``levenshtein(pred, gt) / max(len(pred), len(gt))`` in [0, 1]; **lower is better**
+    (:func:`rapidfuzz.distance.Levenshtein.normalized_distance`). An empty prediction against a non-empty
+    ground truth gives 1.0; two empty strings give 0.0."""
+    return Levenshtein.normalized_distance(pred, gt)
 
 
 # ----------------------------------------------------------------------------------------------------------

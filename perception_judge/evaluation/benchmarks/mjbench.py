@@ -278,7 +278,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "benchmark": "MJ-Bench (MJ-Bench/MJ-Bench)",
         "paths": paths,
         "splits": splits,
-        "prompt": "perception_judge.protocol.build_messages('pair', n_images=2); the question states the split's "
+        "prompt": "perception_judge.core.protocol.build_messages('pair', n_images=2); the question states the split's "
         "criterion (our wording) and the generation prompt; the two answers name the first and second image",
         "orders": "original image order and swapped; the swapped verdict un-swapped",
         "acc_with_tie": "correct / all judgments (tie and parse failure wrong), mean of the two orders",

@@ -17,10 +17,10 @@ either); a path whose leading folder is already the root (``image/200.jpg`` unde
 its file name too.
 
 Protocol (ours, following the Perception-Judge evaluation): our judge prompts from
-:func:`perception_judge.protocol.build_messages` — pair (two 1-10 scores; A if s1 > s2, B if s1 < s2, else C),
+:func:`perception_judge.core.protocol.build_messages` — pair (two 1-10 scores; A if s1 > s2, B if s1 < s2, else C),
 single (one 1-10 score, mapped onto the human 1-5 scale with ``ceil(s/2)``) and batch (one 1-10 score per
 answer; prediction = slots sorted by score, highest first, ties broken towards the later slot as in the
-published evaluators). Scores come only from the final answer (:func:`perception_judge.protocol.parse_scores`):
+published evaluators). Scores come only from the final answer (:func:`perception_judge.core.protocol.parse_scores`):
 exactly n ``<answer>`` tags after the reasoning, integers 1-10.
 
 Metrics (names ``{aggregation}.{setting}.{metric}.{scope}``; scope ``micro`` = pooled over all items (the
@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.protocol import build_messages
+from perception_judge.core.schema import SLOTS, JudgeRequest
 from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import (
@@ -87,8 +89,6 @@ from perception_judge.evaluation.benchmarks.common import (
     suite_result,
     suite_seeds,
 )
-from perception_judge.protocol import build_messages
-from perception_judge.schema import SLOTS, JudgeRequest
 
 SUITE = "mllm_judge"
 SETTINGS: tuple[str, ...] = ("pair", "score", "batch")
@@ -511,7 +511,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "benchmark": "MLLM-as-a-Judge (Dongping-Chen/MLLM-Judge, Dataset/Benchmark)",
         "files": {s: str(p) for s, p in files.items()},
         "prompts": {
-            s: f"perception_judge.protocol.build_messages({PROMPT_PROTOCOL[s]!r}), one image, scores 1-10 in <answer> tags"
+            s: f"perception_judge.core.protocol.build_messages({PROMPT_PROTOCOL[s]!r}), one image, scores 1-10 in <answer> tags"
             for s in settings
         },
         "parser": "protocol: exactly n <answer> tags after the reasoning, integers 1-10",

@@ -40,13 +40,12 @@ from perception_judge.evaluation.benchmarks.common import (
     prepare_image,
     suite_result,
 )
+from perception_judge.evaluation.benchmarks.pair_sources import SOURCE_OPTIONS, load_pair_source
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
     ORIG,
-    SOURCE_OPTIONS,
     SWAP,
     PairItem,
-    load_pair_source,
     order_outcomes,
     pair_requests,
     response_verdict,
@@ -137,7 +136,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     protocol = {
         "bias": "position (protocol: ours, judge-benchmarks.md §5)",
         **source,
-        "prompt": "perception_judge.protocol.build_messages('pair'), two 1-10 scores",
+        "prompt": "perception_judge.core.protocol.build_messages('pair'), two 1-10 scores",
         "orders": "each pair judged as (r0, r1) and (r1, r0); verdicts compared after un-swapping",
         "ideal": "consistency_rate 1.0, first_position_win_rate 0.5, position_score_bias 0",
         "aggregation": {"mean": "metrics per seed, then the mean over seeds"},

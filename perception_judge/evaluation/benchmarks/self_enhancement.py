@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from perception_judge.core.protocol import build_messages
+from perception_judge.core.schema import JudgeRequest
 from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks import mllm_judge
@@ -53,19 +55,15 @@ from perception_judge.evaluation.benchmarks.common import (
     require_file,
     suite_result,
 )
+from perception_judge.evaluation.benchmarks.pair_sources import SOURCE_OPTIONS, infer_source, load_pair_source
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
-    SOURCE_OPTIONS,
     PairItem,
-    infer_source,
-    load_pair_source,
     order_outcomes,
     pair_requests,
     response_scores,
     response_verdict,
 )
-from perception_judge.protocol import build_messages
-from perception_judge.schema import JudgeRequest
 
 SUITE = "self_enhancement"
 SETTINGS: tuple[str, ...] = ("pair", "score")
@@ -301,8 +299,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         **({"score_file": str(score_file)} if score_file else {}),
         "settings": settings,
         "prompts": {
-            "pair": "perception_judge.protocol.build_messages('pair'), both orders",
-            "score": "perception_judge.protocol.build_messages('single'), 1-10; ceil(s/2) against the human 1-5",
+            "pair": "perception_judge.core.protocol.build_messages('pair'), both orders",
+            "score": "perception_judge.core.protocol.build_messages('single'), 1-10; ceil(s/2) against the human 1-5",
         },
         "ideal": "self_preference 0, acc_gap 0, score.gap_vs_human 0",
         "aggregation": {"mean": "metrics per seed, then the mean over seeds"},

@@ -29,6 +29,7 @@ import random
 import re
 from typing import Any
 
+from perception_judge.core.schema import JudgeRequest, sha256_hex
 from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import (
@@ -47,16 +48,14 @@ from perception_judge.evaluation.benchmarks.common import (
     prepare_image,
     suite_result,
 )
+from perception_judge.evaluation.benchmarks.pair_sources import SOURCE_OPTIONS, load_pair_source
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
-    SOURCE_OPTIONS,
     PairItem,
-    load_pair_source,
     requests_both_orders,
     response_scores,
     response_verdict,
 )
-from perception_judge.schema import JudgeRequest, sha256_hex
 
 SUITE = "verbosity"
 MODES: tuple[str, ...] = ("self", "flip")
@@ -277,7 +276,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             "content": "generic filler, a restatement of the question, a repetition of the first sentence; no new "
             "facts; inserted before the last line",
         },
-        "prompt": "perception_judge.protocol.build_messages('pair'), two 1-10 scores, both orders",
+        "prompt": "perception_judge.core.protocol.build_messages('pair'), two 1-10 scores, both orders",
         "ideal": "self: padded_preferred_rate 0 and mean_score_shift 0; flip: flip_rate_to_padded 0",
         "aggregation": {"mean": "metrics per seed, then the mean over seeds"},
         **judge_protocol(backend, config, image_size, "n/a (our protocol)"),

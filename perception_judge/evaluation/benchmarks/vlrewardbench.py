@@ -225,7 +225,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "benchmark": "VL-RewardBench (MMInstruction/VL-RewardBench)",
         "path": str(path),
         "split": str(opt(options, "split", "test")),
-        "prompt": "perception_judge.protocol.build_messages('pair'), one image, two 1-10 scores",
+        "prompt": "perception_judge.core.protocol.build_messages('pair'), one image, two 1-10 scores",
         "orders": "every pair judged in both orders; the swapped verdict un-swapped",
         "correct": "the preferred response equals the human's (human_ranking); a tie or a parse failure is wrong",
         "category": "explicit 'category' field, else the id prefix mapped as in lmms-eval (unknown -> general)",

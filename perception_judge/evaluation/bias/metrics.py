@@ -43,8 +43,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perception_judge.core.schema import MAX_SCORE, MIN_SCORE
 from perception_judge.evaluation.bias.taxonomy import BD, BIASES, BY_TYPE, CATEGORIES
-from perception_judge.schema import MAX_SCORE, MIN_SCORE
 
 ABSTENTION_MODES = ("drop", "aware")
 
@@ -73,7 +73,8 @@ def bc_value(y: float, y_biased: float, min_score: float = MIN_SCORE, max_score:
 
 
 def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+    """Arithmetic mean Σx / n (:func:`statistics.fmean`); None for no values."""
+    return statistics.fmean(values) if values else None
 
 
 def bias_deviation(
@@ -308,7 +309,8 @@ def breakdown(
 
 
 def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """(mean, sample standard deviation) of the non-None values; std is None with fewer than two values."""
+    """(mean, sample standard deviation) of the non-None, non-NaN values: x̄ = Σx / n and
+    s = sqrt(Σ(x − x̄)² / (n − 1)) (ddof=1, :func:`statistics.stdev`); std is None with fewer than two values."""
     xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
     if not xs:
         return None, None

@@ -33,9 +33,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
 
+from perception_judge.core.images import image_bytes, to_rgb
 from perception_judge.evaluation.bias.items import BaseItem
 from perception_judge.evaluation.bias.taxonomy import BY_TYPE, select
-from perception_judge.images import image_bytes, to_rgb
 
 NULL_IMAGE_SIZE = 224
 KEYWORDS_HEADER = "[KEYWORDS FROM QUESTION]"

@@ -3,7 +3,7 @@
 Two prompts score one (query, image, response) input on 1-10:
 
 ``single`` (default)
-    Our trained judge's own pointwise format (:func:`perception_judge.protocol.build_messages` with the
+    Our trained judge's own pointwise format (:func:`perception_judge.core.protocol.build_messages` with the
     ``single`` protocol), parsed by the strict protocol parser (``<answer>`` tag after the reasoning).
 
 ``mmjb``
@@ -31,8 +31,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from perception_judge.protocol import THINK_CLOSE, THINK_OPEN, build_messages
-from perception_judge.schema import MAX_SCORE, MIN_SCORE, sha256_hex
+from perception_judge.core.protocol import THINK_CLOSE, THINK_OPEN, build_messages
+from perception_judge.core.schema import MAX_SCORE, MIN_SCORE, sha256_hex
 
 PROMPTS = ("single", "mmjb")
 SCORE_MARKER = "### Score:"
@@ -96,7 +96,7 @@ def score_messages(
 def prompt_hash(prompt: str, template: str = MMJB_TEMPLATE) -> str:
     """A short hash of the prompt text that scores are produced with (recorded with every result)."""
     if prompt == "single":
-        from perception_judge.protocol import system_prompt, user_text
+        from perception_judge.core.protocol import system_prompt, user_text
 
         blob = system_prompt("single", 1) + "\x00" + user_text("single", "{instruction}", ["{response}"])
     else:

@@ -46,6 +46,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.io import atomic_write_json
+from perception_judge.core.schema import JudgeRequest, JudgeResult, content_key
 from perception_judge.evaluation.base import (
     JudgeBackend,
     SuiteConfig,
@@ -64,8 +66,6 @@ from perception_judge.evaluation.bias.prompts import (
     score_messages,
 )
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, select
-from perception_judge.evaluation.sweep import atomic_write_json
-from perception_judge.schema import JudgeRequest, JudgeResult, content_key
 
 log = logging.getLogger(__name__)
 
@@ -135,13 +135,7 @@ def load_pairs(opts: dict[str, Any], limit: int | None = None) -> tuple[list[Bia
         elif source == "builtin":
             items = builtin_base_items(seed=int(opts["data_seed"]))
         elif source == "synth":
-            try:
-                items = synth_base_items(int(opts["n_items"]), seed=int(opts["data_seed"]))
-            except ImportError as e:
-                log.warning("PPJD synthetic generator unavailable (%s); using the builtin base set", e)
-                info["source"] = "builtin"
-                info["note"] = f"perception_judge.ppjd.synth unavailable ({e}); builtin base set used"
-                items = builtin_base_items(seed=int(opts["data_seed"]))
+            items = synth_base_items(int(opts["n_items"]), seed=int(opts["data_seed"]))
         else:
             raise ValueError(
                 f"unknown bias source {source!r}; choose synth, builtin, official, items or pairs"

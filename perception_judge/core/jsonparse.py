@@ -15,6 +15,12 @@ backspace or form feed), and ``\n`` / ``\t`` / ``\r`` when the letters after the
 (``\neq``, ``\times``, ``\theta``, ``\right``, ...). A genuine newline followed by a word ("\nThe answer")
 stays a newline. Properly escaped text (``\\boxed``) is left alone, so well-formed JSON parses exactly as
 ``json.loads`` would parse it.
+
+Why not the ``json_repair`` package: it decodes ``\boxed`` / ``\times`` / ``\right`` / ``\neq`` as
+backspace, tab, carriage return and newline (the very corruption above), and it has no mode that repairs only
+trailing commas and Python literals: even ``strict=True`` silently completes truncated objects
+(``{"a": "Step 1: I see`` -> a finished string) and quotes bare words (``[oops, 3]``), so a cut-off or garbled
+teacher reply would pass as a valid record instead of raising ``truncated_json`` / ``invalid_json``.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ SLOTS = "ABCDEFGHIJ"
 
 MIN_SCORE = 1
 MAX_SCORE = 10
+DEFAULT_TAU = 6.0
+"""The pointwise threshold: a 1-10 score >= tau says "correct" (the verdict reward, the single-protocol metrics)."""
 
 RESPONSE_KINDS: tuple[str, ...] = ("r_c", "r_rp", "r_rp_r")
 """PPJD response kinds, best to worst."""
@@ -209,7 +211,7 @@ class Failure:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Judge requests (evaluation backends; the trainer builds the same prompts through perception_judge.protocol)
+# Judge requests (evaluation backends; the trainer builds the same prompts through perception_judge.core.protocol)
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -229,7 +231,7 @@ class JudgeRequest:
     """One judge call: conversational messages with ``{"type": "image"}`` placeholders and the images.
 
     ``n_scores`` is how many scores the parser must find (batch N, pair 2, single 1); ``parser`` names the
-    parser: ``"protocol"`` (``<answer>`` tags, perception_judge.protocol.parse_scores) or another name
+    parser: ``"protocol"`` (``<answer>`` tags, perception_judge.core.protocol.parse_scores) or another name
     registered by the evaluation package (e.g. the MM-JudgeBias ``### Score:`` format).
     """
 

@@ -37,7 +37,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from perception_judge.schema import SourceItem
+from perception_judge.core.io import atomic_open, atomic_write_text, progress_bar
+from perception_judge.core.schema import SourceItem
 
 SPEC_VERSION = 1
 IMAGE_SIZE = 256
@@ -1268,7 +1269,7 @@ _QUESTIONS = {
     "colour": _tiny_question("colour"),
     "count": _tiny_question("count"),
 }
-_FACTS = {
+FACTS = {
     "objects": _objects_facts,
     "bars": _bars_facts,
     "table": _table_facts,
@@ -1349,7 +1350,7 @@ def _make_item(seed: int, index: int, family: str) -> SourceItem:
         "qtype": qtype,
         "params": params,
         "attributes": attrs,
-        "facts": _FACTS[family](attrs),
+        "facts": FACTS[family](attrs),
         "caption": caption,
         "keywords": _keywords(question, extra_kw),
         "domain": DOMAINS[family],
@@ -1452,32 +1453,23 @@ def write_synthetic(
     (out / "images").mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     qtypes: dict[str, int] = {}
-    tmp = items_path.with_suffix(".jsonl.tmp")
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=n, unit="item", desc="synth")
-    with open(tmp, "w", encoding="utf-8") as f:
+    bar = progress_bar(n, "synth", "item", enabled=progress)
+    with atomic_open(items_path, fsync=False) as f:
         for item in iter_items(n, seed, fams, text_only_fraction):
             rel = None
             if item.image is not None:
                 rel = f"images/{item.item_id}.png"
-                img_tmp = out / (rel + ".tmp")
-                item.image.save(img_tmp, format="PNG")
-                os.replace(img_tmp, out / rel)
+                with atomic_open(out / rel, "wb", fsync=False) as png:
+                    item.image.save(png, format="PNG")
             f.write(json.dumps(item_to_row(item, rel), ensure_ascii=False) + "\n")
             fam = item.spec["family"]
             counts[fam] = counts.get(fam, 0) + 1
             qkey = f"{fam}/{item.spec['qtype']}"
             qtypes[qkey] = qtypes.get(qkey, 0) + 1
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    os.replace(tmp, items_path)
+            bar.update(1)
+    bar.close()
     info = {
-        "generator": "perception_judge.ppjd.synth",
+        "generator": "perception_judge.ppjd.synth",  # the name files have carried since the first release
         "spec_version": SPEC_VERSION,
         "n": n,
         "seed": seed,
@@ -1487,26 +1479,49 @@ def write_synthetic(
         "question_types": dict(sorted(qtypes.items())),
         "image_size": [TINY_IMAGE_SIZE] * 2 if set(fams) <= set(TINY_FAMILIES) else [IMAGE_SIZE] * 2,
     }
-    info_tmp = out / "synth_info.json.tmp"
-    info_tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    os.replace(info_tmp, out / "synth_info.json")
+    atomic_write_text(out / "synth_info.json", json.dumps(info, indent=2) + "\n")
     return info
 
 
 __all__ = [
     "ALL_FAMILIES",
+    "CLOCK_CENTRE",
+    "CLOCK_FACES",
+    "CLOCK_HOUR_HAND",
+    "CLOCK_MINUTE_HAND",
+    "CLOCK_RADIUS",
+    "CLOCK_RIMS",
     "COLOURS",
+    "DEFAULT_TEXT_ONLY_FRACTION",
+    "DOMAINS",
+    "FACTS",
     "FAMILIES",
+    "HOUR_HAND_LEN",
+    "IMAGE_SIZE",
+    "MINUTE_HAND_LEN",
     "PERTURBERS",
     "SHAPES",
     "SLIPS",
     "SOLVERS",
+    "SPEC_VERSION",
+    "TABLE_COLS",
+    "TABLE_GRID_RGB",
+    "TABLE_HEADER_RGB",
+    "TABLE_ROW_H",
+    "TABLE_TOP",
     "TEXT_FAMILY",
+    "TINY_CELL",
+    "TINY_COLOURS",
+    "TINY_COUNTS",
     "TINY_FAMILIES",
     "TINY_IMAGE_SIZE",
+    "TINY_INK",
     "Unsolvable",
+    "bar_geometry",
+    "bar_unit_px",
     "draw",
     "generate_items",
+    "hand_angles",
     "item_to_row",
     "iter_items",
     "perturb",
@@ -1514,5 +1529,6 @@ __all__ = [
     "solve",
     "tiny_value",
     "tiny_values",
+    "word_count",
     "write_synthetic",
 ]

@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.schema import DEFAULT_TAU
+
 TARGET_ACCURACY = 0.95
 CONTROL_CEILING = 0.6
 
@@ -37,10 +39,10 @@ def score_pairs(
 ) -> dict[str, Any]:
     """Greedy pair judgements (both orders) of ``records`` by the model in ``model_dir``; the perception suite's
     metrics (:func:`perception_judge.evaluation.perception.score_seed`)."""
+    from perception_judge.core.images import PixelPolicy
+    from perception_judge.core.schema import Sampling
     from perception_judge.evaluation.backends.hf import HFBackend
     from perception_judge.evaluation.perception import apply_image_control, build_requests, score_seed
-    from perception_judge.images import PixelPolicy
-    from perception_judge.schema import Sampling
 
     recs = apply_image_control(records, image_control, seed=0)
     requests = build_requests(recs, ["pair"], "random", 0, style="tiny")
@@ -56,7 +58,7 @@ def score_pairs(
         results = backend.judge(requests, Sampling(temperature=0.0, max_new_tokens=16, seed=0))
     finally:
         backend.close()
-    metrics, counts, _ = score_seed(requests, results, tau=6.0)
+    metrics, counts, _ = score_seed(requests, results, tau=DEFAULT_TAU)
     return {"metrics": metrics, "counts": counts}
 
 
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     p = argparse.ArgumentParser(
-        prog="python -m perception_judge.learnability",
+        prog="python -m perception_judge.evaluation.learnability",
         description="The learnability check of the tiny substrate: supervised training on the PPJD verdict target, "
         "then held-out pair accuracy with real and with mismatched images (see the module docstring).",
     )

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from perception_judge.schema import MAX_SCORE, MIN_SCORE, PROTOCOLS, SLOTS, validate_protocol
+from perception_judge.core.schema import MAX_SCORE, MIN_SCORE, PROTOCOLS, SLOTS, validate_protocol
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -160,12 +160,13 @@ def build_messages(
     ]
 
 
-def count_image_placeholders(messages: list[dict[str, Any]]) -> int:
+def count_image_placeholders(messages: list[dict[str, Any]], block_type: str = "image") -> int:
+    """Image blocks in messages: ``{"type": "image"}`` placeholders, or ``"image_url"`` parts of an OpenAI request."""
     n = 0
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
-            n += sum(1 for part in content if isinstance(part, dict) and part.get("type") == "image")
+            n += sum(1 for part in content if isinstance(part, dict) and part.get("type") == block_type)
     return n
 
 

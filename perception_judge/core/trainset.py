@@ -2,7 +2,7 @@
 
 A training set is a folder::
 
-    train.parquet          rows with the columns of perception_judge.schema.TRAIN_COLUMNS
+    train.parquet          rows with the columns of perception_judge.core.schema.TRAIN_COLUMNS
     validation.parquet     same columns; no source image appears in both splits (grouped by image_group)
     README.md              dataset card: counts per split and protocol, settings
     export_info.json       machine-readable settings and counts
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from perception_judge.schema import TRAIN_COLUMNS, ground_truth_for
+from perception_judge.core.schema import TRAIN_COLUMNS, ground_truth_for
 
 SPLITS = ("train", "validation")
 
@@ -54,7 +54,7 @@ def training_row(
 ) -> dict[str, Any]:
     """One training row: the responses of ``kinds`` (from ``texts``, by kind) in slot order, the judge prompt
     (in the prompt ``style``) with one image placeholder per image, and the ground truth derived from the kinds."""
-    from perception_judge.protocol import build_messages
+    from perception_judge.core.protocol import build_messages
 
     responses = [texts[k] for k in kinds]
     return {

@@ -1,0 +1,106 @@
+"""Files and terminals: the one atomic writer of the project, and its one progress bar.
+
+Every file a stage hands to another (manifests, exported cards, results, reports, synthetic items) is written to a
+temporary name beside it and renamed into place, so a reader sees the old file or the new one, never a part. The
+temporary name is unique per host, process, thread and call, so concurrent writers of one file never collide
+(also across hosts on a shared file system). JSON is redacted on the way out (:mod:`perception_judge.core.redact`):
+no field named like a key, token or secret reaches a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from perception_judge.core.redact import redact
+
+_COUNTER = itertools.count()
+_HOST = socket.gethostname().replace("/", "_").replace(".", "_")[:40] or "host"
+
+
+def temp_name(path: Path) -> Path:
+    """A hidden temporary name beside ``path``, unique per host, process, thread and call."""
+    return path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{threading.get_ident()}-{next(_COUNTER)}")
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not every file system lets a folder be opened and synced
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "w", fsync: bool = True) -> Iterator[IO[Any]]:
+    """``with atomic_open(path) as f: ...`` writes a temporary file and renames it onto ``path`` when the block
+    ends without an error (the temporary file is removed otherwise). ``fsync`` flushes the file, and the folder
+    after the rename, so the new name survives a power loss too. Text modes write UTF-8."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(path)
+    try:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as f:
+            yield f
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, fsync: bool = True) -> None:
+    with atomic_open(path, "wb", fsync) as f:
+        f.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, fsync: bool = True) -> None:
+    with atomic_open(path, "w", fsync) as f:
+        f.write(text)
+
+
+def atomic_write_json(
+    path: str | os.PathLike[str], data: Any, fsync: bool = True, indent: int | None = 1
+) -> None:
+    """``data`` as UTF-8 JSON (secrets redacted, non-JSON values as ``str``), written atomically."""
+    atomic_write_text(path, json.dumps(redact(data), ensure_ascii=False, indent=indent, default=str), fsync)
+
+
+def progress_bar(
+    total: int | None, desc: str, unit: str = "it", enabled: bool | None = None, **kwargs: Any
+) -> Any:
+    """The tqdm bar of every long loop (synthesis, PPJD builds, supervised steps, judge calls). ``enabled=None``
+    shows it when stderr is a terminal; a bar with nothing to do is never shown."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    show = sys.stderr.isatty() if enabled is None else enabled
+    return tqdm(
+        total=total, desc=desc, unit=unit, disable=not show or total == 0, dynamic_ncols=True, **kwargs
+    )
+
+
+__all__ = [
+    "atomic_open",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "progress_bar",
+    "temp_name",
+]

@@ -1,0 +1,116 @@
+"""The layout docs/architecture.md describes: no import cycle, the core imports nothing of the stages, and below the
+command-line entry points the parts stand on at most four levels of imports."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "perception_judge"
+ENTRY_POINTS = ("cli", "demo", "__main__", "tiny_models_cli")
+MAX_LEVELS = 4
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Every project module each module imports (at the top or inside a function)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            edges[name] |= {t for t in targets if t in modules and t != name}
+    return edges
+
+
+def _part(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _is_entry(module: str) -> bool:
+    return module == "perception_judge" or module.rsplit(".", 1)[-1] in ENTRY_POINTS
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if state.get(w) == 1:
+                return [*stack[stack.index(w) :], w]
+            if w not in state and (found := visit(w)):
+                return found
+        state[v] = 2
+        stack.pop()
+        return None
+
+    for v in sorted(edges):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def graph():
+    modules = _modules()
+    return modules, _imports(modules)
+
+
+def test_no_import_cycle(graph):
+    _, edges = graph
+    assert _cycle(edges) is None, f"import cycle: {' -> '.join(_cycle(edges) or [])}"
+
+
+def test_the_core_imports_nothing_of_the_stages(graph):
+    _, edges = graph
+    for module, targets in edges.items():
+        if module.startswith("perception_judge.core"):
+            outside = sorted(t for t in targets if not t.startswith("perception_judge.core"))
+            assert not outside, f"{module} imports {outside}"
+
+
+def test_the_parts_stand_on_at_most_four_levels(graph):
+    _, edges = graph
+    parts: dict[str, set[str]] = defaultdict(set)
+    for module, targets in edges.items():
+        if _is_entry(module):
+            continue
+        parts[_part(module)] |= {_part(t) for t in targets if not _is_entry(t) and _part(t) != _part(module)}
+    assert _cycle(parts) is None, f"cycle between parts: {_cycle(parts)}"
+    depth: dict[str, int] = {}
+
+    def level(p: str) -> int:
+        if p not in depth:
+            depth[p] = 1 + max((level(q) for q in parts.get(p, ())), default=0)
+        return depth[p]
+
+    levels = {p: level(p) for p in parts}
+    assert max(levels.values()) <= MAX_LEVELS, levels
+    assert levels["perception_judge.core"] == 1
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

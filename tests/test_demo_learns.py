@@ -1,0 +1,42 @@
+"""GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 10-12 minutes on 2 CPU cores).
+
+`make demo` runs seed 0; this test draws the synthetic source with seed 1, so the claim holds on a draw nobody tuned
+the recipe to. The demo's base judge is blind (at chance with real and with mismatched images); after GRPO the last
+checkpoint must judge r_c over r_rp far above chance *and* far above the same checkpoint scored with every image
+replaced by another record's: it uses the image, not the text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_grpo_lifts_heldout_accuracy_far_above_the_mismatched_image_control(tmp_path):
+    out = tmp_path / "demo"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "perception_judge.cli", "demo", "--out", str(out), "--seed", "1"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    models = {m["name"]: m for m in summary["models"]}
+    base, last = models["base"], models[summary["last"]]
+    assert base["step"] is None and last["step"] and last["step"] > 0
+
+    assert abs(base["c_vs_rp"]["accuracy"] - 0.5) < 0.1, base  # the blind base judge sits at chance
+    assert last["c_vs_rp"]["ci95"][0] > 0.7, last
+    assert last["c_vs_rpr"]["accuracy"] > 0.75, last
+    control = last["c_vs_rp_mismatched"]["accuracy"]
+    assert control <= 0.6, last
+    assert last["c_vs_rp"]["accuracy"] - control >= 0.2, last
+    assert last["c_vs_rp"]["parse_failures"] < 0.05, last
