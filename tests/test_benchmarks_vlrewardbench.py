@@ -136,3 +136,44 @@ def test_backend_errors_are_not_parse_failures(disk, tmp_path):
     assert res.counts["backend_errors"] == 2 and res.counts.get("parse_failures", 0) == 0
     assert res.metrics["parse_failure_rate"] == 0.0
     assert res.metrics["mean.acc"] == approx(7 / 12)  # a failed call is still a missing (wrong) prediction
+
+
+def test_official_accuracy_leaves_ties_and_unparsed_votes_out_of_the_denominator(disk, tmp_path):
+    """cal.py's rule next to the project's: the wildvision tie, the POS item whose two orders disagree and the
+    FAIL item leave the official denominator; the project's vote.acc counts them as wrong."""
+    from perception_judge.evaluation.benchmarks.pairs import PairItem, official_acc
+
+    res = run(backend(marker_judge()), config(tmp_path, seeds=(0,), data_dir=str(disk), aggregation="mean"))
+    m = res.metrics
+    assert m["official.acc"] == approx(1.0) and m["official.n"] == 3
+    assert m["official.acc.macro"] == approx(1.0) and m["official.acc"] >= m["mean.acc"]
+
+    def item(group, preferred):
+        return PairItem(item_id="x", question="q", responses=["a", "b"], preferred=preferred, group=group)
+
+    items = [item("general", "A"), item("general", "B"), item("general", "A"), item("reasoning", "A"),
+             item("reasoning", "B"), item("hallucination", "A")]  # fmt: skip
+    voted = ["A", "A", "C", "A", None, "B"]
+    o = official_acc(items, voted)
+    assert o["n"] == 4 and o["acc"] == approx(2 / 4)
+    assert o["acc.by_category.general"] == approx(1 / 2) and o["acc.by_category.reasoning"] == approx(1.0)
+    assert o["acc.by_category.hallucination"] == approx(0.0)
+    assert o["acc.macro"] == approx((1 / 2 + 1 + 0) / 3)
+    assert official_acc(items[:1], [None])["acc"] is None
+
+
+def test_duplicate_ids_get_distinct_requests(tmp_path):
+    from datasets import Dataset
+
+    rows = vlrb_rows()
+    rows[1]["id"] = rows[0]["id"]  # the hub release has rows sharing an id
+    Dataset.from_list(rows).to_parquet(str(tmp_path / "test.parquet"))
+    seen = []
+
+    def judge(req, sampling):
+        seen.append(req.request_id)
+        return marker_judge()(req, sampling)
+
+    res = run(backend(judge), config(tmp_path / "o", data_dir=str(tmp_path)))
+    assert len(seen) == len(set(seen)) == 2 * 6 and res.counts["duplicate_ids"] == 1
+    assert res.metrics["mean.acc"] == approx(7 / 12)  # both rows judged: the same overall accuracy

@@ -440,6 +440,26 @@ def test_one_hostile_row_costs_one_failure_and_the_build_goes_on(tmp_path):
     assert summary.status == "complete" and summary.failed_new == 3
 
 
+def test_one_hostile_row_among_a_thousand_costs_exactly_one_failure(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    good = _bad_inputs(data)[0]
+    rows = [{**good, "question": f"How many squares are green? (item {i})"} for i in range(1000)]
+    rows[537] = {**rows[537], "image": {"bytes": "some text"}}
+    with open(data / "part.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    out = tmp_path / "ppjd"
+    with FakeOpenAIServer() as srv:
+        summary = build(
+            TableSource([data / "part.jsonl"], preset="mmpr", image_root=data), _llm(srv.base_url), _cfg(out)
+        )
+    failures = read_failures(out)
+    assert [(f["item_id"], f["reason"]) for f in failures.values()] == [("part.jsonl:538", "image_bad_path")]
+    assert summary.status == "complete" and summary.failed_new == 1
+    assert len(list(iter_records(out))) == 999
+
+
 def test_non_text_fields_are_refused_per_record_and_long_questions_capped(tmp_path):
     data = tmp_path / "data"
     data.mkdir()

@@ -76,3 +76,29 @@ def test_argument_errors_exit_2(tmp_path, capsys):
     assert main(["synth", "--n", "3", "--out", str(syn), "--no-progress"]) == 2  # exists, no --overwrite
     assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "t")]) == 2
     assert main(["synth", "--n", "3", "--out", str(tmp_path / "s2"), "--families", "pie"]) == 2
+
+
+def test_image_prefix_map_flag_reaches_the_source(tmp_path, monkeypatch, capsys):
+    """MMPR's image_prefix_map was reachable only through a config file."""
+    from perception_judge.ppjd import sources
+
+    seen = {}
+
+    def fake_open_source(inputs, **kw):
+        seen.update(kw)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(sources, "open_source", fake_open_source)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("source:\n  image_prefix_map: {ScienceQA: sqa}\n")
+    argv = ["build-ppjd", "--input", str(tmp_path), "--out", str(tmp_path / "o"), "--config", str(cfg),
+            "--image-prefix-map", "chartqa_=images/chart", "--image-prefix-map", "ScienceQA=other"]  # fmt: skip
+    assert main(argv) == 2 and "stop here" in capsys.readouterr().err
+    assert seen["prefix_map"] == {"ScienceQA": "other", "chartqa_": "images/chart"}
+    assert (
+        main(
+            ["build-ppjd", "--input", str(tmp_path), "--out", str(tmp_path / "o"), "--image-prefix-map", "x"]
+        )
+        == 2
+    )
+    assert "expected PREFIX=FOLDER" in capsys.readouterr().err

@@ -157,6 +157,13 @@ def _build_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="table sources: rows without an image are text-only items (default: a missing image is an error)",
     )
+    g.add_argument(
+        "--image-prefix-map",
+        action="append",
+        metavar="PREFIX=FOLDER",
+        help="mmpr: the image folder of each annotation file by its name prefix, e.g. --image-prefix-map "
+        "ScienceQA=images/ScienceQA (repeatable; the longest matching prefix wins; adds to the config's map)",
+    )
     g.add_argument("--config", help="YAML job config (data_gen/configs/*.yaml); flags override it")
 
     g = p.add_argument_group("output")
@@ -248,11 +255,11 @@ def _pick(*values: Any, default: Any = None) -> Any:
     return default
 
 
-def _parse_map(entries: list[str] | None) -> dict[str, str]:
+def _parse_map(entries: list[str] | None, flag: str = "--map", shape: str = "FIELD=COLUMN") -> dict[str, str]:
     out: dict[str, str] = {}
     for e in entries or []:
         if "=" not in e:
-            raise ConfigError(f"--map {e!r}: expected FIELD=COLUMN")
+            raise ConfigError(f"{flag} {e!r}: expected {shape}")
         k, v = e.split("=", 1)
         out[k.strip()] = v.strip()
     return out
@@ -334,7 +341,11 @@ def _build_run(args: argparse.Namespace) -> int:
             mapping=mapping or None,
             image_root=_pick(args.image_root, scfg.get("image_root")),
             allow_text_only=_pick(args.allow_text_only, scfg.get("allow_text_only"), default=False),
-            prefix_map=scfg.get("image_prefix_map"),
+            prefix_map={
+                **(scfg.get("image_prefix_map") or {}),
+                **_parse_map(args.image_prefix_map, "--image-prefix-map", "PREFIX=FOLDER"),
+            }
+            or None,
         )
         kind = _pick(args.teacher, tcfg.get("kind"), default="auto")
         if kind == "auto":

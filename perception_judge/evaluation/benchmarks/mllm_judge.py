@@ -348,15 +348,18 @@ def flex_metrics(setting: str, items: list[Item], per_seed: list[list[Outcome | 
     if setting == "pair":
         voted = [M.vote_verdict((run[i] or "C") for run in preds) for i in range(len(items))]
         for name, with_tie in (("acc_with_tie", True), ("acc_without_tie", False)):
-            out.update(
-                _scoped(
-                    f"pair.{name}",
-                    items,
-                    lambda idx, w=with_tie: M.pair_accuracy(
-                        [voted[i] for i in idx], [gts[i] for i in idx], with_tie=w, failure="tie"
-                    ),
-                )
+            scoped = _scoped(
+                f"pair.{name}",
+                items,
+                lambda idx, w=with_tie: M.pair_accuracy(
+                    [voted[i] for i in idx], [gts[i] for i in idx], with_tie=w, failure="tie"
+                ),
             )
+            # the script rounds each subset to 3 decimals, then averages and rounds again ("Ave")
+            per = {k: _round3(v) for k, v in scoped.items() if ".by_dataset." in k}
+            scoped.update(per)
+            scoped[f"pair.{name}.macro"] = _round3(macro(per))
+            out.update(scoped)
         return out
     if setting == "score":
         per = {
@@ -375,9 +378,14 @@ def flex_metrics(setting: str, items: list[Item], per_seed: list[list[Outcome | 
             for ds, idx in sorted(groups.items())
         }
         name = "batch.norm_levenshtein"
-    out[f"{name}.macro"] = macro(per)
-    out.update({f"{name}.by_dataset.{slug(ds)}": v for ds, v in per.items()})
+    out[f"{name}.macro"] = _round3(macro(per))  # the script averages the unrounded subsets, then rounds "Ave"
+    out.update({f"{name}.by_dataset.{slug(ds)}": _round3(v) for ds, v in per.items()})
     return out
+
+
+def _round3(value: float | None) -> float | None:
+    """Flex-Judge's printed precision: ``round(x, 3)`` (None stays None)."""
+    return None if value is None else round(value, 3)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -199,3 +199,30 @@ def voted_acc(
 # ----------------------------------------------------------------------------------------------------------
 # Sources for the bias suites
 # ----------------------------------------------------------------------------------------------------------
+
+
+def official_acc(
+    items: Sequence[PairItem], voted: Sequence[str | None], group_name: str = "category"
+) -> dict[str, float | None]:
+    """VL-RewardBench's official accuracy (its ``cal.py`` rule) from the same per-item vote as :func:`voted_acc`:
+    an item whose vote is a tie or has no parsed judgement leaves the denominator,
+
+        acc = #{i : vote_i = human_i} / #{i : vote_i in {A, B}},   acc.macro = mean over the groups present,
+
+    so it is never lower than the project's stricter ``vote.acc`` (which counts those items as wrong). ``n`` is
+    the denominator."""
+    idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B") and voted[i] in ("A", "B")]
+    out: dict[str, float | None] = {
+        "acc": M.rate(sum(voted[i] == items[i].preferred for i in idx), len(idx)),
+        "n": float(len(idx)),
+    }
+    groups: dict[str, list[int]] = {}
+    for i in idx:
+        groups.setdefault(items[i].group, []).append(i)
+    per = {
+        g: M.rate(sum(voted[i] == items[i].preferred for i in ids), len(ids))
+        for g, ids in sorted(groups.items())
+    }
+    out["acc.macro"] = macro(per)
+    out.update({f"acc.by_{group_name}.{slug(g)}": v for g, v in per.items()})
+    return out

@@ -63,6 +63,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     ORIG,
     SWAP,
     PairItem,
+    official_acc,
     order_metrics,
     order_verdicts,
     pair_requests,
@@ -135,7 +136,8 @@ def load_items(options: dict[str, Any], suite: str = SUITE) -> tuple[list[PairIt
     )
     paths = table.holds_paths(image_col)  # path cells are checked before judging (inline images need not be)
     items: list[PairItem] = []
-    counts = {"rows": len(table), "skipped_no_gt": 0, "category_defaulted": 0}
+    counts = {"rows": len(table), "skipped_no_gt": 0, "category_defaulted": 0, "duplicate_ids": 0}
+    seen_ids: set[str] = set()
     for i in range(len(text_rows)):
         rec = text_rows[i]
         where = f"{table.path} row {i}"
@@ -159,9 +161,16 @@ def load_items(options: dict[str, Any], suite: str = SUITE) -> tuple[list[PairIt
         names = (
             [str(m) for m in models][:2] if isinstance(models, list) and len(models) == 2 else [None, None]
         )
+        item_id = str(rec.get("id") if rec.get("id") is not None else i)
+        if (
+            item_id in seen_ids
+        ):  # the hub release has rows that share an id: the row index keeps requests apart
+            counts["duplicate_ids"] += 1
+            item_id = f"{item_id}#row{i}"
+        seen_ids.add(item_id)
         items.append(
             PairItem(
-                item_id=str(rec.get("id") if rec.get("id") is not None else i),
+                item_id=item_id,
                 question=question,
                 responses=list(responses),
                 preferred=preferred,
@@ -220,6 +229,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             metrics.update(prefixed("mean", mean_over_runs(runs) if runs else _empty()))
         else:
             metrics.update(prefixed("vote", voted_acc(kept, voted_verdicts(per_seed, len(kept)))))
+    metrics.update(prefixed("official", official_acc(kept, voted_verdicts(per_seed, len(kept)))))
 
     protocol = {
         "benchmark": "VL-RewardBench (MMInstruction/VL-RewardBench)",
@@ -230,6 +240,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "correct": "the preferred response equals the human's (human_ranking); a tie or a parse failure is wrong",
         "category": "explicit 'category' field, else the id prefix mapped as in lmms-eval (unknown -> general)",
         "macro": "unweighted mean over general / hallucination / reasoning",
+        "official": "official.acc / official.acc.macro: the official cal.py rule on the per-item vote over seeds x "
+        "orders: items whose vote is a tie or unparsed leave the denominator (official.n); the project's acc counts "
+        "them as wrong",
         "aggregation": {
             a: {
                 "mean": "metrics per seed, then the mean over seeds",
