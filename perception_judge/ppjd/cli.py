@@ -93,7 +93,7 @@ _CONFIG_KEYS = {
     "build": {
         "out", "shard_size", "fsync_every", "min_rp_similarity", "max_response_chars", "text_only", "limit",
         "retry_failed", "max_image_bytes", "max_image_pixels", "max_consecutive_failures", "require_boxed",
-        "stop_grace_s",
+        "stop_grace_s", "num_parts",
     },
 }  # fmt: skip
 
@@ -171,6 +171,17 @@ def _build_args(p: argparse.ArgumentParser) -> None:
         "--out", help="PPJD output folder (records-*.jsonl, failures.jsonl, images/, manifest.json)"
     )
     g.add_argument("--shard-size", type=int, help="records per JSONL shard (default 5000)")
+    g.add_argument(
+        "--num-parts",
+        type=int,
+        help="split the build across N machines or processes: this run builds the items with "
+        "int(key, 16) %% N == PART into OUT/part-0000I-of-0000N/ (export OUT merges the parts exactly)",
+    )
+    g.add_argument(
+        "--part",
+        type=int,
+        help="with --num-parts: which part (default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)",
+    )
     g.add_argument(
         "--retry-failed", action="store_true", default=None, help="retry keys that failed in earlier runs"
     )
@@ -354,8 +365,18 @@ def _build_run(args: argparse.Namespace) -> int:
         concurrency = _pick(args.concurrency, tcfg.get("concurrency"), default=16)
         if kind == "programmatic":
             concurrency = min(concurrency, 4)  # CPU-bound: more workers do not help
+        num_parts = _pick(args.num_parts, bcfg.get("num_parts"), default=1)
+        part = 0
+        if num_parts > 1 or args.part is not None:
+            from perception_judge.ppjd.partition import claim_partition, part_dir, resolve_part
+
+            part = resolve_part(args.part, num_parts)
+            claim_partition(out, num_parts, source.describe(), teacher.describe())
+            out = part_dir(out, part, num_parts)
         config = BuildConfig(
             out_dir=str(out),
+            num_parts=num_parts,
+            part=part,
             concurrency=concurrency,
             retry_failed=bool(_pick(args.retry_failed, bcfg.get("retry_failed"), default=False)),
             limit=_pick(args.limit, bcfg.get("limit")),
@@ -453,6 +474,12 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
     p.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="a build split into parts (build-ppjd --num-parts): export even with missing or unfinished parts "
+        "(export_info.json lists them); default: refuse, naming them",
+    )
+    p.add_argument(
         "--prompt-style",
         choices=("full", "tiny"),
         default="full",
@@ -470,6 +497,7 @@ def _export_run(args: argparse.Namespace) -> int:
             val_fraction=args.val_fraction,
             mix=args.mix,
             skip_invalid=args.skip_invalid,
+            allow_incomplete=args.allow_incomplete,
             overwrite=args.overwrite,
             prompt_style=args.prompt_style,
         )

@@ -1,7 +1,8 @@
 """PPJD folder -> training set (the format of :mod:`perception_judge.core.trainset`).
 
-Per record, with randomness seeded by (export seed, record key) -- so the result does not depend on record
-order or on how the folder was built:
+Per record, with randomness seeded by (export seed, record key), rows written in canonical key order -- so the
+result depends neither on record order nor on how the folder was built (one machine, or parts merged:
+:mod:`perception_judge.ppjd.partition`):
 
 * **batch** rows: (r_c, r_rp, r_rp+r) in a random permutation of slots A/B/C; ``ground_truth`` is the order
   string best to worst (``order_from_kinds``), e.g. ``"BCA"``;
@@ -31,7 +32,6 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from perception_judge.core.schema import (
     sha256_hex,
 )
 from perception_judge.core.trainset import rows_to_dataset, split_path, training_row
+from perception_judge.ppjd.partition import merge_plan, read_partition
 from perception_judge.ppjd.store import iter_records, read_manifest, shard_paths
 
 DEFAULT_MIX = {"batch": 1.0, "pair": 0.0, "single": 0.0}
@@ -95,6 +96,9 @@ class ExportConfig:
     skip_invalid: bool = False
     overwrite: bool = False
     prompt_style: str = "full"
+    allow_incomplete: bool = (
+        False  # a partitioned folder with missing or unfinished parts: export what is there
+    )
 
     def __post_init__(self) -> None:
         self.mix = parse_mix(self.mix)
@@ -204,8 +208,26 @@ def _check_record(record: PPJDRecord) -> None:
             raise ExportError(f"record {record.key}: field {name!r} is empty")
 
 
-def _records(ppjd_dir: Path) -> Iterator[PPJDRecord]:
-    yield from iter_records(ppjd_dir)
+def _records(
+    ppjd_dir: Path, allow_incomplete: bool = False
+) -> tuple[list[tuple[Path, PPJDRecord]], dict[str, Any]]:
+    """Every record with the folder it lives in, in canonical key order, so an export depends only on the set of
+    records: a one-machine build and a build split into parts (``partition.json``, merged here) give the same
+    tables. A key in two parts is an error naming both."""
+    if read_partition(ppjd_dir) is None:
+        return sorted(((ppjd_dir, r) for r in iter_records(ppjd_dir)), key=lambda fr: fr[1].key), {}
+    parts, info = merge_plan(ppjd_dir, allow_incomplete)
+    owner: dict[str, Path] = {}
+    out = []
+    for folder in parts:
+        for record in iter_records(folder):
+            if record.key in owner:
+                raise ExportError(
+                    f"record {record.key} is in two parts: {owner[record.key].name} and {folder.name}"
+                )
+            owner[record.key] = folder
+            out.append((folder, record))
+    return sorted(out, key=lambda fr: fr[1].key), info
 
 
 class _SplitWriter:
@@ -246,15 +268,15 @@ def export_ppjd(
     config = config or ExportConfig()
     src = Path(ppjd_dir)
     out = Path(out_dir)
-    if not shard_paths(src):
+    if read_partition(src) is None and not shard_paths(src):
         raise FileNotFoundError(f"no PPJD records in {str(src)!r} (expected records-*.jsonl from build-ppjd)")
     if split_path(out, "train").exists() and not config.overwrite:
         raise FileExistsError(
             f"{str(split_path(out, 'train'))!r} exists; pass --overwrite to replace the export"
         )
 
-    # Pass 1: groups (cheap: no images read).
-    groups = [image_group(r) for r in _records(src)]
+    records, partition = _records(src, config.allow_incomplete)
+    groups = [image_group(r) for _, r in records]
     val_groups = choose_validation_groups(groups, config.val_fraction, config.seed)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -271,10 +293,10 @@ def export_ppjd(
     skipped: dict[str, str] = {}
     text_only = 0
     try:
-        for record in _records(src):
+        for folder, record in records:
             try:
                 _check_record(record)
-                cell = _image_cell(src, record)
+                cell = _image_cell(folder, record)
             except ExportError as e:
                 if not config.skip_invalid:
                     raise
@@ -294,12 +316,16 @@ def export_ppjd(
         overlap = groups_per_split["train"] & groups_per_split["validation"]
         if overlap:  # pragma: no cover - guaranteed by construction
             raise RuntimeError(f"{len(overlap)} image groups are in both splits")
-        manifest = read_manifest(src) or {}
+        manifest = (
+            read_manifest(src) or (read_manifest(records[0][0]) if records and partition else None) or {}
+        )
         info: dict[str, Any] = {
             "format": "perception-judge/trainset/1",
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "source": str(src.resolve()),
-            "settings": {k: v for k, v in asdict(config).items() if k not in ("overwrite",)},
+            "settings": {
+                k: v for k, v in asdict(config).items() if k not in ("overwrite", "allow_incomplete")
+            },
             "records": {s: records_per_split[s] for s in writers},
             "image_groups": {s: len(groups_per_split[s]) for s in writers},
             "text_only_records": text_only,
@@ -307,6 +333,7 @@ def export_ppjd(
             "rows_total": {s: writers[s].rows for s in writers},
             "ground_truth": {p: dict(sorted(gt_counts[p].items())) for p in PROTOCOLS if gt_counts[p]},
             "skipped_records": skipped,
+            **({"partition": partition} if partition else {}),
             "ppjd": {
                 "teacher": manifest.get("teacher"),
                 "counts": manifest.get("counts"),

@@ -42,6 +42,7 @@ from perception_judge.core.images import (
 )
 from perception_judge.core.io import progress_bar
 from perception_judge.core.schema import Failure, PPJDRecord, SourceItem
+from perception_judge.ppjd.partition import part_of
 from perception_judge.ppjd.sources import Source, item_key
 from perception_judge.ppjd.store import PPJDStore
 from perception_judge.ppjd.teacher import (
@@ -75,10 +76,16 @@ class BuildConfig:
     progress: bool | None = None  # None: a bar when stderr is a terminal, periodic log lines otherwise
     handle_signals: bool = False
     stop_grace_s: float = (
-        10.0  # after SIGINT/SIGTERM, seconds the items in flight get before they are cancelled
+        10.0  # after SIGINT/SIGTERM: seconds the items in flight get before they are cancelled
     )
+    num_parts: int = (
+        1  # a build split across machines: this run takes the keys with int(key, 16) % num_parts == part
+    )
+    part: int = 0
 
     def __post_init__(self) -> None:
+        if self.num_parts < 1 or not 0 <= self.part < self.num_parts:
+            raise ValueError(f"part must be in 0..{self.num_parts - 1}, got {self.part}")
         if self.stop_grace_s < 0:
             raise ValueError(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
         if self.concurrency < 1:
@@ -102,6 +109,7 @@ class BuildSummary:
     skipped_done: int = 0
     skipped_failed: int = 0
     duplicates: int = 0
+    other_parts: int = 0  # items of the other parts of a partitioned build
     in_flight_lost: int = 0
     records_total: int = 0
     failed_total: int = 0
@@ -209,7 +217,9 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
         "teacher": teacher.describe(),
         "source": source.describe(),
         "config": {
-            k: v for k, v in asdict(config).items() if k not in ("out_dir", "handle_signals", "progress")
+            k: v
+            for k, v in asdict(config).items()
+            if k not in ("out_dir", "handle_signals", "progress", "stop_grace_s")
         },
         "pid": os.getpid(),
     }
@@ -238,6 +248,7 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
             "skipped_done": summary.skipped_done,
             "skipped_failed": summary.skipped_failed,
             "duplicates": summary.duplicates,
+            "other_parts": summary.other_parts,
             "usage": teacher.usage(),
         }
         run_info["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -347,6 +358,9 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                     break
                 summary.seen += 1
                 key = item_key(item)
+                if config.num_parts > 1 and part_of(key, config.num_parts) != config.part:
+                    summary.other_parts += 1
+                    continue
                 if key in store.done:
                     summary.skipped_done += 1
                     continue
@@ -497,6 +511,7 @@ def format_summary(summary: BuildSummary) -> str:
         ("skipped: already done", summary.skipped_done),
         ("skipped: failed before (use --retry-failed)", summary.skipped_failed),
         ("duplicates in the source", summary.duplicates),
+        *([("items of other parts (not this one)", summary.other_parts)] if summary.other_parts else []),
         ("in flight when stopped", summary.in_flight_lost),
         ("records in the folder", summary.records_total),
         ("failed keys in the folder", summary.failed_total),
