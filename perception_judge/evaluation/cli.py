@@ -92,6 +92,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sw.add_argument("run_dir", type=Path, help="training output folder (train_grpo.py --output_dir)")
     sw.add_argument("--models", type=_csv, help="only these models (shell patterns: base,checkpoint-*,final)")
+    sw.add_argument(
+        "--claim",
+        action="store_true",
+        help="one of many identical workers on this sweep (a SLURM array, srun tasks, Ray tasks): run only the "
+        "cells this worker claims (exclusive-create claim files with a heartbeat lease); write no tables "
+        "(`eval collect OUT` does, once every cell is done)",
+    )
+    sw.add_argument(
+        "--lease",
+        type=float,
+        default=60.0,
+        help="--claim: seconds before a silent worker's cell is taken over",
+    )
+    sw.add_argument(
+        "--max-attempts", type=int, default=3, help="--claim: a cell that failed this often is left failed"
+    )
     _common(sw)
     rn = sub.add_parser(
         "run",
@@ -117,6 +133,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pixel-mode", choices=["fixed", "smart", "none"], help="pixel policy mode (default fixed)"
     )
     _common(rn)
+    co = sub.add_parser(
+        "collect",
+        help="after `eval sweep --claim` workers: write the tables and the report",
+        description="Write results.csv / results.json and the report from the cell files of a sweep run by "
+        "--claim workers; list the missing, failed and claimed cells. Exit code 0 when every cell is done, 1 "
+        "while the sweep is incomplete. Re-running it on the same cells writes the same bytes.",
+    )
+    co.add_argument("eval_dir", type=Path, help="the sweep's --out folder")
+    co.add_argument("--no-report", action="store_true", help="write the tables only")
     rp = sub.add_parser("report", help="re-render the report of an evaluation folder")
     rp.add_argument("eval_dir", type=Path, help="a folder with results.json (a sweep's RUN_DIR/eval)")
     sub.add_parser("list", help="list suites and bias types")
@@ -260,10 +285,38 @@ def run_sweep(args: argparse.Namespace) -> int:
     out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else run.run_dir / "eval")
     plan = build_plan(args, cfg, out_dir)
     models = args.models or cfg.get("models_filter")
-    outcome, _ = sweep(run.run_dir, plan, models=models, report=not args.no_report, progress=not args.quiet)
+    outcome, _ = sweep(
+        run.run_dir,
+        plan,
+        models=models,
+        report=not args.no_report,
+        progress=not args.quiet,
+        claim=args.claim,
+        lease_s=args.lease,
+        max_attempts=args.max_attempts,
+    )
+    if args.claim:
+        print(
+            f"cells: {outcome.done} run by this worker, {outcome.skipped} already done, {outcome.elsewhere} held by "
+            f"other workers, {outcome.failed} failed; `perception-judge eval collect {out_dir}` writes the tables"
+        )
+        return 1 if outcome.failed else 0
     _print_outcome(outcome, out_dir, not args.no_report)
     _summary_line(out_dir)
     return 1 if outcome.failed else 0
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    from perception_judge.evaluation.sweep import collect
+
+    _, state = collect(args.eval_dir, report=not args.no_report)
+    for what in ("missing", "failed", "claimed"):
+        if state[what]:
+            shown = ", ".join(state[what][:10]) + (" ..." if len(state[what]) > 10 else "")
+            print(f"{len(state[what])} cell(s) {what}: {shown}", file=sys.stderr)
+    incomplete = state["missing"] or state["failed"]
+    print(f"wrote {args.eval_dir}/results.csv, results.json" + ("" if args.no_report else ", report.md"))
+    return 1 if incomplete else 0
 
 
 def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> list[Any]:
@@ -377,7 +430,13 @@ def run(args: argparse.Namespace) -> int:
         level=logging.WARNING if getattr(args, "quiet", False) else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    actions = {"sweep": run_sweep, "run": run_eval, "report": run_report, "list": run_list}
+    actions = {
+        "sweep": run_sweep,
+        "run": run_eval,
+        "collect": run_collect,
+        "report": run_report,
+        "list": run_list,
+    }
     try:
         return actions[args.action](args)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:

@@ -341,6 +341,7 @@ class SweepOutcome:
     done: int = 0
     skipped: int = 0
     failed: int = 0
+    elsewhere: int = 0  # cells another --claim worker held
     cells: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -396,8 +397,13 @@ def run_cells(
     run: RunInfo | None = None,
     backend_factory: BackendFactory | None = None,
     progress: bool = True,
+    claims: Any = None,
+    max_attempts: int = 3,
 ) -> SweepOutcome:
-    """Run every unfinished cell; returns what was done, skipped (already finished) and failed."""
+    """Run every unfinished cell; returns what was done, skipped (already finished) and failed. With ``claims``
+    (:class:`~perception_judge.evaluation.claims.Claims`) this is one of many workers: a cell runs only once this
+    worker has claimed it, a model is loaded only for a cell it claimed, and a cell that failed ``max_attempts``
+    times is left failed."""
     check_cell_names(entries)
     cells_dir = plan.out_dir / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
@@ -416,6 +422,16 @@ def run_cells(
                     continue
                 if old and old.get("status") == "done" and old.get("fingerprint") != fp and not plan.force:
                     log.info("cell %s: settings changed since it was run; running it again", cid)
+                if (
+                    claims is not None
+                    and old
+                    and old.get("status") == "failed"
+                    and old.get("fingerprint") == fp
+                    and int(old.get("attempts", 1)) >= max_attempts
+                ):
+                    outcome.failed += 1  # retried enough: left for a person to look at
+                    outcome.cells.append(old)
+                    continue
                 todo.append((entry, suite, seed, fp, path))
     pending = {item[0].name for item in todo}
     pool = BackendPool(plan, [e for e in entries if e.name in pending]) if backend_factory is None else None
@@ -428,15 +444,30 @@ def run_cells(
             entry = items[0][0]
             backend: JudgeBackend | None = None
             load_error = None
-            t_load = time.time()
-            try:
-                backend = backend_factory(entry, plan) if backend_factory else pool.get(entry)
-            except Exception as e:  # record it on every cell of this model
-                load_error = f"{type(e).__name__}: {e}"
-                log.error("cannot load model %s: %s", name, load_error)
-            load_s = time.time() - t_load
+            loaded = False
+            load_s = 0.0
             try:
                 for entry, suite, seed, fp, path in items:
+                    if claims is not None:
+                        if not claims.acquire(cell_id(entry.name, suite, seed)):
+                            outcome.elsewhere += 1  # another worker has it
+                            bar.update(1)
+                            continue
+                        now = read_cell(path)
+                        if now and now.get("status") == "done" and now.get("fingerprint") == fp:
+                            claims.release(cell_id(entry.name, suite, seed))  # finished meanwhile
+                            outcome.skipped += 1
+                            outcome.cells.append(now)
+                            bar.update(1)
+                            continue
+                    if not loaded:  # a model is loaded for the first cell this worker runs
+                        loaded, t_load = True, time.time()
+                        try:
+                            backend = backend_factory(entry, plan) if backend_factory else pool.get(entry)
+                        except Exception as e:  # record it on every cell of this model
+                            load_error = f"{type(e).__name__}: {e}"
+                            log.error("cannot load model %s: %s", name, load_error)
+                        load_s = time.time() - t_load
                     bar.set_postfix_str(f"{name} / {suite} / seed {seed}")
                     cell = {
                         "cell": cell_id(entry.name, suite, seed),
@@ -472,7 +503,17 @@ def run_cells(
                     cell["seconds"] = round(time.time() - t0, 3)
                     cell["model_load_seconds"] = round(load_s, 3)
                     cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+                    previous = read_cell(path)
+                    if cell["status"] == "failed":
+                        same = (
+                            previous
+                            and previous.get("fingerprint") == fp
+                            and previous.get("status") == "failed"
+                        )
+                        cell["attempts"] = int(previous.get("attempts", 1)) + 1 if same else 1
                     atomic_write_json(path, cell)
+                    if claims is not None:
+                        claims.release(cell["cell"])
                     outcome.cells.append(cell)
                     if cell["status"] == "done":
                         outcome.done += 1
@@ -567,6 +608,7 @@ def write_results(
     entries: list[ModelEntry] | None = None,
     plan: EvalPlan | None = None,
     run: RunInfo | None = None,
+    saved: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``results.csv`` and ``results.json`` from every cell file under ``out_dir``; returns the JSON."""
     out_dir = Path(out_dir)
@@ -590,10 +632,11 @@ def write_results(
                     "spec": c.get("model_spec", {}),
                 }
             )
+    saved = saved or {}
     data = {
-        "run_dir": str(run.run_dir) if run else None,
-        "run": _jsonable(run.raw) if run else None,
-        "plan": plan.to_dict() if plan else None,
+        "run_dir": str(run.run_dir) if run else saved.get("run_dir"),
+        "run": _jsonable(run.raw) if run else saved.get("run"),
+        "plan": plan.to_dict() if plan else saved.get("plan"),
         "models": models,
         "suites": sorted({c["suite"] for c in cells}),
         "cells": [
@@ -619,8 +662,10 @@ def sweep(
     backend_factory: BackendFactory | None = None,
     report: bool = True,
     progress: bool = True,
+    **claim_options: Any,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
-    """Evaluate the base model and every checkpoint of a run. ``plan`` defaults to the given suites with the
+    """Evaluate the base model and every checkpoint of a run (``claim_options``: ``claim``, ``lease_s``,
+    ``max_attempts`` of :func:`evaluate`). ``plan`` defaults to the given suites with the
     run's pixel policy and think prefix, written to ``RUN_DIR/eval``."""
     run = read_run(run_dir)
     if plan is None:
@@ -628,7 +673,7 @@ def sweep(
     plan.pixel_policy = run.pixel_policy
     plan.think_prefix = run.think_prefix
     entries = select_models(discover_models(run), models)
-    return evaluate(entries, plan, backend_factory, report, progress, run=run)
+    return evaluate(entries, plan, backend_factory, report, progress, run=run, **claim_options)
 
 
 def evaluate(
@@ -639,13 +684,33 @@ def evaluate(
     progress: bool = True,
     *,
     run: RunInfo | None = None,
+    claim: bool = False,
+    lease_s: float = 60.0,
+    max_attempts: int = 3,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
     """Evaluate a list of judges: same cells, table and report as a sweep (``run``: the training run they
-    come from, when a sweep evaluates one)."""
+    come from, when a sweep evaluates one). With ``claim`` this is one of many workers sharing the folder
+    (:mod:`perception_judge.evaluation.claims`): it runs the cells it claims and writes no table; ``collect``
+    writes them once every cell is done."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(
-        plan.out_dir / "plan.json", {"plan": plan.to_dict(), "models": [e.to_dict() for e in entries]}
-    )
+    saved = {
+        "plan": plan.to_dict(),
+        "models": [e.to_dict() for e in entries],
+        "run_dir": str(run.run_dir) if run else None,
+        "run": _jsonable(run.raw) if run else None,
+    }
+    if claim:
+        from perception_judge.evaluation.claims import Claims
+
+        claims = Claims(plan.out_dir, lease_s)
+        try:
+            claims.pin_plan({"plan": saved["plan"], "models": saved["models"]})
+            atomic_write_json(plan.out_dir / "plan.json", saved)
+            outcome = run_cells(entries, plan, run, backend_factory, progress, claims, max_attempts)
+        finally:
+            claims.close()
+        return outcome, {}
+    atomic_write_json(plan.out_dir / "plan.json", saved)
     outcome = run_cells(entries, plan, run, backend_factory, progress)
     data = write_results(plan.out_dir, entries, plan, run)
     if report:
@@ -653,6 +718,43 @@ def evaluate(
 
         write_report(plan.out_dir)
     return outcome, data
+
+
+def collect(
+    out_dir: str | os.PathLike[str], report: bool = True
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """After ``--claim`` workers: write ``results.{csv,json}`` (and the report) from the cell files, and say what is
+    not done: ``missing`` (never finished), ``failed`` and ``claimed`` (a worker holds it now). Re-running it on
+    the same cells writes the same bytes."""
+    from perception_judge.evaluation.claims import claimed_cells
+
+    out_dir = Path(out_dir)
+    plan_file = out_dir / "plan.json"
+    if not plan_file.is_file():
+        raise FileNotFoundError(
+            f"{str(plan_file)!r} not found: OUT must be the --out of an `eval sweep --claim` run"
+        )
+    saved = json.loads(plan_file.read_text(encoding="utf-8"))
+    entries = [ModelEntry(**m) for m in saved.get("models", [])]
+    plan_d = saved.get("plan") or {}
+    status = {c["cell"]: c.get("status") for c in collect_cells(out_dir)}
+    expected = [
+        cell_id(e.name, suite, int(seed))
+        for e in entries
+        for suite in plan_d.get("suites", [])
+        for seed in plan_d.get("seeds", [])
+    ]
+    state = {
+        "missing": [c for c in expected if c not in status],
+        "failed": [c for c in expected if status.get(c) == "failed"],
+        "claimed": claimed_cells(out_dir),
+    }
+    data = write_results(out_dir, entries, saved=saved)
+    if report:
+        from perception_judge.evaluation.report import write_report
+
+        write_report(out_dir)
+    return data, state
 
 
 __all__ = [
@@ -665,6 +767,7 @@ __all__ = [
     "build_rows",
     "cell_fingerprint",
     "cell_id",
+    "collect",
     "collect_cells",
     "discover_models",
     "evaluate",
