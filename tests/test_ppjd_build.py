@@ -19,7 +19,7 @@ from perception_judge import synth
 from perception_judge.core.schema import sha256_hex
 from perception_judge.llm_client import ClientConfig
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
-from perception_judge.ppjd.runner import BuildConfig, build
+from perception_judge.ppjd.runner import BuildConfig, BuildSummary, build
 from perception_judge.ppjd.sources import TableSource, item_key, synthetic_source
 from perception_judge.ppjd.store import iter_records, read_failures, read_manifest, shard_paths
 from perception_judge.ppjd.teacher import STAGES, LLMTeacher, LLMTeacherConfig
@@ -413,6 +413,17 @@ def test_a_real_full_disk_stops_build_ppjd_in_seconds_and_resumes_to_the_same_se
     assert set(read_failures(out)) == set(read_failures(ref))
 
 
+def _build_rows(data: Path, rows: list[dict], out: Path) -> BuildSummary:
+    """Write ``rows`` as an MMPR-style JSONL under ``data`` and build it with the fake teacher into ``out``."""
+    with open(data / "part.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    with FakeOpenAIServer() as srv:
+        return build(
+            TableSource([data / "part.jsonl"], preset="mmpr", image_root=data), _llm(srv.base_url), _cfg(out)
+        )
+
+
 def test_one_hostile_row_costs_one_failure_and_the_build_goes_on(tmp_path):
     """A NUL byte in an image path or an image cell whose bytes are text or a number used to raise inside the source
     iterator and stop the whole build; each is now one failure with its reason."""
@@ -426,14 +437,8 @@ def test_one_hostile_row_costs_one_failure_and_the_build_goes_on(tmp_path):
         {**good, "image": {"bytes": -1}, "question": "Count the green squares."},  # another key than row 3
         {**good, "image": "img/ok.png", "question": "How many squares are green?"},
     ]
-    with open(data / "part.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
     out = tmp_path / "ppjd"
-    with FakeOpenAIServer() as srv:
-        summary = build(
-            TableSource([data / "part.jsonl"], preset="mmpr", image_root=data), _llm(srv.base_url), _cfg(out)
-        )
+    summary = _build_rows(data, rows, out)
     failures = {f["item_id"]: (f["stage"], f["reason"]) for f in read_failures(out).values()}
     assert failures == {f"part.jsonl:{i}": ("load", "image_bad_path") for i in (2, 3, 4)}, failures
     assert sorted(r.item_id for r in iter_records(out)) == ["part.jsonl:1", "part.jsonl:5"]
@@ -446,14 +451,8 @@ def test_one_hostile_row_among_a_thousand_costs_exactly_one_failure(tmp_path):
     good = _bad_inputs(data)[0]
     rows = [{**good, "question": f"How many squares are green? (item {i})"} for i in range(1000)]
     rows[537] = {**rows[537], "image": {"bytes": "some text"}}
-    with open(data / "part.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
     out = tmp_path / "ppjd"
-    with FakeOpenAIServer() as srv:
-        summary = build(
-            TableSource([data / "part.jsonl"], preset="mmpr", image_root=data), _llm(srv.base_url), _cfg(out)
-        )
+    summary = _build_rows(data, rows, out)
     failures = read_failures(out)
     assert [(f["item_id"], f["reason"]) for f in failures.values()] == [("part.jsonl:538", "image_bad_path")]
     assert summary.status == "complete" and summary.failed_new == 1

@@ -178,11 +178,10 @@ def voted_verdicts(per_seed: Sequence[Sequence[dict[str, str | None]]], n: int) 
     return [vote_over([run[j][o] for run in per_seed for o in ORDERS]) for j in range(n)]
 
 
-def voted_acc(
-    items: Sequence[PairItem], voted: Sequence[str | None], group_name: str = "category"
+def _vote_accuracy(
+    items: Sequence[PairItem], voted: Sequence[str | None], idx: list[int], group_name: str
 ) -> dict[str, float | None]:
-    """Accuracy of one voted verdict per item (a tie or failure is wrong), overall, per group and macro."""
-    idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
+    """Accuracy of the votes of items ``idx``: overall, per group, and the macro mean over the groups present."""
     out: dict[str, float | None] = {"acc": M.rate(sum(voted[i] == items[i].preferred for i in idx), len(idx))}
     groups: dict[str, list[int]] = {}
     for i in idx:
@@ -196,9 +195,12 @@ def voted_acc(
     return out
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Sources for the bias suites
-# ----------------------------------------------------------------------------------------------------------
+def voted_acc(
+    items: Sequence[PairItem], voted: Sequence[str | None], group_name: str = "category"
+) -> dict[str, float | None]:
+    """Accuracy of one voted verdict per item (a tie or failure is wrong), overall, per group and macro."""
+    idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
+    return _vote_accuracy(items, voted, idx, group_name)
 
 
 def official_acc(
@@ -212,17 +214,4 @@ def official_acc(
     so it is never lower than the project's stricter ``vote.acc`` (which counts those items as wrong). ``n`` is
     the denominator."""
     idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B") and voted[i] in ("A", "B")]
-    out: dict[str, float | None] = {
-        "acc": M.rate(sum(voted[i] == items[i].preferred for i in idx), len(idx)),
-        "n": float(len(idx)),
-    }
-    groups: dict[str, list[int]] = {}
-    for i in idx:
-        groups.setdefault(items[i].group, []).append(i)
-    per = {
-        g: M.rate(sum(voted[i] == items[i].preferred for i in ids), len(ids))
-        for g, ids in sorted(groups.items())
-    }
-    out["acc.macro"] = macro(per)
-    out.update({f"acc.by_{group_name}.{slug(g)}": v for g, v in per.items()})
-    return out
+    return {**_vote_accuracy(items, voted, idx, group_name), "n": float(len(idx))}
