@@ -128,7 +128,31 @@ def test_per_bias_counts_and_none_for_empty():
     assert rep.per_bias["image_dominance"].value is None  # no data: None, never 0.0
     assert rep.category_avg["congruity"] is None
     assert rep.overall_avg == pytest.approx((0.25 + (1 - 2 / 7)) / 2)
-    assert M.compute_report(pairs, empty_as_zero=True).per_bias["image_dominance"].value == 0.0
+    assert M.compute_report(pairs, empty="zero").per_bias["image_dominance"].value == 0.0
+
+
+def test_empty_types_follow_upstream_none_without_pairs_zero_when_all_skipped():
+    # text_dominance (BD): every parsed pair has y <= 1, so its rule skips them all -> upstream 0.0, in the mean;
+    # image_dominance: no parsed pair at all (only an unparsed one) -> None, out of the mean
+    pairs = _pairs(
+        {
+            "text_dominance": [(1, 5), (1, 1)],
+            "image_dominance": [(None, 4)],
+            "detail_description": [(8, 10)],
+        }
+    )
+    rep = M.compute_report(pairs)
+    assert rep.per_bias["text_dominance"].value == 0.0
+    assert rep.per_bias["text_dominance"].n_skipped_low == 2 and rep.per_bias["text_dominance"].samples == 2
+    assert rep.per_bias["image_dominance"].value is None
+    assert rep.overall_avg == pytest.approx((0.0 + (1 - 2 / 7)) / 2)
+    none = M.compute_report(pairs, empty="none")
+    assert none.per_bias["text_dominance"].value is None
+    assert none.overall_avg == pytest.approx(1 - 2 / 7)
+    zero = M.compute_report(pairs, empty="zero")
+    assert zero.per_bias["image_dominance"].value == 0.0
+    with pytest.raises(ValueError, match="empty must be one of"):
+        M.compute_report(pairs, empty="yes")
 
 
 def test_overall_is_mean_of_nine_not_of_categories():

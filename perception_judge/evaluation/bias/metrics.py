@@ -20,8 +20,12 @@ Aggregation: category value = unweighted mean of its available bias values; over
 (up to nine) available bias values -- *not* the mean of the category values, so Robustness weighs 4/9.
 
 Dropping rules (MM-JudgeBias): a pair whose unbiased or biased score is missing (unparsable, or the call
-failed) is dropped from numerator and denominator and counted in ``n_unparsed``. An empty set gives ``None``
-(upstream gives ``0.0``; pass ``empty_as_zero=True`` for that).
+failed) is dropped from numerator and denominator and counted in ``n_unparsed``.
+
+Empty sets (``empty``, default ``"upstream"``, the published ``compute_report``'s rule): a type with no pair
+whose two scores are present (``samples == 0``) has the value ``None`` and stays out of the category and overall
+means; a type with such pairs that its rule skips entirely (every BD pair has ``y <= m``) has ``0.0``, which does
+enter the means. ``"none"`` gives ``None`` in both cases, ``"zero"`` gives ``0.0`` in both.
 
 Abstention-aware mode (``abstention="aware"``, our extension, off by default): an *abstention* is a completion
 that has text but no score (a refusal such as "I cannot judge this without the image"). When the unbiased
@@ -47,6 +51,7 @@ from perception_judge.core.schema import MAX_SCORE, MIN_SCORE
 from perception_judge.evaluation.bias.taxonomy import BD, BIASES, BY_TYPE, CATEGORIES
 
 ABSTENTION_MODES = ("drop", "aware")
+EMPTY_RULES = ("upstream", "none", "zero")
 
 
 def bd_value(y: float, y_biased: float, min_score: float = MIN_SCORE) -> float | None:
@@ -192,12 +197,15 @@ def pair_value(
 def per_bias(
     pairs: Iterable[ScoredPair],
     abstention: str = "drop",
-    empty_as_zero: bool = False,
+    empty: str = "upstream",
     bias_types: Sequence[str] | None = None,
     min_score: float = MIN_SCORE,
     max_score: float = MAX_SCORE,
 ) -> dict[str, BiasValue]:
-    """Per-bias values for the given pairs (every type in ``bias_types`` appears, valued None when empty)."""
+    """Per-bias values for the given pairs (every type in ``bias_types`` appears; an empty type is valued by
+    the ``empty`` rule of the module docstring)."""
+    if empty not in EMPTY_RULES:
+        raise ValueError(f"empty must be one of {EMPTY_RULES}, got {empty!r}")
     types = list(bias_types) if bias_types is not None else [b.bias_type for b in BIASES]
     out = {t: BiasValue(t, BY_TYPE[t].metric, BY_TYPE[t].category, None) for t in types if t in BY_TYPE}
     for p in pairs:
@@ -224,7 +232,7 @@ def per_bias(
             bv.per_sample.append(float(v))
     for bv in out.values():
         bv.value = _mean(bv.per_sample)
-        if bv.value is None and empty_as_zero:
+        if bv.value is None and (empty == "zero" or (empty == "upstream" and bv.samples > 0)):
             bv.value = 0.0
     return out
 
@@ -277,10 +285,10 @@ class BiasReport:
 def compute_report(
     pairs: Iterable[ScoredPair],
     abstention: str = "drop",
-    empty_as_zero: bool = False,
+    empty: str = "upstream",
     bias_types: Sequence[str] | None = None,
 ) -> BiasReport:
-    pb = per_bias(pairs, abstention, empty_as_zero, bias_types)
+    pb = per_bias(pairs, abstention, empty, bias_types)
     values = {t: bv.value for t, bv in pb.items()}
     return BiasReport(pb, category_averages(values), overall(values))
 

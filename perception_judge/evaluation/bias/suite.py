@@ -21,7 +21,8 @@ Options (``SuiteConfig.options``; ``--set bias.KEY=VALUE`` on the command line):
 ``parser``        for ``mmjb``: ``compat`` (default; upstream-compatible) or ``strict``
 ``mmjb_template_file``  a file with the exact upstream template, for prompt parity
 ``abstention``    ``drop`` (default, upstream) or ``aware`` (see metrics)
-``empty_as_zero`` upstream's 0.0 for empty sets instead of None (default false)
+``empty``         a type with nothing to score: ``upstream`` (default; None without parsed pairs, 0.0 when its
+                  rule skips them all), ``none`` or ``zero`` (see metrics)
 ``insertion_mode``  ``keywords`` (default) or ``query`` for the text-insertion bias
 ``model_key``     key under ``judgement`` in the upstream-layout files (default: the backend's label)
 ``chunk_size``    requests per backend call; per-sample files are written after each chunk (default 64)
@@ -83,7 +84,7 @@ DEFAULTS: dict[str, Any] = {
     "parser": "compat",
     "mmjb_template_file": None,
     "abstention": "drop",
-    "empty_as_zero": False,
+    "empty": "upstream",
     "insertion_mode": "keywords",
     "model_key": None,
     "chunk_size": 64,
@@ -384,7 +385,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         scored, lines, stats = judge_seed(
             backend, pairs, seed, config, opts, parser, template, p_hash, model_key, provenance
         )
-        rep = M.compute_report(scored, opts["abstention"], opts["empty_as_zero"], types)
+        rep = M.compute_report(scored, opts["abstention"], opts["empty"], types)
         reports.append(rep)
         per_seed[str(seed)] = {**rep.to_dict(model_key), "counts": rep.counts()}
         all_lines += lines
@@ -431,7 +432,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         if parser != "mmjb"
         else "a closed <think>...</think> block is stripped before the upstream parser runs",
         "abstention": opts["abstention"],
-        "empty_as_zero": opts["empty_as_zero"],
+        "empty": opts["empty"],
         "seeds": list(config.seeds),
         "sampling": dataclasses.asdict(config.sampling),
         "backend": described,
