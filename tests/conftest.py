@@ -14,6 +14,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 from PIL import Image
 
+REQUIRE_OPTIONAL = os.environ.get("PERCEPTION_JUDGE_REQUIRE_OPTIONAL") == "1"
+"""Set by `make test-deepspeed` / `make test-vllm` (and so by CI): a missing optional dependency fails the run."""
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip (a developer's machine without the optional package) or fail (the targets that install it, and CI)."""
+    if REQUIRE_OPTIONAL:
+        pytest.fail(f"{reason} (PERCEPTION_JUDGE_REQUIRE_OPTIONAL=1: this run needs it)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
 
 @pytest.fixture(scope="session")
 def tiny_qwen25(tmp_path_factory):

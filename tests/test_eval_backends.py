@@ -499,3 +499,25 @@ def test_vllm_engine_defaults_are_cpu_safe_without_a_gpu_and_tower_lora_is_switc
                             (r".*(language_model|visual).*\.(q_proj|qkv)", True), ("all-linear", False)):  # fmt: skip
         (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 8, "target_modules": targets}))
         assert adapter_targets_vision(tmp_path) is vision, targets
+
+
+def test_chat_template_command_writes_the_prefilled_template_a_server_needs(tiny_qwen25, tmp_path):
+    """A server renders the model folder's template, which for a base judge does not open the think block; the
+    chat-template command writes the one the hf / vllm backends render with."""
+    from transformers import AutoProcessor
+
+    from perception_judge.cli import main
+    from perception_judge.core.protocol import build_messages, render_generation_prompt
+
+    messages = build_messages("pair", "colour ?", ["a", "b"], n_images=1, style="tiny")
+    ours = render_generation_prompt(AutoProcessor.from_pretrained(tiny_qwen25), messages)
+    served = AutoProcessor.from_pretrained(tiny_qwen25)
+    assert served.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) != ours
+    assert main(["chat-template", str(tiny_qwen25), "--out", str(tmp_path / "judge.jinja")]) == 0
+    served.chat_template = (tmp_path / "judge.jinja").read_text()
+    assert served.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == ours
+    assert (
+        main(["chat-template", str(tiny_qwen25), "--think-prefix", "off", "--out", str(tmp_path / "raw")])
+        == 0
+    )
+    assert (tmp_path / "raw").read_text() == AutoProcessor.from_pretrained(tiny_qwen25).chat_template

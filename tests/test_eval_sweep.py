@@ -495,6 +495,25 @@ def test_backend_pixel_policy_is_used_and_fingerprinted(tmp_path):
     )
 
 
+def test_openai_backend_asks_for_a_lora_checkpoint_by_its_served_name(tmp_path):
+    """Over a LoRA run the openai backend asks the server for each checkpoint under its entry name (the name it is
+    served under with --lora-modules); it used to ask for the base model every time, so every checkpoint scored as
+    the base."""
+    run = S.read_run(dummy_run(tmp_path / "run", tuning="lora"))
+    entries = S.discover_models(run)
+    plan = S.EvalPlan(
+        suites=["bias"], out_dir=tmp_path, backend={"kind": "openai", "base_urls": ["http://127.0.0.1:9/v1"]}
+    )
+    pool = S.BackendPool(plan, entries)
+    asked = {e.name: pool.get(e).model for e in entries}
+    assert asked == {
+        "base": run.base_model,
+        "checkpoint-10": "checkpoint-10",
+        "checkpoint-20": "checkpoint-20",
+        "final": "final",
+    }
+
+
 def test_judge_names_that_collide_as_file_names_are_refused(tmp_path):
     plan = S.EvalPlan(suites=["perception"], out_dir=tmp_path, backend={"kind": "scripted"})
     entries = [

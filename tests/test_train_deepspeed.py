@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 if importlib.util.find_spec("deepspeed") is None:  # no import at collection time: deepspeed is slow to import
-    pytest.skip("deepspeed is not installed (make test-deepspeed installs it)", allow_module_level=True)
+    skip_or_fail("deepspeed is not installed (make test-deepspeed installs it)")
 
 from test_train_launch import REWARDS, free_port, history, launch, weights
 

@@ -188,7 +188,7 @@ def _tokenizer_of(processing_class: Any) -> Any:
     return getattr(processing_class, "tokenizer", processing_class)
 
 
-def _template_of(processing_class: Any) -> str:
+def chat_template_of(processing_class: Any) -> str:
     template = getattr(processing_class, "chat_template", None) or getattr(
         _tokenizer_of(processing_class), "chat_template", None
     )
@@ -220,7 +220,7 @@ def prepare_processor(processing_class: Any, think_prefix: str = "auto") -> Any:
         raise ValueError(f"think_prefix must be 'auto' or 'off', got {think_prefix!r}")
     if think_prefix == "off" or template_opens_think(processing_class):
         return processing_class
-    patched = _template_of(processing_class) + _THINK_SUFFIX_JINJA
+    patched = chat_template_of(processing_class) + _THINK_SUFFIX_JINJA
     processing_class.chat_template = patched
     tok = _tokenizer_of(processing_class)
     if tok is not processing_class:

@@ -245,6 +245,16 @@ def read_cell(path: Path) -> dict[str, Any] | None:
 BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
 
 
+def served_model_name(entry: ModelEntry) -> str | None:
+    """The model name the ``openai`` backend asks a server for: a LoRA checkpoint is served under its entry name
+    (``vllm ... --enable-lora --lora-modules checkpoint-150=RUN/checkpoint-150``), anything else under its folder
+    (vLLM's default served name is the ``--model`` argument)."""
+    if entry.spec.get("adapter"):
+        return entry.name
+    model = entry.spec.get("model")
+    return None if model is None else str(model)
+
+
 class BackendPool:
     """Builds the backend of each model from the plan's backend settings; with vLLM and LoRA checkpoints one
     engine (LoRA enabled) serves the base model and every adapter."""
@@ -269,7 +279,7 @@ class BackendPool:
             spec.update({k: v for k, v in entry.spec.items() if v is not None})
             spec.setdefault("think_prefix", self.plan.think_prefix)
         elif kind == "openai":
-            spec.setdefault("model", entry.spec.get("model"))
+            spec.setdefault("model", served_model_name(entry))
         elif kind == "scripted":
             spec.setdefault("fn", entry.spec.get("fn") or "constant")
         spec["pixel_policy"] = effective_pixel_policy(self.plan)  # the job config's, else the run's

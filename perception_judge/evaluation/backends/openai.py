@@ -130,8 +130,8 @@ class OpenAIBackend(JudgeBackend):
             try:
                 resp = await client.chat(req.messages, images, **chat_kwargs(sampling, req.request_id))
             except Exception as e:  # LLMError after retries, or anything else: this request only
-                reason = getattr(e, "reason", None) or str(e)
-                return error_result(req, f"{type(e).__name__}: {reason}")
+                # LLMError's text is "reason: detail" with the server's message, already redacted
+                return error_result(req, f"{type(e).__name__}: {str(e)[:300] or getattr(e, 'reason', '')}")
             finally:
                 bar.update(1)
             return parse_result(
