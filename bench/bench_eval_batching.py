@@ -18,11 +18,12 @@ batch 1 and 1.5 ms at batch 8, so even bare ``generate`` gains only about 5x; ex
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
+
+from benchlib import emit
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -111,14 +112,7 @@ def main() -> int:
             print(f"  ratio         : {ratio:.2f}x (informational: short completions, prefill-dominated)")
             results.append((f"eval_hf_batch{args.batch}_speedup_{new_tokens}tok", ratio, None, "x"))
     for name, value, target, unit in results:
-        line = {
-            "name": name,
-            "value": round(value, 4),
-            "target": target,
-            "unit": unit,
-            "higher_is_better": True,
-        }
-        print("BENCH_RESULT " + json.dumps(line))
+        emit(name, value, target, unit)
     return 0
 
 

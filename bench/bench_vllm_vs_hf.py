@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import emit
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -58,14 +59,7 @@ def main() -> int:
         if VLLM_PYTHON.is_file() and Path(sys.prefix).resolve() != VLLM_PYTHON.parents[1].resolve():
             return subprocess.call([str(VLLM_PYTHON), __file__, *sys.argv[1:]])
         print("vLLM is not installed here and .venv-vllm/ does not exist: run `make install-vllm` first")
-        line = {
-            "name": NAME,
-            "value": None,
-            "target": TARGET_RATIO,
-            "unit": "x",
-            "skipped": "no vLLM environment",
-        }
-        print("BENCH_RESULT " + json.dumps(line))
+        emit(NAME, None, TARGET_RATIO, "x", skipped="no vLLM environment")
         return 0
 
     from PIL import Image
@@ -118,19 +112,9 @@ def main() -> int:
     print(
         f"  ratio: {ratio:.2f}x ({'meets' if ratio >= TARGET_RATIO else 'MISSES'} the {TARGET_RATIO:g}x target)"
     )
-    for name, value, target, unit in (
-        ("eval_hf_throughput_greedy_batch8", hf_rate, None, "requests/s"),
-        ("eval_vllm_throughput_greedy_batch8", vllm_rate, None, "requests/s"),
-        (NAME, ratio, TARGET_RATIO, "x"),
-    ):
-        line = {
-            "name": name,
-            "value": round(value, 4),
-            "target": target,
-            "unit": unit,
-            "higher_is_better": True,
-        }
-        print("BENCH_RESULT " + json.dumps(line))
+    emit("eval_hf_throughput_greedy_batch8", hf_rate, unit="requests/s")
+    emit("eval_vllm_throughput_greedy_batch8", vllm_rate, unit="requests/s")
+    emit(NAME, ratio, TARGET_RATIO, "x")
     return 0
 
 

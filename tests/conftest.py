@@ -14,15 +14,33 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 from PIL import Image
 
-REQUIRE_OPTIONAL = os.environ.get("PERCEPTION_JUDGE_REQUIRE_OPTIONAL") == "1"
-"""Set by `make test-deepspeed` / `make test-vllm` (and so by CI): a missing optional dependency fails the run."""
+REQUIRED = {p.strip() for p in os.environ.get("PERCEPTION_JUDGE_REQUIRE", "").split(",") if p.strip()}
+"""Optional packages this run must have: `make test-deepspeed` sets `deepspeed`, `make test-vllm` sets `vllm`
+(and so CI). Each target collects the whole tree, so the requirement names the package: the vLLM environment
+has no DeepSpeed, and its run must skip the DeepSpeed tests, not fail on them."""
 
 
-def skip_or_fail(reason: str) -> None:
-    """Skip (a developer's machine without the optional package) or fail (the targets that install it, and CI)."""
-    if REQUIRE_OPTIONAL:
-        pytest.fail(f"{reason} (PERCEPTION_JUDGE_REQUIRE_OPTIONAL=1: this run needs it)", pytrace=False)
+def skip_or_fail(package: str, reason: str) -> None:
+    """Skip (a developer's machine without `package`) or fail (the target that installs it, and CI)."""
+    if package in REQUIRED:
+        pytest.fail(f"{reason} (PERCEPTION_JUDGE_REQUIRE={package}: this run needs it)", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+def random_lora_adapter(model_dir, out, *, r: int, alpha: int, targets: list[str]):
+    """Save a LoRA adapter with random, non-zero weights (``init_lora_weights=False``) on the language model of
+    ``model_dir`` to ``out``: unlike a fresh adapter it changes the verdicts. Returns ``out``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    cfg = LoraConfig(
+        r=r, lora_alpha=alpha, target_modules=targets, exclude_modules=r".*visual.*", init_lora_weights=False
+    )
+    get_peft_model(model, cfg).save_pretrained(out)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -58,22 +58,11 @@ def test_parse_spec_and_scripted_factory():
 # ------------------------------------------------------------------------------------------------ hf backend
 @pytest.fixture(scope="module")
 def lora_adapter(tiny_qwen25, tmp_path_factory):
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForImageTextToText
+    from conftest import random_lora_adapter
 
-    torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen25, dtype=torch.float32)
-    cfg = LoraConfig(
-        r=4,
-        lora_alpha=16,
-        target_modules=["q_proj", "v_proj"],
-        exclude_modules=r".*visual.*",
-        init_lora_weights=False,
+    return random_lora_adapter(
+        tiny_qwen25, tmp_path_factory.mktemp("lora"), r=4, alpha=16, targets=["q_proj", "v_proj"]
     )
-    out = tmp_path_factory.mktemp("lora")
-    get_peft_model(model, cfg).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")

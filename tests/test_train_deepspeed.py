@@ -13,7 +13,7 @@ import pytest
 from conftest import skip_or_fail
 
 if importlib.util.find_spec("deepspeed") is None:  # no import at collection time: deepspeed is slow to import
-    skip_or_fail("deepspeed is not installed (make test-deepspeed installs it)")
+    skip_or_fail("deepspeed", "deepspeed is not installed (make test-deepspeed installs it)")
 
 from test_train_launch import REWARDS, free_port, history, launch, weights
 

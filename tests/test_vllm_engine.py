@@ -51,7 +51,8 @@ def vllm_installed():
 
     if importlib.util.find_spec("vllm") is None:
         skip_or_fail(
-            "vLLM is not installed in this environment (make test-vllm installs .venv-vllm/ and runs here)"
+            "vllm",
+            "vLLM is not installed in this environment (make test-vllm installs .venv-vllm/ and runs here)",
         )
 
 
@@ -67,22 +68,10 @@ def judge_dir(vllm_installed, tmp_path_factory):
 @pytest.fixture(scope="module")
 def adapter_dir(judge_dir, tmp_path_factory):
     """A LoRA adapter with random (non-zero) weights on the language model: it changes the verdicts."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForImageTextToText
+    from conftest import random_lora_adapter
 
-    torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_pretrained(judge_dir, dtype=torch.float32)
-    cfg = LoraConfig(
-        r=8,
-        lora_alpha=32,
-        target_modules=["q_proj", "v_proj", "o_proj"],
-        exclude_modules=r".*visual.*",
-        init_lora_weights=False,
-    )
     out = tmp_path_factory.mktemp("lora") / "checkpoint-2"
-    get_peft_model(model, cfg).save_pretrained(out)
-    return out
+    return random_lora_adapter(judge_dir, out, r=8, alpha=32, targets=["q_proj", "v_proj", "o_proj"])
 
 
 @pytest.fixture(scope="module")
