@@ -52,6 +52,8 @@ with :func:`register_parser`."""
 _BUILTIN_PARSERS: dict[str, str] = {
     "mmjb": "perception_judge.evaluation.bias.prompts:parse_mmjb",
     "mmjb_strict": "perception_judge.evaluation.bias.prompts:parse_mmjb_strict",
+    "published": "perception_judge.evaluation.benchmarks.published:parse_published",
+    "published_prefix": "perception_judge.evaluation.benchmarks.published:parse_published_prefix",
 }
 """Parsers shipped with the evaluation package, registered on first use (so any backend can parse them)."""
 

@@ -64,6 +64,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     pair_requests,
     voted_verdicts,
 )
+from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, parser_option, request_parser
 
 SUITE = "mjbench"
 SPLITS: tuple[str, ...] = ("alignment", "safety", "quality")
@@ -77,6 +78,7 @@ OPTIONS = (
     "seeds",
     "image_size",
     "missing_images",
+    "parser",
 )
 CRITERIA: dict[str, str] = {
     "alignment": (
@@ -216,6 +218,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     batch_size = opt_int(options, "chunk_size", 32) or 32
     image_size = opt_int(options, "image_size", None)
     seeds = suite_seeds(options, config)
+    parser = parser_option(options, SUITE)
     loaded = {s: load_split(options, s) for s in splits}  # every split read before any judging
     for s in splits:
         for item in loaded[s][0][: config.limit]:  # a None limit keeps everything
@@ -229,7 +232,11 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
 
     def build(item: PairItem) -> list:
         return pair_requests(
-            item, SUITE, prepare=lambda im: prepare_image(im, backend, image_size), swap_images=True
+            item,
+            SUITE,
+            prepare=lambda im: prepare_image(im, backend, image_size),
+            swap_images=True,
+            parser=request_parser(parser),
         )
 
     with SampleWriter(config.out_dir, SUITE) as writer:
@@ -281,6 +288,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "prompt": "perception_judge.core.protocol.build_messages('pair', n_images=2); the question states the split's "
         "criterion (our wording) and the generation prompt; the two answers name the first and second image",
         "orders": "original image order and swapped; the swapped verdict un-swapped",
+        "parser": DESCRIPTIONS[parser],
         "acc_with_tie": "correct / all judgments (tie and parse failure wrong), mean of the two orders",
         "acc_without_tie": "correct / decisive judgments (ties and failures excluded), mean of the two orders",
         "avg": "unweighted mean over splits",

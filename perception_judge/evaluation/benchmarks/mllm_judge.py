@@ -21,7 +21,12 @@ Protocol (ours, following the Perception-Judge evaluation): our judge prompts fr
 single (one 1-10 score, mapped onto the human 1-5 scale with ``ceil(s/2)``) and batch (one 1-10 score per
 answer; prediction = slots sorted by score, highest first, ties broken towards the later slot as in the
 published evaluators). Scores come only from the final answer (:func:`perception_judge.core.protocol.parse_scores`):
-exactly n ``<answer>`` tags after the reasoning, integers 1-10.
+exactly n ``<answer>`` tags after the reasoning, integers 1-10 (option ``parser=strict``, the default). Option
+``parser=published`` reads completions as the published evaluators do
+(:mod:`~perception_judge.evaluation.benchmarks.published`: the first n integers of the ``<answer>`` blocks
+anywhere in the text, out-of-range values kept; score: s >= 11 -> -1, else ceil(s/2); batch: the integers found,
+truncated to the number of answers, a shorter ranking scored as it is); the ``*_compat`` metrics are then the
+published numbers, on malformed output too.
 
 Metrics (names ``{aggregation}.{setting}.{metric}.{scope}``; scope ``micro`` = pooled over all items (the
 Perception-Judge overall), ``macro`` = unweighted mean over ``original_dataset`` subsets (Flex-Judge's "Ave"),
@@ -89,6 +94,7 @@ from perception_judge.evaluation.benchmarks.common import (
     suite_result,
     suite_seeds,
 )
+from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, parser_option, request_parser
 
 SUITE = "mllm_judge"
 SETTINGS: tuple[str, ...] = ("pair", "score", "batch")
@@ -105,6 +111,7 @@ OPTIONS = (
     "seeds",
     "image_size",
     "missing_images",
+    "parser",
 )
 GT_FIELDS = ("human", "human_answer")
 
@@ -238,15 +245,18 @@ def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def prediction(setting: str, outcome: Outcome | None) -> Any:
+def prediction(setting: str, outcome: Outcome | None, parser: str = "strict") -> Any:
     """The prediction of one judgment: a verdict (pair), a 1-5 score (score) or a ranking (batch); None on a
-    parse failure or a missing judgment."""
+    parse failure or a missing judgment. Under ``parser="published"`` a score of 11 or more is a failure (the
+    published evaluator's -1) and smaller out-of-range values go through ``ceil(s/2)`` as they are."""
     if outcome is None or outcome.scores is None:
         return None
     s = outcome.scores
     if setting == "pair":
         return M.pair_verdict(s[0], s[1])
     if setting == "score":
+        if parser == "published" and s[0] >= 11:
+            return None
         return M.ceil_half(s[0])
     return M.ranking_from_scores(s)
 
@@ -319,7 +329,9 @@ def run_metrics(setting: str, items: list[Item], preds: list[Any]) -> dict[str, 
     }
 
 
-def voted_predictions(setting: str, per_seed: list[list[Outcome | None]]) -> list[Any]:
+def voted_predictions(
+    setting: str, per_seed: list[list[Outcome | None]], parser: str = "strict"
+) -> list[Any]:
     """Item-level combination over seeds (failures abstain; None when every seed failed)."""
     n = len(per_seed[0]) if per_seed else 0
     out: list[Any] = []
@@ -328,22 +340,24 @@ def voted_predictions(setting: str, per_seed: list[list[Outcome | None]]) -> lis
         if setting == "pair":
             out.append(M.vote_verdict(prediction("pair", o) for o in outs))
         elif setting == "score":
-            out.append(M.median(prediction("score", o) for o in outs))
+            out.append(M.median(p for p in (prediction("score", o, parser) for o in outs) if p is not None))
         else:
             if not outs:
                 out.append(None)
                 continue
-            k = len(outs[0].scores or [])
+            k = min(len(o.scores or []) for o in outs)  # published batch rankings can be shorter
             means = [sum(o.scores[j] for o in outs) / len(outs) for j in range(k)]  # type: ignore[index]
             out.append(M.ranking_from_scores(means))
     return out
 
 
-def flex_metrics(setting: str, items: list[Item], per_seed: list[list[Outcome | None]]) -> dict[str, Any]:
+def flex_metrics(
+    setting: str, items: list[Item], per_seed: list[list[Outcome | None]], parser: str = "strict"
+) -> dict[str, Any]:
     """Flex-Judge's ``test/evaluate.py`` aggregation (see the module docstring)."""
     groups = _groups(items)
     gts = [it.gt for it in items]
-    preds = [[prediction(setting, o) for o in run] for run in per_seed]
+    preds = [[prediction(setting, o, parser) for o in run] for run in per_seed]
     out: dict[str, float | None] = {}
     if setting == "pair":
         voted = [M.vote_verdict((run[i] or "C") for run in preds) for i in range(len(items))]
@@ -431,6 +445,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         _image_roots(options, files), opt(options, "missing_images", "error"), "MLLM-as-a-Judge image"
     )
     seeds = suite_seeds(options, config)
+    parser = parser_option(options, SUITE)
     loaded: dict[str, tuple[list[Item], dict[str, int]]] = {}
     for setting in settings:  # read every file and find every image before any judging
         items, load_counts = load_items(setting, files[setting])
@@ -459,7 +474,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                         messages=messages,
                         images=[image],
                         n_scores=len(item.responses) if setting != "score" else 1,
-                        parser="protocol",
+                        parser=request_parser(parser, prefix=setting == "batch"),
                         meta={"variant": "main", "suite": SUITE, "setting": setting},
                     )
                 ]
@@ -500,7 +515,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                 for agg in aggs:
                     if agg == "mean":
                         runs = [
-                            run_metrics(setting, kept, [prediction(setting, o) for o in run])
+                            run_metrics(setting, kept, [prediction(setting, o, parser) for o in run])
                             for run in per_seed
                         ]
                         for s, r in zip(seeds, runs):
@@ -508,10 +523,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
                         metrics.update(prefixed("mean", mean_over_runs(runs)))
                     elif agg == "vote":
                         metrics.update(
-                            prefixed("vote", run_metrics(setting, kept, voted_predictions(setting, per_seed)))
+                            prefixed(
+                                "vote",
+                                run_metrics(setting, kept, voted_predictions(setting, per_seed, parser)),
+                            )
                         )
                     else:
-                        metrics.update(prefixed("flex", flex_metrics(setting, kept, per_seed)))
+                        metrics.update(prefixed("flex", flex_metrics(setting, kept, per_seed, parser)))
             counts.update({f"{setting}.{k}": v for k, v in sorted(set_counts.items())})
         samples_path = writer.samples_path
 
@@ -522,13 +540,18 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             s: f"perception_judge.core.protocol.build_messages({PROMPT_PROTOCOL[s]!r}), one image, scores 1-10 in <answer> tags"
             for s in settings
         },
-        "parser": "protocol: exactly n <answer> tags after the reasoning, integers 1-10",
+        "parser": DESCRIPTIONS[parser],
         "pair_verdict": "A if s1 > s2, B if s1 < s2, else C",
         "score_mapping": "ceil(s/2): judge 1-10 onto the human 1-5 scale",
         "batch_prediction": "slots sorted by score, highest first; equal scores: the later slot first",
         "batch_gt_field": "human or human_answer; records with no ranking or <= 2 letters skipped",
         "scopes": "micro = pooled over all items; macro = unweighted mean over original_dataset subsets",
-        "failures": "strict metrics count a parse failure as wrong (pair) / excluded (pearson) / 1.0 (batch); "
+        "failures": (
+            "published: a score >= 11 is a failure, a batch ranking may be shorter than the answers; "
+            if parser == "published"
+            else ""
+        )
+        + "strict metrics count a parse failure as wrong (pair) / excluded (pearson) / 1.0 (batch); "
         "*_compat metrics treat it as the published evaluators do (C / -1)",
         "aggregation": {a: _AGG_DESCRIPTION[a] for a in aggs},
         **aggregation_note(aggs, seeds),

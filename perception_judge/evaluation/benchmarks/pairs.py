@@ -52,9 +52,11 @@ def requests_both_orders(
     tag: str = "",
     orders: Sequence[str] = ORDERS,
     swap_images: bool = False,
+    parser: str = "protocol",
 ) -> list[JudgeRequest]:
     """Pair-protocol requests for two candidates in each order (variant ``f"{tag}{order}"``). Swapping
-    exchanges the two responses, or the two images when ``swap_images`` (MJ-Bench: the candidates are images)."""
+    exchanges the two responses, or the two images when ``swap_images`` (MJ-Bench: the candidates are images).
+    ``parser`` is the request parser (``"published"`` for a suite's ``parser=published``)."""
     out = []
     for order in orders:
         swapped = order == SWAP
@@ -70,7 +72,7 @@ def requests_both_orders(
                 messages=build_messages("pair", question, resp, n_images=len(imgs)),
                 images=imgs,
                 n_scores=2,
-                parser="protocol",
+                parser=parser,
                 meta={"variant": f"{tag}{order}", "suite": suite},
             )
         )
@@ -82,12 +84,13 @@ def pair_requests(
     suite: str,
     prepare: Callable[[Any], Any] | None = None,
     swap_images: bool = False,
+    parser: str = "protocol",
 ) -> list[JudgeRequest]:
     """The item's requests in both orders; its images are loaded once and passed through ``prepare`` (the
     suite's image policy)."""
     images = [prepare(im) if prepare else im for im in item.load_images()]
     return requests_both_orders(
-        suite, item.item_id, item.question, item.responses, images, swap_images=swap_images
+        suite, item.item_id, item.question, item.responses, images, swap_images=swap_images, parser=parser
     )
 
 

@@ -1,5 +1,6 @@
-"""VL-RewardBench (HF ``MMInstruction/VL-RewardBench``, split ``test``): 1,250 image-question pairs with a
-human preference between two responses.
+"""VL-RewardBench (HF ``MMInstruction/VL-RewardBench``, split ``test``): image-question pairs with a human
+preference between two responses (the paper says 1,250; the hub release has 1,247 rows, some sharing an id: the
+suite counts what it finds, ``rows``, ``skipped_no_gt`` and ``duplicate_ids``, and every metric carries its n).
 
 Data (option ``data_dir``): a ``datasets`` folder (``save_to_disk``, a Dataset or a DatasetDict → ``split``,
 default ``test``), a parquet / JSONL file, or a folder with ``test.parquet``, ``test.jsonl`` or hub-layout
@@ -21,7 +22,9 @@ Protocol (ours; Flex-Judge leaves the metric unimplemented): our pair prompt, on
 Every pair is judged in **both orders** (Flex swaps at random with p = 0.5; both orders give that procedure's
 expected accuracy without its variance), the swapped verdict is un-swapped, and a judgment is correct iff its
 preferred response is the human's: a **tie is always wrong**, a parse failure too (reported separately as
-``parse_failure_rate``).
+``parse_failure_rate``). Option ``parser``: ``strict`` (default, the project's parser) or ``published`` (the
+Flex-Judge script's reading, :mod:`~perception_judge.evaluation.benchmarks.published`: the first two
+``<answer>`` integers anywhere in the completion, out-of-range values kept; fewer than two is a tie, ``[0, 0]``).
 
 Metrics (``{aggregation}.`` prefix): ``acc`` — overall accuracy over all judgments (headline, comparable with
 Flex's "Overall"); ``acc.macro`` — the mean over general / hallucination / reasoning (Flex's "Macro");
@@ -70,6 +73,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     voted_acc,
     voted_verdicts,
 )
+from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, parser_option, request_parser
 
 SUITE = "vlrewardbench"
 CATEGORIES: tuple[str, ...] = ("general", "hallucination", "reasoning")
@@ -91,6 +95,7 @@ OPTIONS = (
     "seeds",
     "image_size",
     "missing_images",
+    "parser",
 )
 _TEXT_COLUMNS = ("id", "query", "question", "response", "responses", "human_ranking", "models", "category")
 _IMAGE_COLUMNS = ("image", "image_path")
@@ -193,6 +198,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     batch_size = opt_int(options, "chunk_size", 64) or 64
     image_size = opt_int(options, "image_size", None)
     seeds = suite_seeds(options, config)
+    parser = parser_option(options, SUITE)
     items, counts, path = load_items(options)
     if config.limit is not None:
         items = items[: config.limit]
@@ -203,7 +209,12 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         outcomes = judge_items(
             backend,
             items,
-            lambda it: pair_requests(it, SUITE, prepare=lambda im: prepare_image(im, backend, image_size)),
+            lambda it: pair_requests(
+                it,
+                SUITE,
+                prepare=lambda im: prepare_image(im, backend, image_size),
+                parser=request_parser(parser),
+            ),
             seeds=seeds,
             sampling=config.sampling,
             batch_size=batch_size,
@@ -237,6 +248,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "split": str(opt(options, "split", "test")),
         "prompt": "perception_judge.core.protocol.build_messages('pair'), one image, two 1-10 scores",
         "orders": "every pair judged in both orders; the swapped verdict un-swapped",
+        "parser": DESCRIPTIONS[parser],
         "correct": "the preferred response equals the human's (human_ranking); a tie or a parse failure is wrong",
         "category": "explicit 'category' field, else the id prefix mapped as in lmms-eval (unknown -> general)",
         "macro": "unweighted mean over general / hallucination / reasoning",
