@@ -340,7 +340,7 @@ def voted_predictions(
         if setting == "pair":
             out.append(M.vote_verdict(prediction("pair", o) for o in outs))
         elif setting == "score":
-            out.append(M.median(p for p in (prediction("score", o, parser) for o in outs) if p is not None))
+            out.append(M.median(prediction("score", o, parser) for o in outs))  # median skips None
         else:
             if not outs:
                 out.append(None)
