@@ -63,19 +63,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _top_help() -> str:
     width = max(len(n) for n in COMMANDS)
-    lines = [
-        f"perception-judge {__version__}: train multimodal LLM judges that look at the image first.",
-        "",
-        "usage: perception-judge COMMAND [options]   (perception-judge COMMAND --help for its options)",
-        "",
-        "commands:",
-    ]
-    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += [
-        "",
-        "training runs through accelerate:  accelerate launch train_grpo.py recipes/tiny.yaml",
-    ]
-    return "\n".join(lines)
+    commands = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items())
+    return (
+        f"perception-judge {__version__}: train multimodal LLM judges that look at the image first.\n\n"
+        "usage: perception-judge COMMAND [options]   (perception-judge COMMAND --help for its options)\n\n"
+        f"commands:\n{commands}\n\n"
+        "training runs through accelerate:  accelerate launch train_grpo.py recipes/tiny.yaml"
+    )
 
 
 def load_command(name: str) -> Command:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from perception_judge import __version__
 from perception_judge.cli import Command
@@ -36,10 +36,39 @@ EVAL_CONFIG = "eval/configs/tiny.yaml"
 ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
 DEMO_FORMAT = 2
 FAMILIES = "colour,count"
+_NOISE = (
+    "it/s]",
+    "s/it]",
+    "examples/s]",
+    "ba/s]",
+    "Loading weights",
+    "Writing model",
+    "[A",
+    "get_accelerator",
+)
+_WHERE = {
+    "synth/": "synthetic items: items.jsonl + images/ (every perceptual attribute known)",
+    "ppjd/": "PPJD records (records-*.jsonl), failures.jsonl, manifest.json",
+    "trainset/": "training set: train/validation parquet + README.md dataset card",
+    "tiny-model/": "the tiny Qwen2.5-VL judge the run started from",
+    "train/": "checkpoints, final model + processor, README.md model card, perception_judge_run.json",
+    "summary.json": "held-out accuracy with 95% CI, ties, parse failures, mismatched control, per model",
+    "eval/report.md": "the report: does the judge learn to look, then tables per suite and model",
+    "eval/plots/learning_curve.png": "held-out accuracy and training reward against step",
+    "eval/plots/": "PNG plots: the nine biases, metrics vs training step, per-protocol accuracies",
+    "eval/results.csv": "one row per (model, suite, seed) cell, every metric (also results.json)",
+}
 
 
 class DemoError(RuntimeError):
     pass
+
+
+class Stage(NamedTuple):
+    title: str
+    skipped: str | None  # what to print when it was done before; None: run it (the resumable ones always run)
+    cmd: list[str]
+    ok_codes: tuple[int, ...] = (0,)
 
 
 def _sha(path: Path) -> str:
@@ -108,7 +137,8 @@ def run_stage(
         assert proc.stdout is not None
         for line in proc.stdout:
             fh.write(line)
-            if _worth_showing(line):
+            s = line.strip()
+            if s and not any(n in s for n in _NOISE) and not s.startswith(("{'", "warnings.warn")):
                 print("    " + line.rstrip(), flush=True)
         code = proc.wait()
     secs = time.perf_counter() - t0
@@ -118,41 +148,84 @@ def run_stage(
     return secs
 
 
-_NOISE = (
-    "it/s]",
-    "s/it]",
-    "examples/s]",
-    "ba/s]",
-    "Loading weights",
-    "Writing model",
-    "[A",
-    "get_accelerator",
-)
-
-
-def _worth_showing(line: str) -> bool:
-    s = line.strip()
-    return bool(s) and not any(n in s for n in _NOISE) and not s.startswith(("{'", "warnings.warn"))
-
-
-def _summary_lines(out: Path) -> list[str]:
-    lines = []
-    report = out / "eval" / "report.json"
-    if report.is_file():
-        data = json.loads(report.read_text())
-        summary = data.get("summary", {})
-        lines.append(f"best checkpoint: {summary.get('best_checkpoint')}  ({summary.get('criterion', '')})")
-        for suite, info in summary.get("per_suite", {}).items():
-            value = info.get("value")
-            shown = "n/a" if value is None else f"{value:.3f}"
-            lines.append(f"  {suite}: {info.get('metric')} = {shown} for {info.get('best')}")
-    if (out / "train" / RUN_FILE).is_file():
-        final = read_run_info(out / "train").get("final_metrics") or {}
-        keys = ("rewards/judge/mean", "rewards/format/mean", "judge/parse_failure_rate")
-        got = ", ".join(f"{k} {final[k]:.3f}" for k in keys if isinstance(final.get(k), int | float))
-        if got:
-            lines.append(f"last training step: {got}")
-    return lines
+def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
+    cli = [sys.executable, "-m", "perception_judge.cli"]
+    seed = ["--seed", str(args.seed)]
+    done = {
+        "synth": (out / "synth" / "synth_info.json").is_file(),
+        "export": (out / "trainset" / "export_info.json").is_file(),
+        "learn": (out / "learnability.json").is_file(),
+        "base": (out / "tiny-model" / "config.json").is_file(),
+        "train": (out / "train" / RUN_FILE).is_file()
+        and read_run_info(out / "train").get("status") == "finished",
+    }
+    flags: dict[str, int] = {}
+    if args.train_steps:
+        every = max(1, args.train_steps // 4)
+        flags = {
+            "max_steps": args.train_steps,
+            "save_steps": every,
+            "eval_steps": every,
+            "logging_steps": min(10, every),
+        }
+    if args.warm_start_steps is not None:
+        flags["tiny_model_warm_start_steps"] = args.warm_start_steps
+    extra = [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
+    stages = [
+        Stage(
+            "1/5 synthetic perceptual source (the tiny world: colour and count images with known attributes)",
+            "1/5 synthetic source: done before, skipped" if done["synth"] else None,
+            [*cli, "synth", "--n", str(args.n_items), *seed, "--out", f"{rel}/synth", "--families", FAMILIES,
+             "--text-only-fraction", "0", "--no-progress"],
+        ),
+        Stage(
+            "2/5 PPJD: verified counterfactuals r_rp and r_rp+r (programmatic teacher; resumes)",
+            None,
+            [*cli, "build-ppjd", "--input", f"{rel}/synth", "--out", f"{rel}/ppjd", "--teacher", "programmatic",
+             "--no-progress"],
+        ),
+        Stage(
+            "3/5 export to the training set (datasets parquet, split by source image)",
+            "3/5 export: done before, skipped" if done["export"] else None,
+            [*cli, "export", f"{rel}/ppjd", "--out", f"{rel}/trainset", "--mix", args.mix, *seed, "--prompt-style",
+             "tiny", "--overwrite"],
+        ),
+    ]  # fmt: skip
+    if args.learnability_steps:
+        stages += [
+            Stage(
+                "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
+                "4a/5 learnability check: done before, skipped" if done["learn"] else None,
+                [sys.executable, "-m", "perception_judge.evaluation.learnability", "--steps",
+                 str(args.learnability_steps), *seed, "--out", f"{rel}/learnability.json", "--no-progress",
+                 "--keep-model", f"{rel}/supervised-model"],
+                (0, 1),
+            ),
+            Stage(
+                "4b/5 base judge: the supervised judge made blind (its think becomes a random value, vision frozen: "
+                "it keeps the verdict format and stops looking)",
+                "4b/5 base judge: done before, skipped" if done["base"] else None,
+                [*cli, "make-tiny-model", "--from-supervised", f"{rel}/supervised-model", "--out",
+                 f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), *seed,
+                 *(["--reset-connector"] if args.reset_connector else [])],
+            ),
+        ]  # fmt: skip
+    return [
+        *stages,
+        Stage(
+            "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
+            "4/5 training: finished before, skipped" if done["train"] else None,
+            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG, "train_grpo.py",
+             RECIPE, "--model_name_or_path", f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset",
+             "--output_dir", f"{rel}/train", "--resume_from_checkpoint", "auto", *extra],
+        ),
+        Stage(
+            "5/5 evaluation sweep: perception (real and mismatched images) + bias suites over the base model and "
+            "every checkpoint (resumes)",
+            None,
+            [*cli, "eval", "sweep", f"{rel}/train", "--config", EVAL_CONFIG, "--out", f"{rel}/eval", "-q"],
+        ),
+    ]  # fmt: skip
 
 
 def main_demo(args: argparse.Namespace) -> int:
@@ -172,142 +245,17 @@ def main_demo(args: argparse.Namespace) -> int:
         PYTHONUNBUFFERED="1",
     )
     env.setdefault("WANDB_MODE", "disabled")
-    cli = [sys.executable, "-m", "perception_judge.cli"]
     log = out / "demo.log"
     print(
         f"perception-judge demo ({'starting fresh' if mode == 'fresh' else 'resuming'}) in {rel}/; log: {rel}/demo.log"
     )
     t0 = time.perf_counter()
     try:
-        if not (out / "synth" / "synth_info.json").is_file():
-            run_stage(
-                "1/5 synthetic perceptual source (the tiny world: colour and count images with known attributes)",
-                [
-                    *cli,
-                    "synth",
-                    "--n",
-                    str(args.n_items),
-                    "--seed",
-                    str(args.seed),
-                    "--out",
-                    f"{rel}/synth",
-                    "--families",
-                    FAMILIES,
-                    "--text-only-fraction",
-                    "0",
-                    "--no-progress",
-                ],
-                log,
-                env,
-            )
-        else:
-            print("\n==> 1/5 synthetic source: done before, skipped")
-        run_stage(
-            "2/5 PPJD: verified counterfactuals r_rp and r_rp+r (programmatic teacher; resumes)",
-            [
-                *cli,
-                "build-ppjd",
-                "--input",
-                f"{rel}/synth",
-                "--out",
-                f"{rel}/ppjd",
-                "--teacher",
-                "programmatic",
-                "--no-progress",
-            ],
-            log,
-            env,
-        )
-        if not (out / "trainset" / "export_info.json").is_file():
-            run_stage(
-                "3/5 export to the training set (datasets parquet, split by source image)",
-                [
-                    *cli,
-                    "export",
-                    f"{rel}/ppjd",
-                    "--out",
-                    f"{rel}/trainset",
-                    "--mix",
-                    args.mix,
-                    "--seed",
-                    str(args.seed),
-                    "--prompt-style",
-                    "tiny",
-                    "--overwrite",
-                ],
-                log,
-                env,
-            )
-        else:
-            print("\n==> 3/5 export: done before, skipped")
-        learn_json = out / "learnability.json"
-        if args.learnability_steps and not learn_json.is_file():
-            run_stage(
-                "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
-                [
-                    sys.executable, "-m", "perception_judge.evaluation.learnability", "--steps", str(args.learnability_steps),
-                    "--seed", str(args.seed), "--out", f"{rel}/learnability.json", "--no-progress",
-                    "--keep-model", f"{rel}/supervised-model",
-                ],
-                log,
-                env,
-                ok_codes=(0, 1),
-            )  # fmt: skip
-        elif args.learnability_steps:
-            print("\n==> 4a/5 learnability check: done before, skipped")
-        if args.learnability_steps and not (out / "tiny-model" / "config.json").is_file():
-            run_stage(
-                "4b/5 base judge: the supervised judge made blind (its think becomes a random value, vision frozen: "
-                "it keeps the verdict format and stops looking)",
-                [
-                    *cli, "make-tiny-model", "--from-supervised", f"{rel}/supervised-model", "--out",
-                    f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), "--seed", str(args.seed),
-                    *(["--reset-connector"] if args.reset_connector else []),
-                ],
-                log,
-                env,
-            )  # fmt: skip
-        extra: list[str] = []
-        if args.train_steps:
-            every = max(1, args.train_steps // 4)
-            extra += [
-                "--max_steps",
-                str(args.train_steps),
-                "--save_steps",
-                str(every),
-                "--eval_steps",
-                str(every),
-            ]
-            extra += ["--logging_steps", str(max(1, min(10, every)))]
-        if args.warm_start_steps is not None:
-            extra += ["--tiny_model_warm_start_steps", str(args.warm_start_steps)]
-        finished = (out / "train" / RUN_FILE).is_file() and read_run_info(out / "train").get(
-            "status"
-        ) == "finished"
-        if not finished:
-            run_stage(
-                "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
-                [
-                    sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG,
-                    "train_grpo.py", RECIPE,
-                    "--model_name_or_path", f"{rel}/tiny-model",
-                    "--dataset_name", f"{rel}/trainset",
-                    "--output_dir", f"{rel}/train",
-                    "--resume_from_checkpoint", "auto",
-                    *extra,
-                ],
-                log,
-                env,
-            )  # fmt: skip
-        else:
-            print("\n==> 4/5 training: finished before, skipped")
-        run_stage(
-            "5/5 evaluation sweep: perception (real and mismatched images) + bias suites over the base model and "
-            "every checkpoint (resumes)",
-            [*cli, "eval", "sweep", f"{rel}/train", "--config", EVAL_CONFIG, "--out", f"{rel}/eval", "-q"],
-            log,
-            env,
-        )
+        for stage in _stages(args, out, rel):
+            if stage.skipped is None:
+                run_stage(stage.title, stage.cmd, log, env, stage.ok_codes)
+            else:
+                print(f"\n==> {stage.skipped}")
         from perception_judge.demo_summary import write_demo_summary
 
         summary = write_demo_summary(out)
@@ -320,44 +268,44 @@ def main_demo(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\ndemo: interrupted; `make demo` resumes from here", file=sys.stderr)
         return 130
-    total = time.perf_counter() - t0
-    print(f"\n==> demo finished in {total:.0f} s. Where everything is:")
-    for path, what in [
-        ("synth/", "synthetic items: items.jsonl + images/ (every perceptual attribute known)"),
-        ("ppjd/", "PPJD records (records-*.jsonl), failures.jsonl, manifest.json"),
-        ("trainset/", "training set: train/validation parquet + README.md dataset card"),
-        ("tiny-model/", "the tiny Qwen2.5-VL judge the run started from"),
-        ("train/", "checkpoints, final model + processor, README.md model card, perception_judge_run.json"),
-        (
-            "summary.json",
-            "held-out accuracy with 95% CI, ties, parse failures, mismatched control, per model",
-        ),
-        ("eval/report.md", "the report: does the judge learn to look, then tables per suite and model"),
-        ("eval/plots/learning_curve.png", "held-out accuracy and training reward against step"),
-        ("eval/plots/", "PNG plots: the nine biases, metrics vs training step, per-protocol accuracies"),
-        ("eval/results.csv", "one row per (model, suite, seed) cell, every metric (also results.json)"),
-    ]:
+    print(f"\n==> demo finished in {time.perf_counter() - t0:.0f} s. Where everything is:")
+    for path, what in _WHERE.items():
         print(f"  {rel}/{path:<18} {what}")
-    for line in _summary_lines(out):
-        print("  " + line)
-    for line in _learning_lines(summary):
+    for line in _summary_lines(out) + _learning_lines(summary):
         print("  " + line)
     return 0
+
+
+def _summary_lines(out: Path) -> list[str]:
+    lines = []
+    report = out / "eval" / "report.json"
+    if report.is_file():
+        summary = json.loads(report.read_text()).get("summary", {})
+        lines.append(f"best checkpoint: {summary.get('best_checkpoint')}  ({summary.get('criterion', '')})")
+        for suite, info in summary.get("per_suite", {}).items():
+            value = info.get("value")
+            shown = "n/a" if value is None else f"{value:.3f}"
+            lines.append(f"  {suite}: {info.get('metric')} = {shown} for {info.get('best')}")
+    if (out / "train" / RUN_FILE).is_file():
+        final = read_run_info(out / "train").get("final_metrics") or {}
+        keys = ("rewards/judge/mean", "rewards/format/mean", "judge/parse_failure_rate")
+        got = ", ".join(f"{k} {final[k]:.3f}" for k in keys if isinstance(final.get(k), int | float))
+        if got:
+            lines.append(f"last training step: {got}")
+    return lines
 
 
 def _learning_lines(summary: dict[str, Any] | None) -> list[str]:
     if not summary:
         return []
+    from perception_judge.demo_summary import fmt_block
+
     lines = [
         "held-out pair accuracy (chance 0.5; ties count 1/2), r_c vs r_rp | r_c vs r_rp+r | mismatched images:"
     ]
-    from perception_judge.demo_summary import fmt_block
-
     for m in summary["models"]:
-        lines.append(
-            f"  {m['name']:<18} {fmt_block(m['c_vs_rp'])} | {fmt_block(m['c_vs_rpr'])} | "
-            f"{fmt_block(m['c_vs_rp_mismatched'])}"
-        )
+        blocks = " | ".join(fmt_block(m[k]) for k in ("c_vs_rp", "c_vs_rpr", "c_vs_rp_mismatched"))
+        lines.append(f"  {m['name']:<18} {blocks}")
     if "learned" in summary:
         lines.append(
             f"the last checkpoint ({summary['last']}) meets the learning targets: {summary['learned']}"
@@ -374,28 +322,23 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the synthetic source and the export (default 0)"
     )
-    p.add_argument(
-        "--mix",
-        default="batch=1,pair=1",
-        help="protocol mix of the export (default %(default)s)",
-    )
+    p.add_argument("--mix", default="batch=1,pair=1", help="protocol mix of the export (default %(default)s)")
     for flag, default, text in (
         ("--train-steps", None, "GRPO steps (default: the recipe's max_steps); saves 4 checkpoints"),
         ("--warm-start-steps", None, "format warm-start steps of a generated judge (default: the recipe's)"),
         ("--blind-steps", 300, "steps that make the supervised judge blind (default %(default)s)"),
+        (
+            "--learnability-steps",
+            1500,
+            "supervised steps of the learnability check run before GRPO (default %(default)s, about 4 minutes; 0 "
+            "skips it)",
+        ),
     ):
         p.add_argument(flag, type=int, default=default, help=text)
     p.add_argument(
         "--reset-connector",
         action="store_true",
         help="also re-initialise the base judge's vision-language connector, so GRPO must learn a new one",
-    )
-    p.add_argument(
-        "--learnability-steps",
-        type=int,
-        default=1500,
-        help="supervised steps of the learnability check run before GRPO (default %(default)s, about 4 minutes; 0 "
-        "skips it)",
     )
 
 

@@ -38,12 +38,10 @@ def _suite_metrics(rows: list[dict[str, Any]], model: str, suite: str) -> dict[s
 
 def training_log(train_dir: Path) -> list[dict[str, Any]]:
     """The trainer's log history (``trainer_state.json`` of the run folder, else of its newest checkpoint)."""
-    candidates = [train_dir / "trainer_state.json"]
     ckpts = sorted(
         train_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])
     )
-    candidates += list(reversed(ckpts))
-    for path in candidates:
+    for path in [train_dir / "trainer_state.json", *reversed(ckpts)]:
         if path.is_file():
             return list(json.loads(path.read_text()).get("log_history", []))
     return []
@@ -91,12 +89,12 @@ def build_summary(eval_dir: str | Path, train_dir: str | Path) -> dict[str, Any]
         "training_curve": curve,
     }
     if last is not None:
-        checks = {}
-        for key in COMPARISONS:
-            block = last[key]
-            checks[key] = bool(
-                block and block["accuracy"] >= TARGET and (block["ci95"][0] or 0) > TARGET_CI_LO
+        checks = {
+            key: bool(
+                last[key] and last[key]["accuracy"] >= TARGET and (last[key]["ci95"][0] or 0) > TARGET_CI_LO
             )
+            for key in COMPARISONS
+        }
         control = last["c_vs_rp_mismatched"]
         checks["mismatched_control"] = bool(control and control["accuracy"] <= CONTROL_MAX)
         summary["last_checks"] = checks
@@ -223,16 +221,12 @@ def write_demo_summary(out: str | Path) -> dict[str, Any] | None:
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     report = eval_dir / "report.md"
     if report.is_file():
-        text = report.read_text()
         marker = "<!-- demo learning section -->"
-        if marker in text:  # a re-run replaces its own section
-            parts = text.split(marker)
-            text = parts[0].rstrip("\n") + "\n" + parts[-1].lstrip("\n")
-        section = report_section(summary, "plots/learning_curve.png" if plot else None)
+        parts = report.read_text().split(marker)  # a re-run replaces its own section
+        text = parts[0] if len(parts) == 1 else parts[0].rstrip("\n") + "\n" + parts[-1].lstrip("\n")
+        section = (
+            f"{marker}\n{report_section(summary, 'plots/learning_curve.png' if plot else None)}{marker}\n"
+        )
         title, _, rest = text.partition("\n")
-        if title.startswith("# "):
-            text = f"{title}\n\n{marker}\n{section}{marker}\n{rest}"
-        else:
-            text = f"{marker}\n{section}{marker}\n{text}"
-        report.write_text(text)
+        report.write_text(f"{title}\n\n{section}{rest}" if title.startswith("# ") else section + text)
     return summary

@@ -1,50 +1,30 @@
-"""The shared async client for OpenAI-compatible chat-completion servers (teacher models and API judges).
-
-Works against ``vllm serve`` (``http://HOST:PORT/v1``), OpenAI (``https://api.openai.com/v1``) and Gemini's
-OpenAI-compatible endpoint (``https://generativelanguage.googleapis.com/v1beta/openai/``), through the
-``openai`` package's ``AsyncOpenAI``.
-
-* **Several servers.** ``base_urls`` may list several servers (e.g. one ``vllm serve`` per GPU); each request
-  goes to the least busy one that is not cooling down after an error (ties: round robin).
-* **Retries are ours** (the SDK's are off; ``tenacity`` drives them): 429, 5xx, timeouts, connection errors
-  and unreadable responses are retried up to ``max_retries`` times with exponential backoff and full jitter,
-  at least as long as a ``Retry-After`` / ``retry-after-ms`` header asks (up to ``retry_after_max_s``).
-  Other 4xx errors (bad request, auth, unknown model) fail at once.
-* **Concurrency** is capped by one semaphore (``concurrency`` requests in flight; a request waiting out its
-  backoff does not hold a slot).
-* **Timeouts** bound the whole request (``timeout_s``), not only each socket read.
-* **Images** fill ``{"type": "image"}`` placeholders in order, downscaled to ``image_max_side`` and sent as
-  base64 data URLs.
-* **Secrets**: the API key comes from ``api_key`` or the ``api_key_env`` variable; it is excluded from the
-  config's repr / ``asdict`` and redacted from every error message this module produces.
-* **Event loops**: the client may be used from successive ``asyncio.run`` calls; the underlying HTTP clients
-  are rebuilt for each new loop.
-
-``usage`` counts prompt / completion tokens, requests, retries and failed calls.
+"""The async client of OpenAI-compatible chat servers (vLLM, OpenAI, Gemini), on the ``openai`` package
+(docs/ppjd.md §4): several base URLs (the least busy one not cooling down after an error), tenacity retries with
+full-jitter backoff that honours ``Retry-After``, one concurrency limit, whole-request timeouts, and an API key
+that never appears in a repr, ``asdict`` or error message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import email.utils
-import json
 import logging
 import os
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from typing import Any
 
 from PIL import Image
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from perception_judge.core.images import to_data_url
+from perception_judge.core.images import load_image, to_data_url
 
 RETRYABLE_REASONS = frozenset({"rate_limited", "server_error", "timeout", "connection", "bad_response"})
-
+_STATUS_REASONS = {401: "auth", 403: "auth", 404: "not_found", 400: "bad_request", 422: "bad_request"}
+_STATUS_REASONS |= {429: "rate_limited", 408: "server_error"}  # retried, like every 5xx
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +43,8 @@ class LLMError(Exception):
         retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-        self.attempts = attempts
-        self.status = status
-        self.retry_after = retry_after
+        self.reason, self.detail, self.attempts = reason, detail, attempts
+        self.status, self.retry_after = status, retry_after
 
     @property
     def retryable(self) -> bool:
@@ -76,11 +53,8 @@ class LLMError(Exception):
 
 @dataclass
 class ClientConfig:
-    """Where and how to send chat requests.
-
-    ``api_key`` is an init-only value: it is no dataclass field, so it never appears in ``repr``, ``asdict`` or
-    ``fields``, and ``dataclasses.replace`` does not carry it over (the copy falls back to ``api_key_env``).
-    """
+    """Where and how to send chat requests. ``api_key`` is init-only: no dataclass field, so it never appears in
+    ``repr``, ``asdict`` or ``fields``, and ``dataclasses.replace`` falls back to ``api_key_env``."""
 
     base_urls: list[str]
     model: str
@@ -99,44 +73,36 @@ class ClientConfig:
     retry_after_max_s: float = 600.0  # a server's Retry-After is honoured up to this many seconds
 
     def __post_init__(self, api_key: str | None) -> None:
-        self.__dict__["_api_key"] = api_key if isinstance(api_key, str) else None
+        self._api_key = api_key if isinstance(api_key, str) else None
         if isinstance(self.base_urls, str):
-            self.base_urls = [u for u in self.base_urls.split(",") if u.strip()]
-        self.base_urls = [u.strip() for u in self.base_urls]
-        if not self.base_urls:
-            raise ValueError("ClientConfig needs at least one base URL")
-        if not self.model:
-            raise ValueError("ClientConfig needs a model name")
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-        if self.max_tokens_param not in ("max_tokens", "max_completion_tokens"):
-            raise ValueError("max_tokens_param must be max_tokens or max_completion_tokens")
+            self.base_urls = self.base_urls.split(",")
+        self.base_urls = [u.strip() for u in self.base_urls if u.strip()]
+        for ok, message in (
+            (self.base_urls, "ClientConfig needs at least one base URL"),
+            (self.model, "ClientConfig needs a model name"),
+            (self.concurrency >= 1, f"concurrency must be >= 1, got {self.concurrency}"),
+            (self.max_retries >= 0, f"max_retries must be >= 0, got {self.max_retries}"),
+            (self.timeout_s > 0, f"timeout_s must be > 0, got {self.timeout_s}"),
+            (
+                self.max_tokens_param in ("max_tokens", "max_completion_tokens"),
+                "max_tokens_param must be max_tokens or max_completion_tokens",
+            ),
+        ):
+            if not ok:
+                raise ValueError(message)
 
     def resolve_api_key(self) -> str | None:
         return self.api_key or os.environ.get(self.api_key_env) or None
 
     def public_dict(self) -> dict[str, Any]:
         """The settings without the key (safe to write into a manifest)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["api_key_set"] = self.resolve_api_key() is not None
-        return d
+        return {**asdict(self), "api_key_set": self.resolve_api_key() is not None}
 
 
-def _get_api_key(self: ClientConfig) -> str | None:
-    return self.__dict__.get("_api_key")
-
-
-def _set_api_key(self: ClientConfig, value: str | None) -> None:
-    self.__dict__["_api_key"] = value
-
-
-# ``api_key`` is an InitVar (so it is no dataclass field: absent from repr, asdict and fields()); this property
-# makes ``config.api_key`` read and write the privately stored value.
-ClientConfig.api_key = property(_get_api_key, _set_api_key)  # type: ignore[assignment,method-assign]
+# An InitVar is no field (absent from repr, asdict and fields()); this property reads and writes the stored value.
+ClientConfig.api_key = property(  # type: ignore[assignment,method-assign]
+    lambda self: self._api_key, lambda self, value: setattr(self, "_api_key", value)
+)
 
 
 @dataclass
@@ -149,11 +115,6 @@ class ChatResponse:
     attempts: int
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Messages
-# --------------------------------------------------------------------------------------------------------------
-
-
 def to_openai_messages(
     messages: Sequence[dict[str, Any]],
     images: Sequence[Image.Image] = (),
@@ -162,10 +123,9 @@ def to_openai_messages(
 ) -> list[dict[str, Any]]:
     """trl-style messages -> OpenAI chat messages.
 
-    String content passes through. List content is converted part by part: ``{"type": "text"}`` stays,
-    ``{"type": "image"}`` placeholders are filled with ``images`` in order (or with the part's own
-    ``"image"`` value) as base64 data-URL ``image_url`` parts, ``image_url`` parts pass through. The number of
-    placeholders must equal ``len(images)``.
+    String content passes through. In list content, ``{"type": "image"}`` placeholders are filled with ``images``
+    in order (or the part's own ``"image"``) as base64 data-URL ``image_url`` parts; text and ``image_url`` parts
+    stay; a lone text part becomes string content. The number of placeholders must equal ``len(images)``.
     """
     images = list(images)
     out: list[dict[str, Any]] = []
@@ -173,7 +133,7 @@ def to_openai_messages(
     for m in messages:
         content = m.get("content")
         if content is None or isinstance(content, str):
-            out.append({"role": m["role"], "content": content if content is not None else ""})
+            out.append({"role": m["role"], "content": content or ""})
             continue
         parts: list[dict[str, Any]] = []
         for part in content:
@@ -187,18 +147,14 @@ def to_openai_messages(
                         raise ValueError(
                             f"messages have more image placeholders than the {len(images)} images given"
                         )
-                    img = images[used]
-                    used += 1
+                    img, used = images[used], used + 1
                 parts.append(_image_part(img, image_max_side, image_format))
             elif kind == "image_url":
                 parts.append(part)
             else:
                 raise ValueError(f"unsupported message content part {part!r}")
-        # Servers accept a single text part as plain string content; keep lists when images are present.
-        if len(parts) == 1 and parts[0]["type"] == "text":
-            out.append({"role": m["role"], "content": parts[0]["text"]})
-        else:
-            out.append({"role": m["role"], "content": parts})
+        single_text = len(parts) == 1 and parts[0]["type"] == "text"
+        out.append({"role": m["role"], "content": parts[0]["text"] if single_text else parts})
     if used != len(images):
         raise ValueError(f"{len(images)} images given but the messages have {used} image placeholders")
     return out
@@ -207,18 +163,11 @@ def to_openai_messages(
 def _image_part(img: Any, max_side: int | None, fmt: str) -> dict[str, Any]:
     if isinstance(img, str) and img.startswith(("data:", "http://", "https://")):
         url = img
-    elif isinstance(img, Image.Image):
-        url = to_data_url(img, max_side=max_side, fmt=fmt)
     else:
-        from perception_judge.core.images import load_image
-
-        url = to_data_url(load_image(img), max_side=max_side, fmt=fmt)
+        url = to_data_url(
+            img if isinstance(img, Image.Image) else load_image(img), max_side=max_side, fmt=fmt
+        )
     return {"type": "image_url", "image_url": {"url": url}}
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Client
-# --------------------------------------------------------------------------------------------------------------
 
 
 def _retry_after_seconds(headers: Any) -> float | None:
@@ -226,17 +175,14 @@ def _retry_after_seconds(headers: Any) -> float | None:
     if headers is None:
         return None
     try:
-        ms = headers.get("retry-after-ms")
-        if ms is not None:
+        if (ms := headers.get("retry-after-ms")) is not None:
             return max(0.0, float(ms) / 1000.0)
-        value = headers.get("retry-after")
-        if value is None:
+        if (value := headers.get("retry-after")) is None:
             return None
         try:
             return max(0.0, float(value))
         except ValueError:
-            parsed = email.utils.parsedate_to_datetime(value)
-            return max(0.0, parsed.timestamp() - time.time())
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError, OverflowError):
         return None
 
@@ -251,7 +197,9 @@ class _Endpoint:
 
 
 class ChatClient:
-    """Async chat completions against one or more OpenAI-compatible servers (see the module docstring)."""
+    """Async chat completions against one or more OpenAI-compatible servers (see the module docstring). It may be
+    used from successive ``asyncio.run`` calls: the HTTP clients are rebuilt for each new event loop. ``usage``
+    counts prompt / completion tokens, requests, retries and failed calls."""
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
@@ -263,25 +211,17 @@ class ChatClient:
         self._sem: asyncio.Semaphore | None = None
         self._completion_type: Any = None
         self._rng = random.Random()
-        self.usage: dict[str, int] = {
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "requests": 0,
-            "retries": 0,
-            "failures": 0,
-        }
+        self.usage = dict.fromkeys(
+            ("prompt_tokens", "completion_tokens", "requests", "retries", "failures"), 0
+        )
 
     def __repr__(self) -> str:
         return f"ChatClient(model={self.config.model!r}, base_urls={self.config.base_urls!r})"
 
-    # -- plumbing ------------------------------------------------------------------------------------------
-
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced by ``***``."""
         text = str(text)
-        if self._key and len(self._key) >= 4:
-            text = text.replace(self._key, "***")
-        return text
+        return text.replace(self._key, "***") if self._key and len(self._key) >= 4 else text
 
     def _ensure_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -291,15 +231,11 @@ class ChatClient:
         from openai.types.chat import ChatCompletion
 
         self._completion_type = ChatCompletion
-        # A new event loop (e.g. a second asyncio.run): the old HTTP pools belong to a dead loop.
-        self._loop = loop
+        self._loop = loop  # a new event loop: the old HTTP pools belong to a dead one
         self._sem = asyncio.Semaphore(self.config.concurrency)
         self._clients = [
             AsyncOpenAI(
-                base_url=ep.url,
-                api_key=self._key or "EMPTY",
-                max_retries=0,
-                timeout=self.config.timeout_s,
+                base_url=ep.url, api_key=self._key or "EMPTY", max_retries=0, timeout=self.config.timeout_s
             )
             for ep in self._endpoints
         ]
@@ -318,24 +254,23 @@ class ChatClient:
         """Seconds to wait after failed attempt ``attempt`` (1-based): ``uniform(0, min(backoff_max_s,
         backoff_base_s * 2^(attempt-1)))`` (full jitter), raised to ``min(retry_after, retry_after_max_s)`` when
         the server sent a Retry-After."""
-        cap = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
-        delay = self._rng.uniform(0, cap)
-        if retry_after is not None:
-            honoured = min(retry_after, self.config.retry_after_max_s)
-            if retry_after > self.config.backoff_max_s:
-                log.warning(
-                    "the server asks to retry after %.0f s (beyond backoff_max_s %.0f s); waiting %.0f s "
-                    "(retry_after_max_s %.0f s)",
-                    retry_after,
-                    self.config.backoff_max_s,
-                    honoured,
-                    self.config.retry_after_max_s,
-                )
-            delay = max(delay, honoured)
-        return delay
+        cfg = self.config
+        delay = self._rng.uniform(0, min(cfg.backoff_max_s, cfg.backoff_base_s * (2 ** (attempt - 1))))
+        if retry_after is None:
+            return delay
+        honoured = min(retry_after, cfg.retry_after_max_s)
+        if retry_after > cfg.backoff_max_s:
+            log.warning(
+                "the server asks to retry after %.0f s (beyond backoff_max_s %.0f s); waiting %.0f s "
+                "(retry_after_max_s %.0f s)",
+                retry_after,
+                cfg.backoff_max_s,
+                honoured,
+                cfg.retry_after_max_s,
+            )
+        return max(delay, honoured)
 
     def _wait(self, state: RetryCallState) -> float:
-        """tenacity's wait: :meth:`_backoff` for the attempt that just failed, with its Retry-After."""
         if state.attempt_number > self.config.max_retries:
             return 0.0  # tenacity asks before it checks ``stop``: the last attempt is not followed by a wait
         error = state.outcome.exception() if state.outcome is not None else None
@@ -346,8 +281,6 @@ class ChatClient:
 
     def endpoint_stats(self) -> list[dict[str, Any]]:
         return [{"url": e.url, "requests": e.requests, "errors": e.errors} for e in self._endpoints]
-
-    # -- the call ------------------------------------------------------------------------------------------
 
     async def chat(
         self,
@@ -363,20 +296,14 @@ class ChatClient:
         """One chat completion, retried on transient errors. Raises :class:`LLMError` when it gives up."""
         self._ensure_loop()
         cfg = self.config
-        payload_messages = to_openai_messages(messages, images, cfg.image_max_side, cfg.image_format)
         body: dict[str, Any] = {
             "model": cfg.model,
-            "messages": payload_messages,
+            "messages": to_openai_messages(messages, images, cfg.image_max_side, cfg.image_format),
             "temperature": temperature,
+            cfg.max_tokens_param: max_tokens,
         }
-        body[cfg.max_tokens_param] = max_tokens
-        if top_p is not None:
-            body["top_p"] = top_p
-        if seed is not None:
-            body["seed"] = seed
-        if response_format is not None:
-            body["response_format"] = response_format
-        body.update(cfg.extra_body or {})
+        optional = {"top_p": top_p, "seed": seed, "response_format": response_format}
+        body |= {k: v for k, v in optional.items() if v is not None} | (cfg.extra_body or {})
         retrying = AsyncRetrying(
             stop=stop_after_attempt(cfg.max_retries + 1),
             retry=retry_if_exception(lambda e: isinstance(e, LLMError) and e.retryable),
@@ -394,8 +321,8 @@ class ChatClient:
         return response
 
     async def _attempt(self, body: dict[str, Any], attempt: int) -> ChatResponse:
-        """One request to the least busy endpoint; a failure raises :class:`LLMError` after the endpoint's
-        error count and cooldown are updated (the semaphore slot is released before any backoff)."""
+        """One request to the least busy endpoint; a failure raises :class:`LLMError` after the endpoint's error
+        count and cooldown are updated (the semaphore slot is released before any backoff)."""
         cfg = self.config
         assert self._sem is not None
         async with self._sem:
@@ -406,9 +333,8 @@ class ChatClient:
             self.usage["requests"] += 1
             try:
                 async with asyncio.timeout(cfg.timeout_s):
-                    # The SDK's documented raw POST: the body is already a plain chat-completions request,
-                    # so this skips the SDK's per-call parameter transform (milliseconds per request over
-                    # base64 images) while keeping its transport, errors and response parsing.
+                    # The SDK's raw POST: the body is already a chat-completions request, so this skips the SDK's
+                    # per-call transform (milliseconds over base64 images) but keeps its transport and parsing.
                     completion = await self._clients[idx].post(
                         "/chat/completions", cast_to=self._completion_type, body=body
                     )
@@ -423,9 +349,8 @@ class ChatClient:
             if error.reason in ("server_error", "connection", "timeout"):
                 ep.cooldown_until = time.monotonic() + cfg.cooldown_s
             elif error.reason == "rate_limited":
-                ep.cooldown_until = time.monotonic() + (
-                    error.retry_after if error.retry_after is not None else cfg.cooldown_s
-                )
+                wait = error.retry_after if error.retry_after is not None else cfg.cooldown_s
+                ep.cooldown_until = time.monotonic() + wait
         raise error
 
     def _classify(self, e: Exception, attempts: int) -> LLMError:
@@ -438,21 +363,12 @@ class ChatClient:
             return LLMError("connection", detail, attempts)
         if isinstance(e, openai.APIStatusError):
             status = e.status_code
-            retry_after = _retry_after_seconds(getattr(e.response, "headers", None))
-            if status == 429:
-                return LLMError("rate_limited", detail, attempts, status, retry_after)
-            if status >= 500 or status == 408:
-                return LLMError("server_error", detail, attempts, status, retry_after)
-            if status in (401, 403):
-                return LLMError("auth", detail, attempts, status)
-            if status == 404:
-                return LLMError("not_found", detail, attempts, status)
-            if status in (400, 422):
-                return LLMError("bad_request", detail, attempts, status)
-            return LLMError("client_error", detail, attempts, status)
-        if isinstance(e, openai.APIResponseValidationError | json.JSONDecodeError | ValueError | KeyError):
-            return LLMError("bad_response", detail, attempts)
-        if isinstance(e, openai.OpenAIError):
+            reason = _STATUS_REASONS.get(status) or ("server_error" if status >= 500 else "client_error")
+            retry_after = None
+            if reason in ("rate_limited", "server_error"):
+                retry_after = _retry_after_seconds(getattr(e.response, "headers", None))
+            return LLMError(reason, detail, attempts, status, retry_after)
+        if isinstance(e, ValueError | KeyError | openai.OpenAIError):  # JSON errors, response validation
             return LLMError("bad_response", detail, attempts)
         if isinstance(e, OSError):
             return LLMError("connection", detail, attempts)
@@ -464,21 +380,13 @@ class ChatClient:
             raise LLMError(
                 "bad_response", f"no choices in the response ({type(completion).__name__})", attempts
             )
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        text = getattr(message, "content", None) if message is not None else None
-        reasoning = None
-        if message is not None:
-            reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
-            extra = getattr(message, "model_extra", None) or {}
-            reasoning = reasoning or extra.get("reasoning_content") or extra.get("reasoning")
+        message = getattr(choices[0], "message", None)
+        text = getattr(message, "content", None)
+        reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
         if isinstance(text, list):  # content parts: keep the text ones
             parts = [p.get("text") if isinstance(p, dict) else getattr(p, "text", None) for p in text]
-            text = (
-                "".join(t for t in parts if isinstance(t, str))
-                if any(isinstance(t, str) for t in parts)
-                else None
-            )
+            parts = [t for t in parts if isinstance(t, str)]
+            text = "".join(parts) if parts else None
         if text is not None and not isinstance(text, str):
             raise LLMError(
                 "bad_response",
@@ -492,13 +400,9 @@ class ChatClient:
         ct = int(getattr(usage, "completion_tokens", 0) or 0)
         self.usage["prompt_tokens"] += pt
         self.usage["completion_tokens"] += ct
+        reasoning = str(reasoning) if reasoning else None
         return ChatResponse(
-            text=text or "",
-            reasoning=str(reasoning) if reasoning else None,
-            prompt_tokens=pt,
-            completion_tokens=ct,
-            finish_reason=getattr(choice, "finish_reason", None),
-            attempts=attempts,
+            text or "", reasoning, pt, ct, getattr(choices[0], "finish_reason", None), attempts
         )
 
     async def aclose(self) -> None:
@@ -506,6 +410,3 @@ class ChatClient:
         for c in clients:
             with contextlib.suppress(Exception):  # a pool of a finished loop
                 await c.close()
-
-
-__all__ = ["ChatClient", "ChatResponse", "ClientConfig", "LLMError", "to_openai_messages"]

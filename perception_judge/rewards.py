@@ -1,33 +1,22 @@
-"""Verifiable judge rewards: pure functions, and trl-compatible callables registered by name in ``REWARDS``.
+"""Verifiable judge rewards: pure functions (formula in each docstring) and trl reward callables in ``REWARDS``:
+``batch_ranking`` (batch rows), ``pair_preference`` (pair rows), ``pointwise_verdict`` (single rows), ``judge`` (each
+row by its protocol) and ``format`` (every row: a closed think block, then exactly the required answer tags).
 
-Pure functions (formulas in the docstrings): :func:`ranking_reward`, :func:`pair_reward`,
-:func:`verdict_reward`, :func:`format_reward`.
-
-trl callables ``f(prompts, completions, **kwargs) -> list[float | None]`` read the ``protocol`` and
-``ground_truth`` dataset columns that trl passes as keyword arguments, so one dataset can mix protocols. A
-callable returns ``None`` for rows of a protocol it does not score (trl then ignores it for that row).
-
-=====================  ===========  ========================================================================
-name                   protocols    reward
-=====================  ===========  ========================================================================
-``batch_ranking``      batch        fraction of slot pairs ordered as in the ground-truth order string
-``pair_preference``    pair         1 when the higher score goes to the labelled better response
-``pointwise_verdict``  single       1 when the score is on the right side of ``tau``
-``judge``              all          dispatch: batch_ranking / pair_preference / pointwise_verdict by row
-``format``             all          1 for a closed think block followed by exactly the required answer tags
-=====================  ===========  ========================================================================
-
-A malformed completion never raises and never earns ranking credit; a malformed *dataset row* (unknown
-protocol, bad order string) raises ``ValueError`` naming the row, because that is a data bug.
+A trl callable ``f(prompts, completions, **kwargs) -> list[float | None]`` reads the ``protocol`` and
+``ground_truth`` dataset columns that trl passes as keyword arguments, so one dataset can mix protocols; it returns
+None for rows of a protocol it does not score (trl then ignores it for that row). A malformed completion never
+raises and never earns credit; a malformed *dataset row* (unknown protocol, bad order string) raises
+``ValueError`` naming the row, because that is a data bug.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal, get_args
 
-from perception_judge.core.protocol import format_ok, parse_scores
+from perception_judge.core.protocol import ParseResult, expected_scores, format_ok, parse_scores
 from perception_judge.core.schema import (
     COL_GROUND_TRUTH,
     COL_PROTOCOL,
@@ -40,12 +29,8 @@ from perception_judge.core.schema import (
     validate_order,
 )
 
-TIE_POLICIES = ("zero", "half")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Pure functions
-# ----------------------------------------------------------------------------------------------------------
+TiePolicy = Literal["zero", "half"]
+TIE_POLICIES: tuple[str, ...] = get_args(TiePolicy)
 
 
 def ranking_reward(scores: Sequence[float] | None, order: str, ties: str = "zero") -> float:
@@ -68,18 +53,13 @@ def ranking_reward(scores: Sequence[float] | None, order: str, ties: str = "zero
         return 0.0
     if len(scores) != len(order):
         raise ValueError(f"{len(scores)} scores for an order string of {len(order)} slots ({order!r})")
-    rank_scores = [scores[SLOTS.index(slot)] for slot in order]  # best to worst by the ground truth
-    if ties == "zero" and len(set(rank_scores)) != len(rank_scores):
+    ranked = [scores[SLOTS.index(slot)] for slot in order]  # best to worst by the ground truth
+    if ties == "zero" and len(set(ranked)) != len(ranked):
         return 0.0
-    credit = 0.0
-    pairs = 0
-    for better, worse in itertools.combinations(rank_scores, 2):
-        pairs += 1
-        if better > worse:
-            credit += 1.0
-        elif better == worse:
-            credit += 0.5
-    return credit / pairs
+    pairs = list(itertools.combinations(ranked, 2))
+    return sum(1.0 if better > worse else 0.5 if better == worse else 0.0 for better, worse in pairs) / len(
+        pairs
+    )
 
 
 def pair_reward(scores: Sequence[float] | None, order: str, ties: str = "zero") -> float:
@@ -104,9 +84,7 @@ def verdict_reward(score: float | None, verdict: str, tau: float = DEFAULT_TAU) 
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     if score is None:
         return 0.0
-    if verdict == VERDICT_CORRECT:
-        return 1.0 if score >= tau else 0.0
-    return 1.0 if score < tau else 0.0
+    return float(score >= tau if verdict == VERDICT_CORRECT else score < tau)
 
 
 def format_reward(text: str, n: int, reasoning: str | None = None, think_open: bool = False) -> float:
@@ -114,159 +92,113 @@ def format_reward(text: str, n: int, reasoning: str | None = None, think_open: b
     return 1.0 if format_ok(text, n, reasoning=reasoning, think_open=think_open) else 0.0
 
 
-def expected_n(protocol: str, ground_truth: str) -> int:
-    """How many scores a row's completion must hold, from its protocol and ground truth."""
-    if protocol == "single":
-        return 1
-    return len(ground_truth)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# trl callables
-# ----------------------------------------------------------------------------------------------------------
-
-
 def completion_text(completion: Any) -> tuple[str, str | None]:
-    """(final text, separately supplied reasoning or None) from a trl completion.
-
-    trl passes ``[{"role": "assistant", "content": text}]`` for conversational datasets (possibly with a
-    ``reasoning_content`` key when the tokenizer has a response schema) and plain strings otherwise.
-    """
+    """(final text, separately supplied reasoning or None) of a trl completion: a plain string, or the
+    conversational ``[{"role": "assistant", "content": text}]`` (block content allowed, with a
+    ``reasoning_content`` key when the tokenizer has a response schema)."""
     if isinstance(completion, str):
         return completion, None
     if isinstance(completion, dict):
         completion = [completion]
-    if isinstance(completion, list) and completion:
-        msg = completion[-1]
-        if isinstance(msg, dict):
-            content = msg.get("content")
-            if isinstance(content, list):  # block content
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            reasoning = msg.get("reasoning_content") or msg.get("reasoning")
-            return (content if isinstance(content, str) else ""), (reasoning if reasoning else None)
-    return "", None
+    msg = completion[-1] if isinstance(completion, list) and completion else None
+    if not isinstance(msg, dict):
+        return "", None
+    content = msg.get("content")
+    if isinstance(content, list):  # block content
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    reasoning = msg.get("reasoning_content") or msg.get("reasoning") or None
+    return (content if isinstance(content, str) else ""), reasoning
 
 
-def verdict_score(
-    text: str, reasoning: str | None, protocol: str, truth: str, ties: str, tau: float, think_open: bool
-) -> float:
-    """The verifiable score reward of one completion: :func:`ranking_reward` (batch rows), :func:`pair_reward`
-    (pair rows) or :func:`verdict_reward` (single rows) of the scores it states."""
-    parsed = parse_scores(text, expected_n(protocol, truth), reasoning=reasoning, think_open=think_open)
-    if protocol == "batch":
-        return ranking_reward(parsed.scores, truth, ties)
-    if protocol == "pair":
-        return pair_reward(parsed.scores, truth, ties)
-    return verdict_reward(parsed.scores[0] if parsed.scores else None, truth, tau)
-
-
-def format_score(
-    text: str, reasoning: str | None, protocol: str, truth: str, ties: str, tau: float, think_open: bool
-) -> float:
-    """:func:`format_reward` of one completion (ties and tau play no part)."""
-    return format_reward(text, expected_n(protocol, truth), reasoning, think_open)
-
-
-RowScore = Callable[[str, "str | None", str, str, str, float, bool], float]
-
-
+@dataclasses.dataclass(eq=False)
 class JudgeReward:
-    """A named, configurable trl reward callable: ``score`` (:func:`verdict_score` or :func:`format_score`) on
-    every row whose protocol is in ``protocols``, None on the others (trl skips those).
+    """A named, configurable trl reward callable: :meth:`score` of every row whose protocol is in ``protocols``,
+    None for the others (trl skips those).
 
-    trl logs each reward under ``__name__`` (``rewards/<name>/mean``). ``think_open`` tells the parser that
-    the rendered prompt ends inside an open think block (the trainer sets it from the chat template), so a
-    completion that never writes ``</think>`` is unclosed and earns nothing. With ``log_parse_failures`` the
-    reward also logs ``<name>/parse_failure_rate`` through trl's ``log_metric``.
+    trl logs each reward under ``__name__`` (``rewards/<name>/mean``). ``think_open`` tells the parser that the
+    rendered prompt ends inside an open think block (the trainer reads it from the chat template), so a completion
+    that never writes ``</think>`` is unclosed and earns nothing. With ``log_parse_failures`` the reward also logs
+    ``<name>/parse_failure_rate`` through trl's ``log_metric``.
     """
 
-    def __init__(
-        self,
-        name: str,
-        protocols: tuple[str, ...],
-        ties: str = "zero",
-        tau: float = DEFAULT_TAU,
-        think_open: bool = False,
-        score: RowScore = verdict_score,
-        log_parse_failures: bool = False,
-    ) -> None:
-        if ties not in TIE_POLICIES:
-            raise ValueError(f"ties must be one of {TIE_POLICIES}, got {ties!r}")
-        self.__name__ = name
-        self.name = name
-        self.protocols = protocols
-        self.ties = ties
-        self.tau = float(tau)
-        self.think_open = think_open
-        self.score = score
-        self.log_parse_failures = log_parse_failures
+    name: str
+    protocols: tuple[str, ...]
+    ties: str = "zero"
+    tau: float = DEFAULT_TAU
+    think_open: bool = False
+    log_parse_failures: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ties not in TIE_POLICIES:
+            raise ValueError(f"ties must be one of {TIE_POLICIES}, got {self.ties!r}")
+        self.tau = float(self.tau)
+        self.__name__ = self.name
 
     def with_options(self, **options: Any) -> JudgeReward:
         """A copy with some options changed (``ties``, ``tau``, ``think_open``)."""
         unknown = set(options) - {"ties", "tau", "think_open"}
         if unknown:
             raise ValueError(f"reward {self.name!r} has no option(s) {sorted(unknown)}")
-        kwargs = {"ties": self.ties, "tau": self.tau, "think_open": self.think_open, **options}
-        return type(self)(
-            self.name, self.protocols, score=self.score, log_parse_failures=self.log_parse_failures, **kwargs
-        )
+        return dataclasses.replace(self, **options)
 
-    def __repr__(self) -> str:
-        return f"JudgeReward({self.name!r}, ties={self.ties!r}, tau={self.tau}, think_open={self.think_open})"
+    def parse(self, text: str, reasoning: str | None, protocol: str, truth: str) -> ParseResult:
+        n = expected_scores(protocol, len(truth))
+        return parse_scores(text, n, reasoning=reasoning, think_open=self.think_open)
 
-    # one row -----------------------------------------------------------------------------------------------
-    def score_row(self, text: str, reasoning: str | None, protocol: str, ground_truth: str) -> float | None:
-        if protocol not in self.protocols:
-            return None
-        return self.score(text, reasoning, protocol, ground_truth, self.ties, self.tau, self.think_open)
+    def score(self, text: str, reasoning: str | None, protocol: str, truth: str) -> float:
+        """:func:`ranking_reward` (batch rows), :func:`pair_reward` (pair rows) or :func:`verdict_reward` (single
+        rows) of the scores the completion states."""
+        scores = self.parse(text, reasoning, protocol, truth).scores
+        if protocol == "batch":
+            return ranking_reward(scores, truth, self.ties)
+        if protocol == "pair":
+            return pair_reward(scores, truth, self.ties)
+        return verdict_reward(scores[0] if scores else None, truth, self.tau)
 
-    # the trl contract --------------------------------------------------------------------------------------
     def __call__(
         self, prompts: list[Any] | None = None, completions: list[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
         completions = completions or []
-        protocols = kwargs.get(COL_PROTOCOL)
-        truths = kwargs.get(COL_GROUND_TRUTH)
-        for col, values in ((COL_PROTOCOL, protocols), (COL_GROUND_TRUTH, truths)):
+        columns = {col: kwargs.get(col) for col in (COL_PROTOCOL, COL_GROUND_TRUTH)}
+        for col, values in columns.items():
             if values is None:
                 raise KeyError(
                     f"reward {self.name!r} needs the dataset column {col!r} (trl passes dataset columns as "
                     "keyword arguments; keep remove_unused_columns=False)"
                 )
-            if len(values) != len(completions):
-                raise ValueError(
-                    f"column {col!r} has {len(values)} values for {len(completions)} completions"
-                )
         out: list[float | None] = []
-        failures = 0
-        scored = 0
-        for i, (completion, protocol, truth) in enumerate(zip(completions, protocols, truths)):
+        failures: list[bool] = []
+        for i, (completion, protocol, truth) in enumerate(zip(completions, *columns.values(), strict=True)):
             try:
                 validate_ground_truth(protocol, truth)
             except ValueError as e:
                 raise ValueError(f"row {i}: {e}") from None
+            if protocol not in self.protocols:
+                out.append(None)
+                continue
             text, reasoning = completion_text(completion)
-            value = self.score_row(text, reasoning, protocol, truth)
-            out.append(value)
-            if value is not None and self.log_parse_failures:
-                scored += 1
-                n = expected_n(protocol, truth)
-                if not parse_scores(text, n, reasoning=reasoning, think_open=self.think_open).ok:
-                    failures += 1
+            out.append(self.score(text, reasoning, protocol, truth))
+            if self.log_parse_failures:
+                failures.append(not self.parse(text, reasoning, protocol, truth).ok)
         log_metric = kwargs.get("log_metric")
-        if callable(log_metric) and scored:
-            log_metric(f"{self.name}/parse_failure_rate", failures / scored)
+        if callable(log_metric) and failures:
+            log_metric(f"{self.name}/parse_failure_rate", sum(failures) / len(failures))
         return out
 
 
-RewardFn = Callable[..., list[float | None]]
+class FormatReward(JudgeReward):
+    """The ``format`` reward: :func:`format_reward` of every row (ties and tau play no part)."""
+
+    def score(self, text: str, reasoning: str | None, protocol: str, truth: str) -> float:
+        return format_reward(text, expected_scores(protocol, len(truth)), reasoning, self.think_open)
+
 
 REWARDS: dict[str, JudgeReward] = {
     "batch_ranking": JudgeReward("batch_ranking", ("batch",), log_parse_failures=True),
     "pair_preference": JudgeReward("pair_preference", ("pair",)),
     "pointwise_verdict": JudgeReward("pointwise_verdict", ("single",)),
     "judge": JudgeReward("judge", PROTOCOLS, log_parse_failures=True),
-    "format": JudgeReward("format", PROTOCOLS, score=format_score),
+    "format": FormatReward("format", PROTOCOLS),
 }
 
 
@@ -274,21 +206,4 @@ def get_reward(name: str, **options: Any) -> JudgeReward:
     """Look a reward up by name (clear error for unknown names) and apply options."""
     if name not in REWARDS:
         raise KeyError(f"unknown reward {name!r}; registered: {', '.join(sorted(REWARDS))}")
-    reward = REWARDS[name]
-    return reward.with_options(**options) if options else reward
-
-
-__all__ = [
-    "REWARDS",
-    "TIE_POLICIES",
-    "JudgeReward",
-    "completion_text",
-    "expected_n",
-    "format_reward",
-    "format_score",
-    "get_reward",
-    "pair_reward",
-    "ranking_reward",
-    "verdict_reward",
-    "verdict_score",
-]
+    return REWARDS[name].with_options(**options) if options else REWARDS[name]

@@ -14,29 +14,24 @@ reasoning).
 from __future__ import annotations
 
 import json
+import random
+import time
 from pathlib import Path
 from typing import Any
 
+from perception_judge import synth
+from perception_judge.core.answers import extract_final_answer
+from perception_judge.core.images import PixelPolicy
 from perception_judge.core.io import progress_bar
+from perception_judge.core.protocol import build_messages, parse_scores, render_generation_prompt
 
 ARCHS = ("qwen2_5_vl", "qwen3_vl")
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>",
+]  # fmt: skip
 TINY_ROPE_THETA = 10.0
 PLAIN_ADDED_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>"]
 
@@ -130,18 +125,7 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
     Deterministic for a seed: the same ``(arch, seed)`` gives bit-identical weights.
     """
     import torch
-    from transformers import (
-        GenerationConfig,
-        Qwen2_5_VLConfig,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2_5_VLProcessor,
-        Qwen2VLImageProcessor,
-        Qwen2VLVideoProcessor,
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    import transformers as tf
 
     if arch not in ARCHS:
         raise ValueError(f"unknown tiny-model arch {arch!r}; choose one of {', '.join(ARCHS)}")
@@ -149,7 +133,8 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tok = _build_tokenizer()
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    text = dict(
+    pad, eos = ids["<|endoftext|>"], ids["<|im_end|>"]
+    text: dict[str, Any] = dict(
         vocab_size=len(tok),
         hidden_size=64,
         intermediate_size=128,
@@ -157,11 +142,11 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=4096,
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
+        bos_token_id=pad,
+        eos_token_id=eos,
+        pad_token_id=pad,
     )
-    vision = dict(
+    vision: dict[str, Any] = dict(
         depth=2,
         hidden_size=32,
         intermediate_size=64,
@@ -170,79 +155,63 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
         temporal_patch_size=2,
         out_hidden_size=64,
     )
-    top = dict(
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-    torch.manual_seed(seed)
+    # A small rope base: with 1e6 the 4-6 M-RoPE rotary pairs per axis barely turn over a 2 x 2 image grid.
+    rope = {"rope_type": "default", "rope_theta": TINY_ROPE_THETA}
     if arch == "qwen2_5_vl":
         patch = 14
-        # A small rope base: with 1e6 the 4-6 M-RoPE rotary pairs per axis barely turn over a 2 x 2 image grid.
-        text["rope_parameters"] = {
-            "rope_type": "default",
-            "rope_theta": TINY_ROPE_THETA,
-            "mrope_section": [4, 6, 6],
-        }
-        config = Qwen2_5_VLConfig(
-            text_config=text,
-            vision_config={**vision, "patch_size": patch, "window_size": 112, "fullatt_block_indexes": [1]},
-            tie_word_embeddings=True,
-            **top,
+        text["rope_parameters"] = {**rope, "mrope_section": [4, 6, 6]}
+        vision.update(patch_size=patch, window_size=112, fullatt_block_indexes=[1])
+        config_cls, model_cls, proc_cls = (
+            tf.Qwen2_5_VLConfig,
+            tf.Qwen2_5_VLForConditionalGeneration,
+            tf.Qwen2_5_VLProcessor,
         )
-        model = Qwen2_5_VLForConditionalGeneration(config)
         template = QWEN2_5_VL_TEMPLATE
-        video = Qwen2VLVideoProcessor(
+        video = tf.Qwen2VLVideoProcessor(
             patch_size=patch,
             merge_size=2,
             temporal_patch_size=2,
             min_pixels=28 * 28 * 4,
             max_pixels=28 * 28 * 16,
         )
-        proc_cls = Qwen2_5_VLProcessor
     else:
         patch = 16
         text["head_dim"] = 32
-        text["rope_parameters"] = {
-            "rope_type": "default",
-            "rope_theta": TINY_ROPE_THETA,
-            "mrope_section": [6, 5, 5],
-            "mrope_interleaved": True,
-        }
-        config = Qwen3VLConfig(
-            text_config=text,
-            vision_config={
-                **vision,
-                "patch_size": patch,
-                "num_position_embeddings": 256,
-                "deepstack_visual_indexes": [0],
-            },
-            tie_word_embeddings=True,
-            **top,
+        text["rope_parameters"] = {**rope, "mrope_section": [6, 5, 5], "mrope_interleaved": True}
+        vision.update(patch_size=patch, num_position_embeddings=256, deepstack_visual_indexes=[0])
+        config_cls, model_cls, proc_cls = (
+            tf.Qwen3VLConfig,
+            tf.Qwen3VLForConditionalGeneration,
+            tf.Qwen3VLProcessor,
         )
-        model = Qwen3VLForConditionalGeneration(config)
         template = QWEN3_VL_THINKING_TEMPLATE
-        video = Qwen3VLVideoProcessor(
+        video = tf.Qwen3VLVideoProcessor(
             patch_size=patch,
             merge_size=2,
             temporal_patch_size=2,
             size={"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 16},
         )
-        proc_cls = Qwen3VLProcessor
+    torch.manual_seed(seed)
+    config = config_cls(
+        text_config=text,
+        vision_config=vision,
+        tie_word_embeddings=True,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    model = model_cls(config)
+    model.generation_config = tf.GenerationConfig(
+        eos_token_id=[eos, pad], pad_token_id=pad, do_sample=True, temperature=1.0
+    )
     factor = patch * 2
-    image_processor = Qwen2VLImageProcessor(
+    image_processor = tf.Qwen2VLImageProcessor(
         patch_size=patch,
         merge_size=2,
         temporal_patch_size=2,
         min_pixels=factor * factor * 4,
         max_pixels=factor * factor * 16,
-    )
-    model.generation_config = GenerationConfig(
-        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-        pad_token_id=ids["<|endoftext|>"],
-        do_sample=True,
-        temperature=1.0,
     )
     tok.chat_template = template
     processor = proc_cls(
@@ -264,22 +233,13 @@ def patch_factor(config: Any) -> int:
     return int(getattr(vision, "patch_size", 14)) * int(getattr(vision, "spatial_merge_size", 2))
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Supervised runs on the tiny world: the format warm start (a judge that does not look) and the learnability check
-# --------------------------------------------------------------------------------------------------------------
-# A judge completion in the tiny world is "<value> <slots></think><answer>s</answer>...": the judge first writes the
-# value it perceives and which answers state it (the tiny analogue of a think block that names the perceptual facts
-# and checks each answer against them), then scores every answer (tiny_score: 8 when it states that value, 3 when
-# not, one less for a reasoning slip). The measured reason (docs/tiny-substrate.md): a direct verdict makes a 0.2M-parameter network compare a
-# statement word with image features inside one step, which it does not learn in thousands of steps; writing the value
-# first splits the task into reading the image, finding the answer that repeats the value (a copy a two-layer model
-# learns fast) and scoring by slot.
-#
-# The two supervised runs differ only in where the value comes from:
-#   guess  (the warm start) -- a value chosen at random among the answers shown (for a single answer: among the values
-#          the family draws), so the target never depends on the image. The model learns the format and to score by
-#          its stated value, and stays at chance; the vision tower is frozen, so its features stay as informative as
-#          at initialisation. What GRPO has to learn is to state the value the image shows.
+# Supervised runs on the tiny world (docs/tiny-substrate.md says why they look like this). A tiny judge completion is
+# "<value> <slots></think><answer>s</answer>...": the value it perceives, the slots of the answers that state it, then
+# a score per answer (tiny_score). The runs differ only in where the value (the "think") comes from:
+#   guess  (the format warm start) -- one of the values the answers shown state (for a single answer: any value of the
+#          family), so the target never depends on the image; vision frozen. The judge learns the format and to score
+#          by its stated value, and stays at chance.
+#   prior  (make_blind) -- any value of the family, vision frozen: a supervised judge keeps its verdicts, stops looking.
 #   truth  (the learnability check) -- the value the image shows: the upper bound of what GRPO can reach.
 
 THINK_SOURCES = ("guess", "prior", "truth")
@@ -290,8 +250,6 @@ TINY_MATCH_SCORE = 8
 def tiny_records(n: int, seed: int, families: Any = None) -> list[dict[str, Any]]:
     """``n`` tiny-world records with the programmatic counterfactuals (PPJD rows without the store):
     ``{"key", "family", "question", "image", "responses": {kind: text}, "value"}``."""
-    from perception_judge import synth
-
     out = []
     for item in synth.generate_items(n, seed, families or synth.TINY_FAMILIES, text_only_fraction=0.0):
         cf = synth.counterfactuals(item.spec, item.response, item.answer, item.item_id, seed=seed)
@@ -316,10 +274,7 @@ def tiny_score(response: str, think: str) -> int:
 
     so r_c > r_rp > r_rp+r whenever the perceived value is the true one, and the scores never tie between the three
     answers of a record. A judge that perceives the wrong value ranks the answer that states it first."""
-    from perception_judge.core.answers import extract_final_answer
-    from perception_judge.synth import response_value
-
-    value = response_value(response)
+    value = synth.response_value(response)
     slipped = value is not None and extract_final_answer(response) != value
     return (TINY_MATCH_SCORE if value == think else TINY_MATCH_SCORE - 5) - int(slipped)
 
@@ -328,18 +283,18 @@ def tiny_target(think: str, responses: list[str]) -> str:
     """The completion after the ``<think>`` prefill: the perceived value and the slots of the answers that state it
     (``none`` when no answer does), then :func:`tiny_score` of every answer.
     ``" red B</think><answer>3</answer><answer>8</answer>"``."""
-    from perception_judge.synth import response_value
-
-    slots = " ".join(SLOT_LETTERS[i] for i, r in enumerate(responses) if response_value(r) == think) or "none"
+    slots = (
+        " ".join(SLOT_LETTERS[i] for i, r in enumerate(responses) if synth.response_value(r) == think)
+        or "none"
+    )
     return f" {think} {slots}</think>" + "".join(
         f"<answer>{tiny_score(r, think)}</answer>" for r in responses
     )
 
 
-def _tiny_example(rng: Any, rec: dict[str, Any], think_source: str) -> tuple[list[dict[str, Any]], Any, str]:
-    from perception_judge.core.protocol import build_messages
-    from perception_judge.synth import response_value, tiny_values
-
+def _tiny_example(
+    rng: random.Random, rec: dict[str, Any], think_source: str
+) -> tuple[list[dict[str, Any]], Any, str]:
     protocol = rng.choices(["pair", "batch", "single"], weights=[3, 1, 1])[0]
     kinds = ["r_c", "r_rp", "r_rp_r"]
     if protocol == "pair":
@@ -351,11 +306,15 @@ def _tiny_example(rng: Any, rec: dict[str, Any], think_source: str) -> tuple[lis
     if think_source == "truth":
         think = rec["value"]
     elif think_source == "prior" or protocol == "single":
-        think = rng.choice(tiny_values(rec["family"]))
+        think = rng.choice(synth.tiny_values(rec["family"]))
     else:
-        think = response_value(rng.choice(responses)) or rec["value"]
+        think = synth.response_value(rng.choice(responses)) or rec["value"]
     messages = build_messages(protocol, rec["question"], responses, n_images=1, style="tiny")
     return messages, rec["image"], tiny_target(think, responses)
+
+
+def _tiny_policy(image_size: int) -> PixelPolicy:
+    return PixelPolicy(mode="fixed", size=image_size, factor=image_size)
 
 
 def supervised_tiny_judge(
@@ -371,15 +330,10 @@ def supervised_tiny_judge(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Supervised judge training on fresh tiny-world records every step (see the comment above); saves the model to
-    ``save_to`` (default: in place) and returns statistics (losses, seconds)."""
-    import random as _random
-    import time
-
+    ``save_to`` (default: in place) and returns statistics (losses, seconds). ``freeze_vision`` defaults to
+    freezing the vision tower unless the think is the truth."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    from perception_judge.core.images import PixelPolicy
-    from perception_judge.core.protocol import render_generation_prompt
 
     if think_source not in THINK_SOURCES:
         raise ValueError(f"think_source must be one of {THINK_SOURCES}, got {think_source!r}")
@@ -387,11 +341,11 @@ def supervised_tiny_judge(
         freeze_vision = think_source != "truth"
     model_dir = Path(model_dir)
     torch.manual_seed(seed)
-    rng = _random.Random(f"tiny-sft/{think_source}/{seed}")
+    rng = random.Random(f"tiny-sft/{think_source}/{seed}")
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     processor = AutoProcessor.from_pretrained(model_dir)
     tok = processor.tokenizer
-    policy = PixelPolicy(mode="fixed", size=image_size, factor=image_size)
+    policy = _tiny_policy(image_size)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     if freeze_vision:
         for name, param in model.named_parameters():
@@ -410,15 +364,12 @@ def supervised_tiny_judge(
             for rec in pool:
                 rec["image"] = policy.apply(rec["image"])
         examples = [_tiny_example(rng, pool.pop(), think_source) for _ in range(batch_size)]
-        prompts = [render_generation_prompt(processor, m) for m, _, _ in examples]
-        full = [p + t for p, (_, _, t) in zip(prompts, examples)]
+        full = [render_generation_prompt(processor, m) + target for m, _, target in examples]
         batch = processor(text=full, images=[im for _, im, _ in examples], return_tensors="pt", padding=True)
         labels = torch.full_like(batch["input_ids"], -100)
-        for row, (_, _, target) in enumerate(examples):
+        for row, (_, _, target) in enumerate(examples):  # left padding: the target is the tail
             n_target = len(tok(target, add_special_tokens=False)["input_ids"])
-            labels[row, -n_target:] = batch["input_ids"][
-                row, -n_target:
-            ]  # left padding: the target is the tail
+            labels[row, -n_target:] = batch["input_ids"][row, -n_target:]
         eos_col = torch.full((labels.shape[0], 1), eos)
         batch["input_ids"] = torch.cat([batch["input_ids"], eos_col], dim=1)
         batch["attention_mask"] = torch.cat([batch["attention_mask"], torch.ones_like(eos_col)], dim=1)
@@ -436,10 +387,9 @@ def supervised_tiny_judge(
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
     bar.close()
-    target = Path(save_to) if save_to else model_dir
-    model.save_pretrained(target)
+    model.save_pretrained(save_to or model_dir)
     if save_to:
-        processor.save_pretrained(target)
+        processor.save_pretrained(save_to)
     return {
         "steps": steps,
         "think_source": think_source,
@@ -447,7 +397,7 @@ def supervised_tiny_judge(
         "learning_rate": learning_rate,
         "batch_size": batch_size,
         "loss_first": round(losses[0], 4) if losses else None,
-        "loss_last": round(sum(losses[-20:]) / max(1, len(losses[-20:])), 4) if losses else None,
+        "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 4) if losses else None,
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
@@ -477,6 +427,15 @@ def reset_vision_connector(model_dir: str | Path, seed: int = 0) -> int:
     return n
 
 
+def _record(model_dir: str | Path, key: str, stats: dict[str, Any]) -> None:
+    """Add a training stage's statistics to the model's ``tiny_model.json`` (and mark its prompt style)."""
+    info_path = Path(model_dir) / "tiny_model.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info[key] = stats
+    info["prompt_style"] = "tiny"
+    info_path.write_text(json.dumps(info, indent=2))
+
+
 def make_blind(
     model_dir: str | Path, steps: int = 300, seed: int = 0, reset_connector: bool = False, **kwargs: Any
 ) -> dict[str, Any]:
@@ -492,15 +451,6 @@ def make_blind(
     stats["connector_parameters_reset"] = reset
     _record(model_dir, "blind", stats)
     return stats
-
-
-def _record(model_dir: str | Path, key: str, stats: dict[str, Any]) -> None:
-    """Add a training stage's statistics to the model's ``tiny_model.json`` (and mark its prompt style)."""
-    info_path = Path(model_dir) / "tiny_model.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    info[key] = stats
-    info["prompt_style"] = "tiny"
-    info_path.write_text(json.dumps(info, indent=2))
 
 
 def warm_start_format(
@@ -522,30 +472,23 @@ def greedy_format_rate(model_dir: str | Path, records: list[dict[str, Any]], ima
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from perception_judge.core.images import PixelPolicy
-    from perception_judge.core.protocol import build_messages, parse_scores, render_generation_prompt
-
     model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
     processor = AutoProcessor.from_pretrained(model_dir)
     processor.tokenizer.padding_side = "left"
-    policy = PixelPolicy(mode="fixed", size=image_size, factor=image_size)
+    policy = _tiny_policy(image_size)
     prompts = [
         render_generation_prompt(
             processor,
             build_messages(
-                "pair",
-                r["question"],
-                [r["responses"]["r_c"], r["responses"]["r_rp"]],
-                n_images=1,
-                style="tiny",
+                "pair", r["question"], [r["responses"]["r_c"], r["responses"]["r_rp"]], style="tiny"
             ),
         )
         for r in records
     ]
-    images = [policy.apply(r["image"]) for r in records]
-    batch = processor(text=prompts, images=images, return_tensors="pt", padding=True)
+    batch = processor(
+        text=prompts, images=[policy.apply(r["image"]) for r in records], return_tensors="pt", padding=True
+    )
     with torch.no_grad():
         out = model.generate(**batch, max_new_tokens=16, do_sample=False)
     texts = processor.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    parsed = [parse_scores(t, 2, think_open=True).ok for t in texts]
-    return sum(parsed) / max(1, len(parsed))
+    return sum(parse_scores(t, 2, think_open=True).ok for t in texts) / max(1, len(texts))

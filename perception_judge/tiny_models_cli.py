@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+from pathlib import Path
 
 from perception_judge.cli import Command
 from perception_judge.tiny_models import ARCHS
@@ -41,16 +43,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from perception_judge.tiny_models import make_tiny_model, warm_start_format
+    from perception_judge.tiny_models import make_blind, make_tiny_model, warm_start_format
 
     if args.warm_start_steps < 0:
         raise SystemExit("--warm-start-steps must be >= 0")
     if args.from_supervised:
-        import shutil
-        from pathlib import Path
-
-        from perception_judge.tiny_models import make_blind
-
         src, out = Path(args.from_supervised), Path(args.out)
         if not (src / "config.json").is_file():
             raise SystemExit(f"--from-supervised {src}: no model there (config.json missing)")

@@ -62,12 +62,9 @@ def extract_final_answer(text: str) -> str:
     if boxed:
         return boxed[-1].strip()
     for pattern in _FINAL_PATTERNS:
-        matches = list(pattern.finditer(text))
-        if matches:
-            line = matches[-1].group(1).strip().splitlines()[0] if matches[-1].group(1).strip() else ""
-            line = _strip_decorations(line)
-            if line:
-                return line
+        stated = [m.group(1).strip() for m in pattern.finditer(text)]
+        if stated and (line := _strip_decorations(stated[-1].splitlines()[0] if stated[-1] else "")):
+            return line
     return ""
 
 
@@ -114,10 +111,7 @@ def normalize_answer(answer: str) -> str:
     s = _strip_decorations(s).lower()
     s = re.sub(r"\s+", " ", s)
     s = _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), s)
-    if _NUMBER.match(s):
-        value = float(s)
-        s = _format_number(value)
-    return s
+    return _format_number(float(s)) if _NUMBER.match(s) else s
 
 
 def _format_number(value: float) -> str:
@@ -127,8 +121,7 @@ def _format_number(value: float) -> str:
 
 
 def _as_number(s: str) -> float | None:
-    s = s.replace(" ", "")
-    s = s.rstrip("%")
+    s = s.replace(" ", "").rstrip("%")
     if _NUMBER.match(s):
         return float(s)
     m = _FRACTION.match(s)
@@ -154,12 +147,7 @@ def answers_match(a: str, b: str) -> bool:
     if xa is not None and xb is not None:
         return math.isclose(xa, xb, rel_tol=1e-6, abs_tol=1e-9)
     # Multiple choice: "b" vs "(b) 12 apples" / "b. 12 apples".
-    if len(na) == 1 or len(nb) == 1:
-        la, lb = _option_letter(na), _option_letter(nb)
-        if la is not None and la == lb and (len(na) == 1 or len(nb) == 1):
-            short, long_ = (na, nb) if len(na) == 1 else (nb, na)
-            return bool(re.match(rf"^(?:option\s+)?\(?{re.escape(short)}\)?(?:[.:)]|$)", long_))
+    if min(len(na), len(nb)) == 1 and (la := _option_letter(na)) is not None and la == _option_letter(nb):
+        short, long_ = (na, nb) if len(na) == 1 else (nb, na)
+        return bool(re.match(rf"^(?:option\s+)?\(?{re.escape(short)}\)?(?:[.:)]|$)", long_))
     return False
-
-
-__all__ = ["answers_match", "extract_final_answer", "find_boxed", "normalize_answer"]

@@ -4,11 +4,9 @@ Qwen-VL models cut images into 14 px (Qwen2.5-VL) or 16 px (Qwen3-VL) patches me
 should be multiples of 28 or 32. vLLM colocate mode in trl 1.16 re-processes images and breaks on batches of
 mixed image sizes (trl#6401), and the published release trained on native sizes but evaluated on 448×448
 squares. :class:`PixelPolicy` fixes both: one policy object, applied everywhere a judge sees an image.
-
-* ``mode="fixed"`` (default): every image becomes a ``size × size`` square (aspect ignored, as in the
-  published evaluation). 448 is a multiple of both 28 and 32.
-* ``mode="smart"``: keep the aspect ratio, sides rounded to ``factor``, area within [min_pixels, max_pixels].
-* ``mode="none"``: leave images alone (the processor then resizes them itself).
+``mode="fixed"`` (default): every image a ``size × size`` square (aspect ignored, as in the published evaluation;
+448 is a multiple of 28 and 32); ``"smart"``: aspect kept, sides rounded to ``factor``, area within
+[min_pixels, max_pixels]; ``"none"``: images left alone (the processor then resizes them itself).
 """
 
 from __future__ import annotations
@@ -136,11 +134,7 @@ def resolve_under(root: str | os.PathLike[str], relative: str) -> Path:
     """Resolve a relative image path under ``root``; refuse absolute paths and escapes (``..``, symlinks)."""
     if not isinstance(relative, str) or not relative.strip():
         raise ImageError("bad_path", "empty image path")
-    if (
-        os.path.isabs(relative)
-        or relative.startswith(("/", "\\"))
-        or (len(relative) > 1 and relative[1] == ":")
-    ):
+    if os.path.isabs(relative) or relative.startswith(("/", "\\")) or relative[1:2] == ":":
         raise ImageError("path_escapes_root", f"absolute image path {relative!r} is not allowed")
     if "\x00" in relative:
         raise ImageError("bad_path", f"image path {relative[:80]!r} contains a NUL byte")
@@ -239,11 +233,8 @@ def _check_pixels(size: tuple[int, int], max_pixels: int) -> None:
 
 def image_bytes(image: Image.Image, fmt: str = "PNG", quality: int = 90) -> bytes:
     buf = io.BytesIO()
-    image = to_rgb(image)
-    if fmt.upper() in ("JPEG", "JPG"):
-        image.save(buf, format="JPEG", quality=quality)
-    else:
-        image.save(buf, format=fmt)
+    jpeg = fmt.upper() in ("JPEG", "JPG")
+    to_rgb(image).save(buf, format="JPEG" if jpeg else fmt, **({"quality": quality} if jpeg else {}))
     return buf.getvalue()
 
 

@@ -94,13 +94,3 @@ def progress_bar(
     return tqdm(
         total=total, desc=desc, unit=unit, disable=not show or total == 0, dynamic_ncols=True, **kwargs
     )
-
-
-__all__ = [
-    "atomic_open",
-    "atomic_write_bytes",
-    "atomic_write_json",
-    "atomic_write_text",
-    "progress_bar",
-    "temp_name",
-]

@@ -1,26 +1,18 @@
 r"""Robust parsing of the JSON objects a teacher model writes.
 
-Teachers wrap JSON in code fences or prose, forget commas' consequences (trailing commas), write Python
-``True``/``None``, and -- the important one -- write LaTeX inside JSON strings without doubling the
-backslashes. Two things go wrong with plain ``json.loads`` then:
+Teachers wrap JSON in code fences or prose, leave trailing commas, write Python ``True``/``None``, and -- the
+important one -- write LaTeX inside JSON strings without doubling the backslashes. Invalid escapes (``\sqrt``,
+``\(``) then make the object unparseable, and *valid* ones corrupt the text silently: ``\boxed`` becomes backspace
++ "oxed", ``\frac`` form feed + "rac", ``\times`` tab + "imes", ``\neq`` newline + "eq", so the final answer reads
+as empty and a bad record passes validation. :func:`repair_json_text` walks the text with a small string-aware
+tokenizer and doubles a backslash whenever the escape cannot be meant as JSON: any invalid escape, every ``\b`` and
+``\f``, and ``\n`` / ``\t`` / ``\r`` when the letters after them spell a LaTeX command. A genuine newline before a
+word ("\nThe answer") stays a newline; well-formed JSON parses exactly as ``json.loads`` parses it.
 
-* invalid escapes (``\sqrt``, ``\cdot``, ``\(``, ``\Delta``) make the whole object unparseable;
-* *valid* escapes corrupt the text silently: ``\boxed`` becomes backspace + "oxed", ``\frac`` form feed +
-  "rac", ``\times`` tab + "imes", ``\right`` carriage return + "ight", ``\neq`` newline + "eq". The
-  ``\boxed{}`` is then gone, the final answer reads as empty, and a bad record passes validation.
-
-:func:`repair_json_text` walks the text with a small string-aware lexer and doubles a backslash whenever the
-escape cannot be meant as JSON: any invalid escape, every ``\b`` and ``\f`` (a teacher never means a
-backspace or form feed), and ``\n`` / ``\t`` / ``\r`` when the letters after them spell a LaTeX command
-(``\neq``, ``\times``, ``\theta``, ``\right``, ...). A genuine newline followed by a word ("\nThe answer")
-stays a newline. Properly escaped text (``\\boxed``) is left alone, so well-formed JSON parses exactly as
-``json.loads`` would parse it.
-
-Why not the ``json_repair`` package: it decodes ``\boxed`` / ``\times`` / ``\right`` / ``\neq`` as
-backspace, tab, carriage return and newline (the very corruption above), and it has no mode that repairs only
-trailing commas and Python literals: even ``strict=True`` silently completes truncated objects
-(``{"a": "Step 1: I see`` -> a finished string) and quotes bare words (``[oops, 3]``), so a cut-off or garbled
-teacher reply would pass as a valid record instead of raising ``truncated_json`` / ``invalid_json``.
+Why not the ``json_repair`` package: it decodes ``\boxed`` / ``\times`` / ``\neq`` as control characters (the
+very corruption above), and even ``strict=True`` silently completes truncated objects and quotes bare words, so a
+cut-off or garbled teacher reply would pass as a valid record instead of raising ``truncated_json`` /
+``invalid_json``.
 """
 
 from __future__ import annotations
@@ -58,18 +50,18 @@ _LATEX_R = {
 }  # fmt: skip
 _AMBIGUOUS = {"n": _LATEX_N, "t": _LATEX_T, "r": _LATEX_R}
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
-
-
-def _letter_run(s: str, i: int) -> str:
-    j = i
-    while j < len(s) and s[j].isascii() and s[j].isalpha():
-        j += 1
-    return s[i:j]
+_LETTERS = re.compile(r"[A-Za-z]*")
+_STRING = r'"(?:[^"\\]|\\.|\\\Z)*"?'  # a JSON string, possibly unterminated
+# A string, a trailing comma, or a bare Python literal (what repair_json_text rewrites; the rest of the text is kept).
+_TOKEN = re.compile(_STRING + r"|,(?=[ \t\r\n]*[}\]])|(?<!\w)(?:True|False|None)(?!\w)", re.DOTALL)
+_BRACE_OR_STRING = re.compile(r"[{}]|" + _STRING, re.DOTALL)
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+_REWRITES = {"True": "true", "False": "false", "None": "null", ",": ""}
 
 
 def _is_latex_command(s: str, i: int) -> bool:
     """Whether the escape letter at ``s[i]`` (n, t or r) begins a LaTeX command rather than a JSON escape."""
-    word = _letter_run(s, i)
+    word = _LETTERS.match(s, i).group()
     if word not in _AMBIGUOUS[s[i]]:
         return False
     after = s[i + len(word) : i + len(word) + 2]
@@ -77,71 +69,26 @@ def _is_latex_command(s: str, i: int) -> bool:
     return not (len(after) == 2 and after[0] == "." and after[1].isalpha())
 
 
+def _escape(m: re.Match[str]) -> str:
+    s, i, d = m.string, m.start(), m.group(1)
+    if d and (
+        d in '"\\/'
+        or (d == "u" and _HEX4.fullmatch(s[i + 2 : i + 6]))
+        or (d in "ntr" and not _is_latex_command(s, i + 1))
+    ):
+        return m.group()
+    return "\\\\" + d  # LaTeX (\boxed, \frac, \times, \sqrt, \( ...): never a JSON escape
+
+
+def _repair_token(m: re.Match[str]) -> str:
+    token = m.group()
+    return _ESCAPE.sub(_escape, token) if token.startswith('"') else _REWRITES[token]
+
+
 def repair_json_text(s: str) -> str:
     """Double every backslash inside JSON strings that is LaTeX rather than a JSON escape; drop trailing
     commas; turn bare Python ``True``/``False``/``None`` into JSON. Text outside strings is otherwise kept."""
-    out: list[str] = []
-    i, n, in_str = 0, len(s), False
-    while i < n:
-        c = s[i]
-        if not in_str:
-            if c == '"':
-                in_str = True
-            elif c == ",":
-                j = i + 1
-                while j < n and s[j] in " \t\r\n":
-                    j += 1
-                if j < n and s[j] in "}]":
-                    i += 1  # trailing comma
-                    continue
-            elif c in "TFN" and (i == 0 or not (s[i - 1].isalnum() or s[i - 1] == "_")):
-                for word, repl in (("True", "true"), ("False", "false"), ("None", "null")):
-                    end = i + len(word)
-                    if s.startswith(word, i) and (end >= n or not (s[end].isalnum() or s[end] == "_")):
-                        out.append(repl)
-                        i = end
-                        break
-                else:
-                    out.append(c)
-                    i += 1
-                continue
-            out.append(c)
-            i += 1
-            continue
-        if c == '"':
-            in_str = False
-            out.append(c)
-            i += 1
-            continue
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        if i + 1 >= n:  # a lone backslash at the very end
-            out.append("\\\\")
-            i += 1
-            continue
-        d = s[i + 1]
-        if d in '"\\/':
-            out.append(c + d)
-            i += 2
-        elif d == "u" and _HEX4.fullmatch(s[i + 2 : i + 6]):
-            out.append(s[i : i + 6])
-            i += 6
-        elif d in "bf":  # \boxed, \frac, \beta, \forall ...: never a backspace / form feed
-            out.append("\\\\")
-            i += 1
-        elif d in "ntr":
-            if _is_latex_command(s, i + 1):
-                out.append("\\\\")
-                i += 1
-            else:
-                out.append(c + d)
-                i += 2
-        else:  # invalid JSON escape: \sqrt, \cdot, \(, \Delta, \{ ...
-            out.append("\\\\")
-            i += 1
-    return "".join(out)
+    return _TOKEN.sub(_repair_token, s)
 
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
@@ -156,36 +103,18 @@ def _strip_reasoning(text: str) -> str:
 def _balanced_objects(text: str) -> tuple[list[str], bool]:
     """Top-level ``{...}`` spans (string-aware); and whether an object was left open (truncated)."""
     spans: list[str] = []
-    i, n = 0, len(text)
-    truncated = False
-    while i < n:
-        start = text.find("{", i)
-        if start == -1:
-            break
-        depth, j, in_str = 0, start, False
-        while j < n:
-            c = text[j]
-            if in_str:
-                if c == "\\":
-                    j += 2
-                    continue
-                if c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
-        if j >= n:
-            truncated = True
-            break
-        spans.append(text[start : j + 1])
-        i = j + 1
-    return spans, truncated
+    i = 0
+    while (start := text.find("{", i)) != -1:
+        depth = 0
+        for m in _BRACE_OR_STRING.finditer(text, start):
+            depth += {"{": 1, "}": -1}.get(m.group(), 0)
+            if depth == 0:
+                spans.append(text[start : m.end()])
+                i = m.end()
+                break
+        else:
+            return spans, True
+    return spans, False
 
 
 def _loads(candidate: str) -> Any:
@@ -239,6 +168,3 @@ def parse_json_object(text: str, required: tuple[str, ...] | list[str] = ()) -> 
     if not candidates:
         raise JSONParseError("no_json", "no JSON object in the text")
     raise JSONParseError("invalid_json", last_error or "no candidate parsed to an object")
-
-
-__all__ = ["JSONParseError", "parse_json_object", "repair_json_text"]

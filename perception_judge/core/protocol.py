@@ -1,24 +1,15 @@
-"""The judge protocol shared by training and evaluation: prompt → rendered generation prompt → completion → scores.
+"""The judge protocol shared by training and evaluation: prompt -> rendered generation prompt -> completion -> scores.
 
-Three protocols:
+Protocols: ``batch`` (N >= 2 responses as Assistant 1..N, one distinct integer score 1-10 each), ``pair`` (two
+responses, two scores), ``single`` (one response, one score). Every protocol asks for step-by-step reasoning inside
+``<think>…</think>`` first, then one ``<answer>score</answer>`` tag per response, in order. Messages are trl
+conversational messages whose content is always a list of blocks, with bare ``{"type": "image"}`` placeholders
+that trl (training) or our backends (evaluation) fill with the images in order.
 
-* ``batch``  — N >= 2 responses shown as Assistant 1..N; one distinct integer score 1-10 per response.
-* ``pair``   — two responses, two scores.
-* ``single`` — one response, one score.
-
-Every protocol asks for step-by-step reasoning inside ``<think>…</think>`` first, then one
-``<answer>score</answer>`` tag per response, in order. Messages are trl conversational messages whose content
-is always a list of blocks, with bare ``{"type": "image"}`` placeholders that trl (training) or our backends
-(evaluation) fill with the images in order.
-
-:func:`render_generation_prompt` is the single place where a prompt becomes model input text. It appends
-``<think>\\n`` when the model's chat template does not already open a think block (Qwen3-VL-Thinking templates
-do; Qwen2.5-VL / Flex-VL templates do not). It does so by installing the prefix into the processor's chat
-template (:func:`prepare_processor`), so trl's own ``apply_chat_template`` call during GRPO produces the
-identical string: training and evaluation prompts cannot drift apart.
-
-:func:`parse_scores` is the single parser. It reads only the final answer: tags inside the reasoning are
-ignored.
+:func:`render_generation_prompt` is the one place where a prompt becomes model input text: it installs a
+``<think>\n`` prefill into the processor's chat template when the template does not open a think block itself
+(:func:`prepare_processor`), so trl's own ``apply_chat_template`` during GRPO renders the identical string.
+:func:`parse_scores` is the one parser; it reads only the final answer (tags inside the reasoning are ignored).
 """
 
 from __future__ import annotations
@@ -27,15 +18,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from perception_judge.core.schema import MAX_SCORE, MIN_SCORE, PROTOCOLS, SLOTS, validate_protocol
+from perception_judge.core.schema import MAX_SCORE, MIN_SCORE, SLOTS, validate_protocol
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 THINK_PREFIX = "<think>\n"
-
-# ----------------------------------------------------------------------------------------------------------
-# Prompt builders (our wording)
-# ----------------------------------------------------------------------------------------------------------
 
 _ROLE = (
     "You are a careful, impartial judge of answers written by AI assistants. Some questions come with an image; "
@@ -49,6 +36,7 @@ _CRITERIA = (
 )
 _NEUTRAL = "Do not let the length or the writing style of an answer sway you."
 _NEUTRAL_ORDER = "Do not let the order in which the answers appear, their length or their style sway you."
+_DISTINCT = "Give every answer a different score, so that the scores rank the answers from best to worst."
 _FORMAT = (
     "Write your step-by-step reasoning inside <think> </think> first. After </think>, write {what} and nothing "
     "else, for example: <think> ... </think>{example}"
@@ -67,20 +55,12 @@ def system_prompt(protocol: str, n: int) -> str:
         task = "You will see a question and one assistant's answer. Score the answer."
         fmt = _FORMAT.format(what="its score in one <answer> </answer> tag", example=_example(1))
         return " ".join([_ROLE, task, _CRITERIA, _NEUTRAL, fmt])
-    if protocol == "pair":
-        task = "You will see a question and the answers of two assistants. Score each answer."
-        fmt = _FORMAT.format(
-            what="the two scores, one <answer> </answer> tag per assistant in the order they appear",
-            example=_example(2),
-        )
-        return " ".join([_ROLE, task, _CRITERIA, _NEUTRAL_ORDER, fmt])
-    task = f"You will see a question and the answers of {n} assistants. Score each answer."
-    distinct = "Give every answer a different score, so that the scores rank the answers from best to worst."
-    fmt = _FORMAT.format(
-        what=f"the {n} scores, one <answer> </answer> tag per assistant in the order they appear",
-        example=_example(n),
+    count, n, rules = ("two", 2, []) if protocol == "pair" else (str(n), n, [_DISTINCT])
+    task = f"You will see a question and the answers of {count} assistants. Score each answer."
+    what = f"the {count} scores, one <answer> </answer> tag per assistant in the order they appear"
+    return " ".join(
+        [_ROLE, task, _CRITERIA, *rules, _NEUTRAL_ORDER, _FORMAT.format(what=what, example=_example(n))]
     )
-    return " ".join([_ROLE, task, _CRITERIA, distinct, _NEUTRAL_ORDER, fmt])
 
 
 def expected_scores(protocol: str, n_responses: int) -> int:
@@ -89,14 +69,17 @@ def expected_scores(protocol: str, n_responses: int) -> int:
     return 1 if protocol == "single" else n_responses
 
 
+_N_RESPONSES = {
+    "single": (1, 1, "exactly one response"),
+    "pair": (2, 2, "exactly two responses"),
+    "batch": (2, len(SLOTS), f"2..{len(SLOTS)} responses"),
+}
+
+
 def _check_responses(protocol: str, responses: list[str]) -> None:
-    n = len(responses)
-    if protocol == "single" and n != 1:
-        raise ValueError(f"the single protocol judges exactly one response, got {n}")
-    if protocol == "pair" and n != 2:
-        raise ValueError(f"the pair protocol judges exactly two responses, got {n}")
-    if protocol == "batch" and not 2 <= n <= len(SLOTS):
-        raise ValueError(f"the batch protocol judges 2..{len(SLOTS)} responses, got {n}")
+    lo, hi, what = _N_RESPONSES[protocol]
+    if not lo <= len(responses) <= hi:
+        raise ValueError(f"the {protocol} protocol judges {what}, got {len(responses)}")
     for i, r in enumerate(responses):
         if not isinstance(r, str):
             raise TypeError(f"response {i + 1} is {type(r).__name__}, expected str")
@@ -162,17 +145,9 @@ def build_messages(
 
 def count_image_placeholders(messages: list[dict[str, Any]], block_type: str = "image") -> int:
     """Image blocks in messages: ``{"type": "image"}`` placeholders, or ``"image_url"`` parts of an OpenAI request."""
-    n = 0
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            n += sum(1 for part in content if isinstance(part, dict) and part.get("type") == block_type)
-    return n
+    blocks = [part for m in messages if isinstance(m.get("content"), list) for part in m["content"]]
+    return sum(1 for part in blocks if isinstance(part, dict) and part.get("type") == block_type)
 
-
-# ----------------------------------------------------------------------------------------------------------
-# Rendering: the one generation-prompt renderer
-# ----------------------------------------------------------------------------------------------------------
 
 _THINK_SUFFIX_JINJA = "{% if add_generation_prompt %}{{ '<think>\\n' }}{% endif %}"
 _PROBE = [{"role": "user", "content": [{"type": "text", "text": "probe"}]}]
@@ -238,10 +213,6 @@ def render_generation_prompt(
     return processing_class.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Parsing: the one score parser
-# ----------------------------------------------------------------------------------------------------------
-
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _INT_RE = re.compile(r"[0-9]+")
 _FORMAT_TAIL_RE = re.compile(r"\s*(?:<answer>\s*[0-9]+\s*</answer>\s*)+")
@@ -274,15 +245,10 @@ def final_answer_part(
     if not isinstance(text, str):
         return None, "completion is not text"
     if THINK_CLOSE in text:
-        final = text.rsplit(THINK_CLOSE, 1)[1]
-        if THINK_OPEN in final:
-            return None, "unclosed <think> block"
-        return final, None
-    if THINK_OPEN in text:
+        text = text.rsplit(THINK_CLOSE, 1)[1]
+    elif think_open and reasoning is None:
         return None, "unclosed <think> block"
-    if think_open and reasoning is None:
-        return None, "unclosed <think> block"
-    return text, None
+    return (None, "unclosed <think> block") if THINK_OPEN in text else (text, None)
 
 
 def parse_scores(text: str, n: int, reasoning: str | None = None, think_open: bool = False) -> ParseResult:
@@ -310,8 +276,7 @@ def parse_scores(text: str, n: int, reasoning: str | None = None, think_open: bo
             return ParseResult(None, f"not an integer score: {shown!r}", final)
         if len(value) > 4 or not MIN_SCORE <= int(value) <= MAX_SCORE:  # never int() a 10,000-digit string
             return ParseResult(None, f"score {shown} outside {MIN_SCORE}-{MAX_SCORE}", final)
-        score = int(value)
-        scores.append(score)
+        scores.append(int(value))
     return ParseResult(scores, None, final)
 
 
@@ -323,39 +288,15 @@ def format_ok(text: str, n: int, reasoning: str | None = None, think_open: bool 
     """
     if not isinstance(text, str):
         return False
-    if reasoning is None:
+    if reasoning is not None:  # the reasoning came separately: the text is the final answer alone
+        if THINK_OPEN in text or THINK_CLOSE in text:
+            return False
+        tail = text
+    else:
         if text.count(THINK_CLOSE) != 1:
             return False
         head, tail = text.split(THINK_CLOSE)
         opens = head.count(THINK_OPEN)
-        if think_open:
-            if opens != 0:
-                return False
-        elif opens != 1 or not head.lstrip().startswith(THINK_OPEN):
+        if opens != (0 if think_open else 1) or not (think_open or head.lstrip().startswith(THINK_OPEN)):
             return False
-    else:
-        if THINK_OPEN in text or THINK_CLOSE in text:
-            return False
-        tail = text
-    if not _FORMAT_TAIL_RE.fullmatch(tail):
-        return False
-    return parse_scores(tail, n).ok
-
-
-__all__ = [
-    "PROTOCOLS",
-    "THINK_PREFIX",
-    "ParseResult",
-    "build_messages",
-    "count_image_placeholders",
-    "expected_scores",
-    "final_answer_part",
-    "format_ok",
-    "opens_think_block",
-    "parse_scores",
-    "prepare_processor",
-    "render_generation_prompt",
-    "system_prompt",
-    "template_opens_think",
-    "user_text",
-]
+    return bool(_FORMAT_TAIL_RE.fullmatch(tail)) and parse_scores(tail, n).ok

@@ -55,7 +55,6 @@ def read_run(run_dir: str | os.PathLike[str]) -> RunInfo:
     tuning = raw.get("tuning", "full")
     if tuning not in ("full", "lora"):
         raise ValueError(f"{str(path)!r}: tuning must be 'full' or 'lora', got {tuning!r}")
-    policy = raw.get("pixel_policy") or {}
     train_set = raw.get("train_set")
     if (
         train_set
@@ -70,7 +69,7 @@ def read_run(run_dir: str | os.PathLike[str]) -> RunInfo:
         model_type=str(raw.get("model_type", "")),
         tuning=tuning,
         think_prefix=str(raw.get("think_prefix", "auto")),
-        pixel_policy=PixelPolicy(**policy) if policy else PixelPolicy(),
+        pixel_policy=PixelPolicy(**(raw.get("pixel_policy") or {})),
         train_set=train_set,
         raw=raw,
     )
@@ -89,10 +88,11 @@ def write_run_info(output_dir: str | os.PathLike[str], info: dict[str, Any]) -> 
 
 def list_checkpoints(output_dir: str | os.PathLike[str]) -> list[str]:
     """``checkpoint-N`` folders of a run, by step."""
-    folder = Path(output_dir)
-    if not folder.is_dir():
-        return []
-    found = [p.name for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    found = [
+        p.name
+        for p in Path(output_dir).glob("checkpoint-*")
+        if p.is_dir() and p.name.split("-")[-1].isdigit()
+    ]
     return sorted(found, key=lambda n: int(n.split("-")[-1]))
 
 

@@ -96,9 +96,7 @@ def validate_order(order: str, n: int | None = None) -> str:
 def validate_ground_truth(protocol: str, ground_truth: Any) -> str:
     """Check a training row's protocol and ground truth: a verdict (``single``), an order string of two slots
     (``pair``) or of any length (``batch``). Raises ``ValueError`` saying what is wrong."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}")
-    if protocol == "single":
+    if validate_protocol(protocol) == "single":
         if ground_truth not in VERDICTS:
             raise ValueError(f"single-protocol ground truth must be one of {VERDICTS}, got {ground_truth!r}")
     else:
@@ -129,11 +127,6 @@ def ground_truth_for(protocol: str, kinds: list[str] | tuple[str, ...]) -> str:
             raise ValueError(f"a single-protocol row holds one response, got kinds {list(kinds)}")
         return VERDICT_CORRECT if kinds[0] == "r_c" else VERDICT_INCORRECT
     return order_from_kinds(kinds)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# PPJD builder types
-# --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -187,12 +180,11 @@ class PPJDRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PPJDRecord:
-        names = {f.name for f in dataclasses.fields(cls)}
-        missing = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING} - set(d)
-        missing -= {f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING}
-        if missing:
+        fields = dataclasses.fields(cls)
+        required = {f.name for f in fields if f.default is f.default_factory is dataclasses.MISSING}
+        if missing := required - set(d):
             raise ValueError(f"PPJD record {d.get('key', '?')!r} lacks {sorted(missing)}")
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields}})
 
 
 @dataclass
@@ -208,11 +200,6 @@ class Failure:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Judge requests (evaluation backends; the trainer builds the same prompts through perception_judge.core.protocol)
-# --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass

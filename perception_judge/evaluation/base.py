@@ -1,39 +1,29 @@
-"""The evaluation contracts: judge backends, score parsers, suites and their results.
+"""The evaluation contracts and the one judge loop.
 
-Backend
-    ``JudgeBackend.judge(requests, sampling) -> list[JudgeResult]`` (same order as the requests). Every
-    backend renders prompts with :func:`perception_judge.core.protocol.render_generation_prompt` (local models) or
-    sends the same messages to a server, applies the run's :class:`~perception_judge.core.images.PixelPolicy`, and
-    parses completions with the parser the request names (:data:`PARSERS`). A failed call gives
-    :func:`error_result` (no text, an error starting with :data:`BACKEND_ERROR_PREFIX`; see
-    :func:`is_backend_error`), never an exception; backends that seed per request use :func:`request_seed`.
-
-Suite
-    A function ``run(backend, config: SuiteConfig) -> SuiteResult`` registered in :data:`SUITES` as
-    ``"module:function"`` (imported lazily, so a suite's dependencies load only when it runs). Metrics are
-    flat ``{name: float | None}``; ``None`` means "no data" (never a silent 0.0). Every metric name states its
-    protocol where the protocol matters (e.g. ``pair_acc_with_tie``, with ``SuiteResult.protocol`` saying how
-    seeds were aggregated).
+A backend (:class:`JudgeBackend`) turns judge requests into results, parsing completions with the parser each
+request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite is a
+function ``run(backend, config: SuiteConfig) -> SuiteResult`` registered in :data:`SUITES` (imported lazily):
+it builds its requests, judges them with :func:`judge_items` and computes flat ``{name: float | None}`` metrics
+(``None`` = no data, never a silent 0.0) whose meaning it declares (:class:`Metric`, :func:`metric_hints`).
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import importlib
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy, load_image
+from perception_judge.core.io import atomic_open
 from perception_judge.core.protocol import count_image_placeholders, parse_scores
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
-
-# --------------------------------------------------------------------------------------------------------------
-# Parsers: name -> f(text, n, reasoning) -> (scores | None, error | None)
-# --------------------------------------------------------------------------------------------------------------
 
 ParserFn = Callable[[str, int, "str | None"], "tuple[list[float] | None, str | None]"]
 
@@ -46,8 +36,7 @@ def _protocol_parser(
 
 
 PARSERS: dict[str, ParserFn] = {"protocol": _protocol_parser}
-"""Score parsers by name. The evaluation package registers more (e.g. the MM-JudgeBias ``### Score:`` parser)
-with :func:`register_parser`."""
+"""Score parsers by name: ``f(text, n, reasoning) -> (scores | None, error | None)``."""
 
 _BUILTIN_PARSERS: dict[str, str] = {
     "mmjb": "perception_judge.evaluation.bias.prompts:parse_mmjb",
@@ -58,16 +47,11 @@ _BUILTIN_PARSERS: dict[str, str] = {
 """Parsers shipped with the evaluation package, registered on first use (so any backend can parse them)."""
 
 
-def register_parser(name: str, fn: ParserFn) -> ParserFn:
-    PARSERS[name] = fn
-    return fn
-
-
 def get_parser(name: str) -> ParserFn:
     """A parser by name (built-in ones are imported on first use); clear error for unknown names."""
     if name not in PARSERS and name in _BUILTIN_PARSERS:
         module, attr = _BUILTIN_PARSERS[name].split(":")
-        register_parser(name, getattr(importlib.import_module(module), attr))
+        PARSERS[name] = getattr(importlib.import_module(module), attr)
     if name not in PARSERS:
         raise KeyError(f"unknown parser {name!r}; known: {sorted(set(PARSERS) | set(_BUILTIN_PARSERS))}")
     return PARSERS[name]
@@ -110,8 +94,7 @@ def is_greedy(sampling: Sampling) -> bool:
 
 def request_sampling(sampling: Sampling, request_id: str) -> dict[str, Any]:
     """The sampling of one request as vLLM and OpenAI-compatible servers take it: ``temperature`` (0 when
-    greedy), ``top_p`` (1 when greedy or unset), ``max_tokens`` and the per-request ``seed``
-    (:func:`request_seed`)."""
+    greedy), ``top_p`` (1 when greedy or unset), ``max_tokens`` and the per-request ``seed``."""
     greedy = is_greedy(sampling)
     return {
         "temperature": 0.0 if greedy else float(sampling.temperature),
@@ -139,32 +122,53 @@ def prepare_each(
     return failed, ready
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Progress bars
-# --------------------------------------------------------------------------------------------------------------
-
-LOWER_IS_BETTER_PARTS: tuple[str, ...] = (
-    "fail_rate",
-    "failure_rate",
-    "error_rate",
-    "tied_scores_rate",
-    "pred_tie_rate",
-    "levenshtein",
-    "distance",
-    "padded_preferred_rate",
-    "flip_rate_to_padded",
-    "_abs",
-    "_var",
+_LOWER_IS_BETTER = re.compile(
+    "fail_rate|failure_rate|error_rate|tied_scores_rate|pred_tie_rate|levenshtein|distance|padded_preferred_rate"
+    "|flip_rate_to_padded|_abs|_var"
 )
-"""Name parts of the metrics where lower is better (failures, errors, ties, distances, variances, absolute
-deviations, the verbosity suite's preference for padding); every other metric is higher-better unless its suite
-declares otherwise (``protocol["lower_is_better"]`` / ``["higher_is_better"]``)."""
+"""Name parts of the metrics where lower is better: failures, errors, ties, distances, variances, magnitudes of
+a bias, the verbosity suite's preference for padding."""
 
 
 def lower_is_better(metric: str) -> bool:
-    """Whether lower values of ``metric`` are better, by its name (:data:`LOWER_IS_BETTER_PARTS`): the one rule the
-    suites' report hints and the report's model ranking share."""
-    return any(part in metric for part in LOWER_IS_BETTER_PARTS)
+    """Whether lower values of ``metric`` are better, by its name (:data:`_LOWER_IS_BETTER`): the report's
+    fallback for metrics that no suite declared (:func:`metric_hints`)."""
+    return bool(_LOWER_IS_BETTER.search(metric))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a reader needs to know of a metric, declared next to it (as lm-evaluation-harness does): its
+    direction, the value an unbiased judge reaches when that is not an extreme (``ideal``), and the value of a
+    judge that guesses (``chance``)."""
+
+    higher_is_better: bool = True
+    ideal: float | None = None
+    chance: float | None = None
+
+
+LOWER = Metric(higher_is_better=False)
+
+
+def metric_hints(
+    metrics: Iterable[str], declared: dict[str, Metric], primary: str | None = None
+) -> dict[str, Any]:
+    """The protocol keys the report reads, from the declared metrics: ``lower_is_better`` (names),
+    ``ideal_values`` and ``chance`` (``{name: value}``, when any) and ``primary_metric`` (when reported). A
+    reported name is declared by its full name or by one of its dot-separated parts
+    (``mean.pair.acc_with_tie.micro`` by ``acc_with_tie``)."""
+    names = list(metrics)
+    info = {
+        m: declared.get(m) or next((declared[p] for p in m.split(".") if p in declared), None) for m in names
+    }
+    out: dict[str, Any] = {"lower_is_better": [m for m, i in info.items() if i and not i.higher_is_better]}
+    for key, attr in (("ideal_values", "ideal"), ("chance", "chance")):
+        values = {m: getattr(i, attr) for m, i in info.items() if i and getattr(i, attr) is not None}
+        if values:
+            out[key] = values
+    if primary in names:
+        out["primary_metric"] = primary
+    return out
 
 
 _PROGRESS = {"enabled": True}
@@ -180,11 +184,6 @@ def progress_bar(total: int, desc: str, unit: str = "it", **kwargs: Any) -> Any:
     from perception_judge.core.io import progress_bar as bar
 
     return bar(total, desc, unit, enabled=_PROGRESS["enabled"], **kwargs)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Backends
-# --------------------------------------------------------------------------------------------------------------
 
 
 class JudgeBackend(abc.ABC):
@@ -220,6 +219,21 @@ class JudgeBackend(abc.ABC):
         """Release resources (engines, sessions)."""
 
 
+def _judge(backend: JudgeBackend, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
+    """``backend.judge``, checked: one result per request, in request order."""
+    out = backend.judge(requests, sampling)
+    if len(out) != len(requests):
+        raise RuntimeError(
+            f"backend {backend.name!r} returned {len(out)} results for {len(requests)} requests"
+        )
+    for req, res in zip(requests, out):
+        if res.request_id != req.request_id:
+            raise RuntimeError(
+                f"backend {backend.name!r} returned result {res.request_id!r} in place of {req.request_id!r}"
+            )
+    return out
+
+
 def judge_chunks(
     backend: JudgeBackend,
     requests: Sequence[JudgeRequest],
@@ -233,19 +247,81 @@ def judge_chunks(
     bar = progress_bar(len(requests), desc, unit, leave=False)
     for start in range(0, len(requests), chunk_size):
         part = requests[start : start + chunk_size]
-        out = backend.judge(part, sampling)
-        if len(out) != len(part):
-            raise RuntimeError(
-                f"backend {backend.name!r} returned {len(out)} results for {len(part)} requests"
-            )
-        yield start, out
+        yield start, _judge(backend, part, sampling)
         bar.update(len(part))
     bar.close()
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Suites
-# --------------------------------------------------------------------------------------------------------------
+class SkipItem(Exception):
+    """Raised while building an item's requests: leave the item out and count ``skipped_<reason>``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass
+class Judgement:
+    """One request of one item judged under one seed (``item``: the item's index in the judged sequence)."""
+
+    item: int
+    seed: int
+    meta: dict[str, Any]
+    result: JudgeResult
+
+    @property
+    def variant(self) -> str:
+        return str(self.meta.get("variant", "main"))
+
+
+def judge_items(
+    backend: JudgeBackend,
+    items: Sequence[Any],
+    build: Callable[[Any], list[JudgeRequest]],
+    *,
+    seeds: Sequence[int],
+    sampling: Sampling,
+    chunk_size: int,
+    desc: str,
+    counts: dict[str, int] | None = None,
+) -> list[Judgement]:
+    """The judge loop of every suite: judge every item under every seed (``sampling.seed`` set per seed),
+    ``chunk_size`` items per backend call. An item's requests are built once per chunk (``build(item)``, which
+    loads its images or raises :class:`SkipItem`), and every seed of a chunk is judged before the next chunk is
+    built. Judgements come item by item within a chunk, chunk by chunk, seed by seed within a chunk.
+
+    ``counts`` (updated): ``skipped_<reason>``, ``judgments`` (requests x seeds), ``parse_failures`` (a
+    completion without the required scores) and ``backend_errors`` (the call itself failed: no completion)."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    counts = {} if counts is None else counts
+
+    def count(key: str) -> None:
+        counts[key] = counts.get(key, 0) + 1
+
+    out: list[Judgement] = []
+    bar = progress_bar(len(items), desc, "item", leave=False)
+    for start in range(0, len(items), chunk_size):
+        requests: list[JudgeRequest] = []
+        owners: list[int] = []
+        for i in range(start, min(start + chunk_size, len(items))):
+            try:
+                reqs = build(items[i])
+            except SkipItem as skip:
+                count(f"skipped_{skip.reason}")
+                continue
+            requests += reqs
+            owners += [i] * len(reqs)
+        for seed in seeds if requests else ():
+            results = _judge(backend, requests, dataclasses.replace(sampling, seed=int(seed)))
+            for i, req, res in zip(owners, requests, results):
+                out.append(Judgement(i, int(seed), req.meta, res))
+                count("judgments")
+                if res.scores is None:
+                    count("backend_errors" if is_backend_error(res) else "parse_failures")
+        bar.update(min(chunk_size, len(items) - start))
+    bar.close()
+    return out
 
 
 @dataclass
@@ -271,19 +347,13 @@ class SuiteResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "suite": self.suite,
-            "metrics": self.metrics,
-            "protocol": self.protocol,
-            "counts": self.counts,
-            "samples_path": self.samples_path,
-            "extra": self.extra,
-        }
+        return dataclasses.asdict(self)
 
 
 def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
-    """A suite's per-sample file: one JSON object a line (non-ASCII kept, other types as strings)."""
-    with path.open("w", encoding="utf-8") as f:
+    """A suite's per-sample file, written atomically: one JSON object a line (non-ASCII kept, other types as
+    strings)."""
+    with atomic_open(path, "w", fsync=False) as f:
         for line in lines:
             f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
 

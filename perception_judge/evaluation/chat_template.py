@@ -1,12 +1,8 @@
 """``perception-judge chat-template MODEL``: the chat template a judge is rendered with, for a server.
 
-The ``hf`` and ``vllm`` backends install the ``<think>`` prefill into the processor's template before rendering
-(:func:`perception_judge.core.protocol.prepare_processor`); a server renders the template of the model folder,
-which for a base model does not open the think block (trained checkpoints ship the prefilled one). Serve a judge
-with this template and the ``openai`` backend sees the very prompt the other backends send:
-
-    perception-judge chat-template runs/x/base --out runs/x/judge.jinja
-    python -m vllm.entrypoints.openai.api_server --model runs/x/base --chat-template runs/x/judge.jinja ...
+A server renders the template of the model folder, which for a base model does not open the think block that the
+``hf`` and ``vllm`` backends prefill; serve a judge with this one (``--chat-template judge.jinja``) and the
+``openai`` backend sends the very prompt the other backends render.
 """
 
 from __future__ import annotations

@@ -43,7 +43,6 @@ class Claims:
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="claims-heartbeat")
         self._beat.start()
 
-    # the plan ----------------------------------------------------------------------------------------------
     def pin_plan(self, plan: dict[str, Any]) -> None:
         """Pin ``plan`` for every worker (the first one writes it), or refuse one that differs."""
         path = self.dir / "plan.json"
@@ -61,7 +60,6 @@ class Claims:
                 "every --claim worker needs the same run, config, suites, seeds and models (or another --out)"
             )
 
-    # cells -------------------------------------------------------------------------------------------------
     def _path(self, cell: str) -> Path:
         return self.dir / f"{cell}.claim"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -11,22 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.cli import Command
+from perception_judge.core.options import CommaList, OptionError, Options, parse_set
+from perception_judge.core.schema import Sampling
 
 log = logging.getLogger("perception_judge.eval")
 
 DESCRIPTION = """\
-Evaluate multimodal judges.
-
-  perception-judge eval sweep RUN_DIR --suites bias,perception
-      evaluate the base model and every checkpoint (full weights or LoRA adapter) of a training run; re-running
-      skips finished cells (model x suite x seed). Writes RUN_DIR/eval/ (or --out): cells/, results.csv,
-      results.json, report.md, report.json, plots/*.png.
-  perception-judge eval run --model NAME=PATH [--model ...] --suites bias --out DIR
-      evaluate and compare any judges (local folders, adapters, an OpenAI-compatible server, scripted judges).
-  perception-judge eval report DIR
-      re-render report.md / report.json / plots from an evaluation folder.
-  perception-judge eval list
-      the registered suites and the nine bias types.
+Evaluate multimodal judges. `eval sweep RUN_DIR` evaluates the base model and every checkpoint (full weights or
+LoRA adapter) of a training run into RUN_DIR/eval/ (cells/, results.csv, results.json, report.md, report.json,
+plots/); `eval run --model NAME=PATH ... --out DIR` compares any judges (local folders, adapters, an
+OpenAI-compatible server, scripted judges). Re-running skips finished cells (model x suite x seed).
 
 Suites: bias (MM-JudgeBias compositional biases), perception (held-out PPJD: r_c vs its counterfactuals), and
 the judge benchmarks (mllm_judge, vlrewardbench, mjbench, position, verbosity, self_enhancement).
@@ -36,7 +29,21 @@ are set with --set SUITE.KEY=VALUE (values are YAML: --set bias.n_per_type=8 --s
 --set sampling.KEY=VALUE and --set backend.KEY=VALUE work too. See docs/evaluation.md.
 """
 
-CONFIG_KEYS = {"suites", "seeds", "limit", "sampling", "backend", "options", "models", "out", "models_filter"}
+
+class JobConfig(Options):
+    """An eval job YAML (``--config``). ``backend`` holds ``kind`` and that kind's options (checked by
+    :func:`perception_judge.evaluation.backends.backend_kwargs`), ``options`` each suite's options (checked by the
+    suite), ``models`` the judges of ``eval run``; ``sampling.seed`` is ignored (seeds come from ``seeds``)."""
+
+    suites: CommaList | None = None
+    seeds: list[int] | None = None
+    limit: int | None = None
+    sampling: Sampling = Sampling()
+    backend: dict[str, Any] | None = None
+    options: dict[str, dict[str, Any] | None] | None = None
+    models: list[dict[str, Any]] | None = None
+    out: str | None = None
+    models_filter: CommaList | None = None
 
 
 def _csv(value: str) -> list[str]:
@@ -147,19 +154,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="list suites and bias types")
 
 
-# --------------------------------------------------------------------------------------------------------------
-
-
-def parse_value(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
 def load_config(path: Path | None) -> dict[str, Any]:
+    """The eval job YAML at ``path`` (checked against :class:`JobConfig`), as a mapping; ``{}`` without one."""
     if path is None:
         return {}
     import yaml
@@ -169,62 +165,59 @@ def load_config(path: Path | None) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ValueError(f"eval config {str(path)!r} must be a mapping")
-    unknown = set(data) - CONFIG_KEYS
-    if unknown:
-        raise ValueError(
-            f"eval config {str(path)!r}: unknown key(s) {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}"
-        )
+    try:
+        JobConfig.parse(data, "", what="key(s)")
+    except OptionError as e:
+        raise OptionError(f"eval config {str(path)!r}: {e}") from None
     return data
 
 
 def apply_sets(cfg: dict[str, Any], sets: list[str]) -> dict[str, Any]:
-    """Apply ``SUITE.KEY=VALUE`` / ``sampling.KEY=VALUE`` / ``backend.KEY=VALUE`` overrides in place."""
+    """Apply ``SUITE.KEY=VALUE`` / ``sampling.KEY=VALUE`` / ``backend.KEY=VALUE`` overrides in place (a longer
+    dotted KEY reaches into a nested mapping: ``backend.pixel_policy.size=56``)."""
     from perception_judge.evaluation.base import SUITES
 
     for item in sets:
-        key, sep, raw = item.partition("=")
-        head, dot, rest = key.strip().partition(".")
-        if not sep or not dot or not rest:
+        (head, *keys), value = parse_set(item)
+        if not keys:
             raise ValueError(
                 f"--set {item!r}: expected SUITE.KEY=VALUE (or sampling.KEY=VALUE, backend.KEY=VALUE)"
             )
-        value = parse_value(raw)
         if head in ("sampling", "backend"):
-            cfg.setdefault(head, {})[rest] = value
+            target = cfg.setdefault(head, {})
         elif head in SUITES:
-            cfg.setdefault("options", {}).setdefault(head, {})[rest] = value
+            target = cfg.setdefault("options", {}).setdefault(head, {})
         else:
             raise ValueError(
                 f"--set {item!r}: {head!r} is neither a suite ({', '.join(SUITES)}) nor sampling/backend"
             )
+        for key in keys[:-1]:
+            if target.get(key) is None:
+                target[key] = {}
+            target = target[key]
+            if not isinstance(target, dict):
+                raise ValueError(f"--set {item!r}: {key!r} does not hold a mapping")
+        target[keys[-1]] = value
     return cfg
 
 
 def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> Any:
-    from perception_judge.core.schema import Sampling
+    """The :class:`~perception_judge.evaluation.sweep.EvalPlan` of a job config (after ``--set``) and the flags,
+    which win over the file."""
+    from perception_judge.evaluation.backends import backend_kwargs, backend_options
     from perception_judge.evaluation.sweep import EvalPlan
 
-    sampling_d = dict(cfg.get("sampling") or {})
-    for flag, key in (
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("top_k", "top_k"),
-        ("max_new_tokens", "max_new_tokens"),
-    ):
-        if getattr(args, flag, None) is not None:
-            sampling_d[key] = getattr(args, flag)
-    if sampling_d.get("top_k") == 0:
-        sampling_d["top_k"] = None
-    fields = {f.name for f in dataclasses.fields(Sampling)}
-    bad = set(sampling_d) - fields
-    if bad:
-        raise ValueError(f"unknown sampling key(s) {sorted(bad)}; known: {sorted(fields)}")
-    sampling_d.pop("seed", None)  # seeds come from --seeds / seeds:
-    backend = dict(cfg.get("backend") or {})
+    sampling = dict(cfg.get("sampling") or {})
+    for key in ("temperature", "top_p", "top_k", "max_new_tokens"):
+        if getattr(args, key, None) is not None:
+            sampling[key] = getattr(args, key)
+    if sampling.get("top_k") == 0:
+        sampling["top_k"] = None
+    sampling.pop("seed", None)  # seeds come from --seeds / seeds:
+    job = JobConfig.parse({**cfg, "sampling": sampling}, "", what="key(s) in the eval config")
+    backend = dict(job.backend or {})
     if args.backend and args.backend != backend.get("kind", "hf"):
         # the config's block is another kind's: keep only the keys the chosen kind takes too
-        from perception_judge.evaluation.backends import backend_options
-
         takes = backend_options(args.backend)
         dropped = sorted(k for k in backend if k != "kind" and k not in takes)
         if dropped:
@@ -242,16 +235,15 @@ def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> 
         backend.setdefault("progress", False)
     if backend["kind"] in ("vllm", "scripted"):
         backend.pop("progress", None)
-    suites = args.suites or cfg.get("suites") or ["bias", "perception"]
-    seeds = args.seeds or cfg.get("seeds") or [0]
-    limit = args.limit if args.limit is not None else cfg.get("limit")
+    # refuse unknown keys and bad values now (think_prefix: `eval run` takes it for the plan)
+    backend_kwargs({k: v for k, v in backend.items() if k != "think_prefix"})
     return EvalPlan(
-        suites=list(suites),
+        suites=list(args.suites or job.suites or ["bias", "perception"]),
         out_dir=out_dir,
-        seeds=[int(s) for s in seeds],
-        sampling=Sampling(**sampling_d),
-        limit=limit,
-        options={k: dict(v or {}) for k, v in (cfg.get("options") or {}).items()},
+        seeds=list(args.seeds or job.seeds or [0]),
+        sampling=job.sampling,
+        limit=args.limit if args.limit is not None else job.limit,
+        options={k: dict(v or {}) for k, v in (job.options or {}).items()},
         backend=backend,
         force=args.force,
     )
@@ -265,16 +257,12 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
     for c in outcome.cells:
         if c.get("status") == "failed":
             print(f"  FAILED {c['cell']}: {c.get('error')}", file=sys.stderr)
-
-
-def _summary_line(out_dir: Path) -> None:
     path = out_dir / "report.json"
-    if path.is_file():
-        s = json.loads(path.read_text()).get("summary", {})
-        if s.get("best") and s.get("all_tied"):
-            print(f"no model stands out: all tie on every primary metric (tie-break pick: {s['best']})")
-        elif s.get("best"):
-            print(f"best model: {s['best']}  ({s.get('criterion')})")
+    s = json.loads(path.read_text()).get("summary", {}) if path.is_file() else {}
+    if s.get("best") and s.get("all_tied"):
+        print(f"no model stands out: all tie on every primary metric (tie-break pick: {s['best']})")
+    elif s.get("best"):
+        print(f"best model: {s['best']}  ({s.get('criterion')})")
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -284,11 +272,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     run = read_run(args.run_dir)
     out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else run.run_dir / "eval")
     plan = build_plan(args, cfg, out_dir)
-    models = args.models or cfg.get("models_filter")
     outcome, _ = sweep(
         run.run_dir,
         plan,
-        models=models,
+        models=args.models or cfg.get("models_filter"),
         report=not args.no_report,
         progress=not args.quiet,
         claim=args.claim,
@@ -300,9 +287,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             f"cells: {outcome.done} run by this worker, {outcome.skipped} already done, {outcome.elsewhere} held by "
             f"other workers, {outcome.failed} failed; `perception-judge eval collect {out_dir}` writes the tables"
         )
-        return 1 if outcome.failed else 0
-    _print_outcome(outcome, out_dir, not args.no_report)
-    _summary_line(out_dir)
+    else:
+        _print_outcome(outcome, out_dir, not args.no_report)
     return 1 if outcome.failed else 0
 
 
@@ -314,9 +300,8 @@ def run_collect(args: argparse.Namespace) -> int:
         if state[what]:
             shown = ", ".join(state[what][:10]) + (" ..." if len(state[what]) > 10 else "")
             print(f"{len(state[what])} cell(s) {what}: {shown}", file=sys.stderr)
-    incomplete = state["missing"] or state["failed"]
     print(f"wrote {args.eval_dir}/results.csv, results.json" + ("" if args.no_report else ", report.md"))
-    return 1 if incomplete else 0
+    return 1 if state["missing"] or state["failed"] else 0
 
 
 def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> list[Any]:
@@ -329,14 +314,16 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
                 f"config models[{i}] must be a mapping with 'model' (and optional name, adapter, step)"
             )
         name = str(m.get("name") or Path(str(m.get("model") or m.get("fn"))).name)
-        spec = {k: v for k, v in m.items() if k not in ("name", "step")}
-        entries.append(ModelEntry(name, m.get("step"), "model", spec))
+        entries.append(
+            ModelEntry(
+                name, m.get("step"), "model", {k: v for k, v in m.items() if k not in ("name", "step")}
+            )
+        )
     for item in args.models:
         name, sep, target = item.partition("=")
         if not sep:
             name, target = Path(item.rstrip("/")).name or item, item
-        key = "fn" if kind == "scripted" else "model"
-        spec: dict[str, Any] = {key: target}
+        spec: dict[str, Any] = {"fn" if kind == "scripted" else "model": target}
         if args.adapter:
             spec["adapter"] = args.adapter
         if args.base_model:
@@ -367,20 +354,23 @@ def run_eval(args: argparse.Namespace) -> int:
         policy["mode"] = args.pixel_mode
     if args.pixel_size:
         policy["size"] = args.pixel_size
-    plan.pixel_policy = PixelPolicy(**policy) if policy else PixelPolicy()
+    plan.pixel_policy = PixelPolicy(**policy)
     plan.think_prefix = args.think_prefix or plan.backend.pop("think_prefix", None) or "auto"
-    entries = _model_entries(args, cfg, plan.backend["kind"])
-    outcome, _ = evaluate(entries, plan, report=not args.no_report, progress=not args.quiet)
+    outcome, _ = evaluate(
+        _model_entries(args, cfg, plan.backend["kind"]),
+        plan,
+        report=not args.no_report,
+        progress=not args.quiet,
+    )
     _print_outcome(outcome, out_dir, not args.no_report)
-    _summary_line(out_dir)
     return 1 if outcome.failed else 0
 
 
 def run_report(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.report import write_report
-    from perception_judge.evaluation.sweep import write_results
+    from perception_judge.evaluation.results import CELLS_DIR, write_results
 
-    if not (args.eval_dir / "cells").is_dir():
+    if not (args.eval_dir / CELLS_DIR).is_dir():
         raise FileNotFoundError(f"{str(args.eval_dir)!r} has no cells/ folder: not an evaluation folder")
     if not (args.eval_dir / "results.json").is_file():
         write_results(args.eval_dir)
@@ -405,40 +395,35 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _quiet() -> None:
+    from datasets.utils.logging import disable_progress_bar
+    from transformers.utils import logging as hf_logging
+
     from perception_judge.evaluation.base import set_progress
 
     set_progress(False)
-    try:
-        from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    disable_progress_bar()
 
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from datasets.utils.logging import disable_progress_bar
 
-        disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
+ACTIONS = {
+    "sweep": run_sweep,
+    "run": run_eval,
+    "collect": run_collect,
+    "report": run_report,
+    "list": run_list,
+}
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "quiet", False):
+    quiet = getattr(args, "quiet", False)
+    if quiet:
         _quiet()
     logging.basicConfig(
-        level=logging.WARNING if getattr(args, "quiet", False) else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
+        level=logging.WARNING if quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
-    actions = {
-        "sweep": run_sweep,
-        "run": run_eval,
-        "collect": run_collect,
-        "report": run_report,
-        "list": run_list,
-    }
     try:
-        return actions[args.action](args)
+        return ACTIONS[args.action](args)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"perception-judge eval {args.action}: error: {msg}", file=sys.stderr)
@@ -446,5 +431,3 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(add_arguments=add_arguments, run=run, description=DESCRIPTION)
-
-__all__ = ["COMMAND", "apply_sets", "build_plan", "load_config"]

@@ -1,14 +1,7 @@
-"""Small offline fixtures for evaluation tests, dry runs and docs: a held-out PPJD split and a fake training run.
-
-Nothing here is used by the evaluation code itself; it builds the *inputs* the suites and sweeps read, in the
-documented formats, independently of the PPJD builder and the trainer:
-
-* :func:`make_validation_set` writes ``validation.parquet`` (the exported training-set format, with records whose
-  three responses r_c / r_rp / r_rp_r are known);
-* :func:`make_fake_run` writes a run folder like ``train_grpo.py`` does: ``perception_judge_run.json``,
-  ``checkpoint-<N>/`` (full weights = the base with perturbed weights, or a LoRA adapter made with peft) plus
-  processor files, the final model or adapter at the root and ``trainer_state.json``.
-"""
+"""Small offline fixtures for evaluation tests, dry runs and docs, in the documented formats and independent of the
+PPJD builder and the trainer: a held-out PPJD split (:func:`make_validation_set`) and a training-run folder as
+``train_grpo.py`` writes it (:func:`make_fake_run`: full-weight checkpoints are the base with perturbed weights,
+LoRA ones random peft adapters)."""
 
 from __future__ import annotations
 
@@ -43,18 +36,13 @@ def validation_records(n: int = 4, seed: int = 0) -> list[dict[str, Any]]:
         d = ImageDraw.Draw(img)
         for j in range(k):
             d.ellipse((4 + j * 12, 18, 14 + j * 12, 28), fill=rgb)
-        out.append(
-            {
-                "key": f"fixture-{seed}-{i}",
-                "question": f"How many {name} circles are in the image?",
-                "image": img,
-                "responses": {
-                    "r_c": f"I count {k} {name} circles in a row. The answer is {k}.",
-                    "r_rp": f"I count {k + 1} {name} circles in a row. The answer is {k + 1}.",
-                    "r_rp_r": f"I count {k + 2} {name} circles, and doubling gives {2 * k + 4}. The answer is {2 * k + 4}.",
-                },
-            }
-        )
+        responses = {
+            "r_c": f"I count {k} {name} circles in a row. The answer is {k}.",
+            "r_rp": f"I count {k + 1} {name} circles in a row. The answer is {k + 1}.",
+            "r_rp_r": f"I count {k + 2} {name} circles, and doubling gives {2 * k + 4}. The answer is {2 * k + 4}.",
+        }
+        question = f"How many {name} circles are in the image?"
+        out.append({"key": f"fixture-{seed}-{i}", "question": question, "image": img, "responses": responses})
     return out
 
 
@@ -74,71 +62,48 @@ def make_validation_set(
         pair = ["r_c", "r_rp"] if rng.random() < 0.5 else ["r_rp", "r_c"]
         single = [rng.choice(RESPONSE_KINDS)]
         for protocol, row_kinds in (("batch", kinds), ("pair", pair), ("single", single)):
-            rows.append(
-                training_row(
-                    protocol,
-                    rec["question"],
-                    rec["responses"],
-                    row_kinds,
-                    [rec["image"]],
-                    rec["key"],
-                    rec["key"],
-                )
-            )
+            args = (rec["question"], rec["responses"], row_kinds, [rec["image"]], rec["key"], rec["key"])
+            rows.append(training_row(protocol, *args))
     ds = rows_to_dataset(rows)
     for split in splits:
         ds.to_parquet(str(folder / f"{split}.parquet"))
     return folder
 
 
-def kinds_by_text(folder_or_records: Any) -> dict[str, str]:
-    """Response text -> kind, for scripted oracles in tests."""
-    recs = folder_or_records if isinstance(folder_or_records, list) else validation_records()
-    return {text: kind for rec in recs for kind, text in rec["responses"].items()}
-
-
-def _copy_processor(src: Path, dst: Path) -> None:
-    for f in src.iterdir():
-        if (
-            f.is_file()
-            and not f.name.endswith(".safetensors")
-            and f.name not in ("config.json", "generation_config.json", "tiny_model.json")
-        ):
-            shutil.copy2(f, dst / f.name)
-
-
-def _save_full(base: Path, dst: Path, seed: int, scale: float) -> None:
+def _save_model(base: Path, dst: Path, seed: int, tuning: str, scale: float) -> None:
+    """The base model with weights perturbed by ``scale`` (full), or a random LoRA adapter on it, plus the
+    processor files of the base."""
     import torch
-    from transformers import AutoModelForImageTextToText
-
-    model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch.float32)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale)
-    dst.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(dst)
-    _copy_processor(base, dst)
-
-
-def _save_lora(base: Path, dst: Path, seed: int) -> None:
-    import torch
-    from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText
 
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch.float32)
-    cfg = LoraConfig(
-        r=4,
-        lora_alpha=8,
-        target_modules=["q_proj", "v_proj"],
-        exclude_modules=r".*visual.*",
-        init_lora_weights=False,
-    )
-    peft_model = get_peft_model(model, cfg)
+    if tuning == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        cfg = LoraConfig(
+            r=4,
+            lora_alpha=8,
+            target_modules=["q_proj", "v_proj"],
+            exclude_modules=r".*visual.*",
+            init_lora_weights=False,
+        )
+        model = get_peft_model(model, cfg)
+    else:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * scale)
     dst.mkdir(parents=True, exist_ok=True)
-    peft_model.save_pretrained(dst)
-    _copy_processor(base, dst)
+    model.save_pretrained(dst)
+    for f in base.iterdir():
+        skip = f.name.endswith(".safetensors") or f.name in (
+            "config.json",
+            "generation_config.json",
+            "tiny_model.json",
+        )
+        if f.is_file() and not skip:
+            shutil.copy2(f, dst / f.name)
 
 
 def make_fake_run(
@@ -152,14 +117,13 @@ def make_fake_run(
     think_prefix: str = "auto",
     scale: float = 0.02,
 ) -> Path:
-    """A training-run folder in the trainer's layout (see the module docstring)."""
-    run_dir = Path(run_dir)
+    """A training-run folder in the trainer's layout: the run file, ``checkpoint-<N>/`` with processor files, the
+    final model or adapter at the root and ``trainer_state.json``."""
+    run_dir, base = Path(run_dir), Path(base_model)
     run_dir.mkdir(parents=True, exist_ok=True)
-    base = Path(base_model)
-    model_type = json.loads((base / "config.json").read_text()).get("model_type", "")
     info = {
         "base_model": str(base),
-        "model_type": model_type,
+        "model_type": json.loads((base / "config.json").read_text()).get("model_type", ""),
         "tuning": tuning,
         "think_prefix": think_prefix,
         "pixel_policy": (pixel_policy or PixelPolicy(mode="fixed", size=56, factor=28)).to_dict(),
@@ -168,18 +132,10 @@ def make_fake_run(
     }
     write_run_info(run_dir, info)
     for step in steps:
-        dst = run_dir / f"checkpoint-{step}"
-        (_save_lora(base, dst, step) if tuning == "lora" else _save_full(base, dst, step, scale))
-        (dst / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        _save_model(base, run_dir / f"checkpoint-{step}", step, tuning, scale)
+        (run_dir / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     if final:
         last = max(steps) if steps else 0
-        (
-            _save_lora(base, run_dir, 1000 + last)
-            if tuning == "lora"
-            else _save_full(base, run_dir, 1000 + last, scale)
-        )
+        _save_model(base, run_dir, 1000 + last, tuning, scale)
         (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": last}))
     return run_dir
-
-
-__all__ = ["kinds_by_text", "make_fake_run", "make_validation_set", "validation_records"]

@@ -1,17 +1,11 @@
 """The learnability check of the tiny substrate: can supervised training on the PPJD verdict target teach the demo's
-tiny judge to use the image at all?
+tiny judge to use the image at all? It is the upper bound of what GRPO can reach on the same model and data.
 
-It is the upper bound of what GRPO can reach on the same model and data, so it is checked first (``bench/
-learnability.py``, ``tests/test_learnability.py``, marked slow):
-
-1. build the demo's tiny judge (:func:`perception_judge.tiny_models.make_tiny_model`);
-2. supervised training with the true perceived value as the think and the verdict that follows from it
-   (:func:`perception_judge.tiny_models.supervised_tiny_judge`, ``think_source="truth"``), fresh images every step;
-3. score held-out tiny-world records from another seed with the perception suite's own requests and metrics, greedy,
-   through the ``hf`` backend, once with the real images and once with every image replaced by another record's
-   (``image_control="mismatched"``).
-
-Pass: held-out r_c-vs-r_rp pair accuracy >= 0.95 and the mismatched-image control <= 0.6.
+The demo's tiny judge (:func:`perception_judge.tiny_models.make_tiny_model`) is trained with the true perceived
+value as the think and the verdict that follows from it, fresh images every step; held-out records of another seed
+are then scored greedily through the ``hf`` backend with the perception suite's requests and metrics, once with the
+real images and once with every image replaced by another record's (``image_control="mismatched"``). Pass:
+held-out r_c-vs-r_rp pair accuracy >= 0.95 and the mismatched-image control <= 0.6.
 """
 
 from __future__ import annotations
@@ -20,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.io import atomic_write_text
 from perception_judge.core.schema import DEFAULT_TAU
 
 TARGET_ACCURACY = 0.95
@@ -75,12 +70,8 @@ def run_check(
     """Run the check; returns the measurements and ``passed``. ``keep_model`` saves the supervised judge there."""
     from perception_judge.tiny_models import make_tiny_model, supervised_tiny_judge
 
-    tmp = None
-    if work_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="pj-learnability-")
-        work_dir = tmp.name
-    try:
-        model_dir = make_tiny_model(arch, Path(work_dir) / "model", seed=seed)
+    with tempfile.TemporaryDirectory(prefix="pj-learnability-") as tmp:
+        model_dir = make_tiny_model(arch, Path(work_dir or tmp) / "model", seed=seed)
         train = supervised_tiny_judge(model_dir, steps, think_source="truth", seed=seed, progress=progress)
         records = heldout_records(n_heldout, heldout_seed)
         real = score_pairs(model_dir, records, "none")["metrics"]
@@ -90,9 +81,6 @@ def run_check(
 
             shutil.rmtree(keep_model, ignore_errors=True)
             shutil.copytree(model_dir, keep_model)
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
     result = {
         "arch": arch,
         "seed": seed,
@@ -135,10 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.no_progress,
         keep_model=args.keep_model,
     )
-    text = json.dumps(result, indent=2)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+        atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     h, m = result["heldout"], result["mismatched"]
     print(
         f"learnability: held-out r_c vs r_rp {h['pair_acc_c_vs_rp']:.3f} "

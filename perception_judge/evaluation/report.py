@@ -1,18 +1,11 @@
 """Reports of an evaluation folder (a sweep or a comparison of judges): Markdown, JSON and PNG plots.
 
-``write_report(out_dir)`` reads ``out_dir/results.json`` (written by :mod:`perception_judge.evaluation.sweep`) and
-writes:
-
-* ``report.md``: run and plan, the summary naming the best model, one table per suite (rows = models ordered by
-  training step, cells = mean ± std over seeds), failed cells, the list of plots;
-* ``report.json``: the same content, machine-readable;
-* ``plots/bias_per_model.png``: the nine biases per model as grouped bars (BD types, then BC types);
-* ``plots/perception_protocols.png``: per-protocol perceptual accuracies per model;
-* ``plots/<suite>_vs_step.png``: every numeric metric of the suite against the training step (one panel each,
-  error bars = std over seeds; only when the models have steps).
-
-Any registered suite is rendered generically from its ``SuiteResult`` metrics; the best model is chosen by the
-criterion in :func:`best_model`.
+``write_report(out_dir)`` reads the folder's results (:mod:`perception_judge.evaluation.results`) and writes
+``report.md`` (run and plan, the summary naming the best model by :func:`best_model`, one table per suite with
+mean ± std over seeds, counts, failed cells, plots), ``report.json`` (the same, machine-readable) and
+``plots/``: ``bias_per_model.png`` (the nine biases per model, BD types then BC types),
+``perception_protocols.png`` (per-protocol accuracies per model) and ``<suite>_vs_step.png`` (every metric of a
+suite against the training step, std over seeds as error bars; only when the models have steps).
 """
 
 from __future__ import annotations
@@ -23,12 +16,24 @@ import os
 from pathlib import Path
 from typing import Any
 
+from scipy.stats import rankdata
+
 from perception_judge.core.io import atomic_write_json, atomic_write_text
 from perception_judge.evaluation.base import lower_is_better
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES
+from perception_judge.evaluation.results import done_results, read_results
 
 PLOTS_DIR = "plots"
 _MAX_COLS = 8
+PANELS_PER_PAGE = 16
+PERCEPTION_BARS = (
+    ("pair_acc_c_vs_rp", "pair: r_c > r_rp"),
+    ("pair_acc_c_vs_rp_r", "pair: r_c > r_rp+r"),
+    ("pair_consistency", "pair: order consistency"),
+    ("batch_ranking_reward", "batch: ranking reward"),
+    ("batch_kendall_tau", "batch: Kendall τ"),
+    ("single_verdict_acc", "single: verdict acc."),
+)
 
 
 def _fmt(mean: float | None, std: float | None = None, digits: int = 3) -> str:
@@ -45,82 +50,45 @@ def _is_aux(metric: str) -> bool:
     return metric.endswith("_std") or metric.startswith("std.")
 
 
-def _suite_protocols(data: dict[str, Any], out_dir: Path) -> dict[str, dict[str, Any]]:
-    """The ``protocol`` block of one finished cell per suite (from the cell files)."""
-    out: dict[str, dict[str, Any]] = {}
-    for c in data.get("cells", []):
-        if c.get("status") != "done" or c["suite"] in out:
-            continue
-        path = out_dir / "cells" / f"{c['cell']}.json"
-        try:
-            cell = json.loads(path.read_text(encoding="utf-8"))
-            out[c["suite"]] = cell.get("result", {}).get("protocol", {}) or {}
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def metric_direction(metric: str, protocol: dict[str, Any]) -> bool:
     """True when higher is better: a suite may list ``lower_is_better`` metric names or set
-    ``higher_is_better`` to a bool or a ``{metric: bool}`` map; otherwise the name decides
-    (:func:`~perception_judge.evaluation.base.lower_is_better`)."""
-    lower = protocol.get("lower_is_better") or []
-    if metric in lower:
-        return False
+    ``higher_is_better`` to a ``{metric: bool}`` map, or to a bool for its primary metric; otherwise the name
+    decides (:func:`~perception_judge.evaluation.base.lower_is_better`)."""
     hib = protocol.get("higher_is_better")
+    if metric in (protocol.get("lower_is_better") or []):
+        return False
     if isinstance(hib, dict) and metric in hib:
         return bool(hib[metric])
     if lower_is_better(metric):
         return False
-    if metric == protocol.get("primary_metric") and isinstance(hib, bool):
-        return hib
-    return True
+    return hib if isinstance(hib, bool) and metric == protocol.get("primary_metric") else True
 
 
 def primary_metric(suite: str, metrics: list[str], protocol: dict[str, Any]) -> str | None:
     """The suite's ``protocol["primary_metric"]`` when it names a reported metric; else the first metric that is
-    not a std, variance or failure rate."""
-    pm = protocol.get("primary_metric")
-    if pm in metrics:
-        return pm
-    for m in metrics:
-        if not _is_aux(m) and not m.startswith("n_") and not any(t in m for t in ("fail_rate", "_var")):
-            return m
-    return None
+    not a std, a count or a lower-is-better metric (failure rates, variances, ...)."""
+    if protocol.get("primary_metric") in metrics:
+        return protocol["primary_metric"]
+    plain = (m for m in metrics if not _is_aux(m) and not m.startswith("n_") and not lower_is_better(m))
+    return next(plain, None)
 
 
 def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[str, Any]:
     """{columns, rows: [{model, step, values: {metric: (mean, std)}}]} for one suite."""
     by_model: dict[str, dict[str, tuple[float | None, float | None]]] = {}
     steps: dict[str, Any] = {}
-    columns: list[str] = []
     for r in rows:
-        if r["suite"] != suite:
-            continue
-        by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
-        steps[r["model"]] = r["step"]
-        if not _is_aux(r["metric"]) and r["metric"] not in columns:
-            columns.append(r["metric"])
+        if r["suite"] == suite:
+            by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
+            steps[r["model"]] = r["step"]
+    columns = list(
+        dict.fromkeys(r["metric"] for r in rows if r["suite"] == suite and not _is_aux(r["metric"]))
+    )
     if suite == "bias":
         canon = [b.bias_type for b in BIASES] + list(CATEGORIES) + ["overall"]
         columns = [c for c in canon if c in columns] + [c for c in columns if c not in canon]
     out_rows = [{"model": m, "step": steps.get(m), "values": by_model[m]} for m in models if m in by_model]
     return {"columns": columns, "rows": out_rows}
-
-
-def _rank(values: dict[str, float], higher_better: bool) -> dict[str, float]:
-    """Average ranks (1 = best) with ties sharing the mean rank."""
-    items = sorted(values.items(), key=lambda kv: -kv[1] if higher_better else kv[1])
-    ranks: dict[str, float] = {}
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1][1] == items[i][1]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[items[k][0]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
 
 
 def best_model(
@@ -129,78 +97,63 @@ def best_model(
     """The best model overall and per suite.
 
     Criterion: per suite, rank the models by the suite's primary metric (bias: ``overall``; perception:
-    ``pair_acc``; other suites: their declared ``primary_metric``), in its direction; the best model has the
-    lowest mean rank over the suites it was evaluated on (models missing a suite's primary metric are not
-    ranked there). Ties go to the model with more suites, then the later step. Control suites (``protocol["control"]``,
-    e.g. ``perception_mismatched``: a good judge sits at chance there) are reported but never ranked.
+    ``pair_acc``; other suites: their declared ``primary_metric``), in its direction, ties sharing the mean rank;
+    the best model has the lowest mean rank over the suites it was evaluated on (models missing a suite's primary
+    metric are not ranked there). Ties go to the model with more suites, then the later step. Control suites
+    (``protocol["control"]``, e.g. ``perception_mismatched``: a good judge sits at chance there) are reported but
+    never ranked.
     """
     per_suite: dict[str, Any] = {}
     rank_sum: dict[str, list[float]] = {}
+    order = {m: i for i, m in enumerate(models)}
     for suite, table in tables.items():
         proto = protocols.get(suite, {})
-        if proto.get("control"):
-            continue
-        pm = primary_metric(suite, table["columns"], proto)
+        pm = None if proto.get("control") else primary_metric(suite, table["columns"], proto)
         if pm is None:
             continue
         hib = metric_direction(pm, proto)
         vals = {
             r["model"]: r["values"][pm][0]
             for r in table["rows"]
-            if pm in r["values"] and r["values"][pm][0] is not None
+            if r["values"].get(pm, (None,))[0] is not None
         }
         if not vals:
             continue
-        ranks = _rank(vals, hib)
-        best = min(ranks, key=lambda m: (ranks[m], -models.index(m) if m in models else 0))
-        tied = sorted(m for m in vals if m != best and vals[m] == vals[best])
+        ranks = dict(zip(vals, map(float, rankdata([-v if hib else v for v in vals.values()]))))
+        best = min(ranks, key=lambda m: (ranks[m], -order.get(m, 0)))
         per_suite[suite] = {
             "metric": pm,
             "higher_is_better": hib,
             "best": best,
             "value": vals[best],
-            "tied_with": tied,
+            "tied_with": sorted(m for m in vals if m != best and vals[m] == vals[best]),
             "n_ranked": len(vals),
         }
         for m, r in ranks.items():
             rank_sum.setdefault(m, []).append(r)
     if not rank_sum:
         return {"best": None, "criterion": "no suite produced a primary metric", "per_suite": per_suite}
-    order = {m: i for i, m in enumerate(models)}
-    best = min(
-        rank_sum,
-        key=lambda m: (sum(rank_sum[m]) / len(rank_sum[m]), -len(rank_sum[m]), -order.get(m, -1)),
-    )
-    non_base = {m: v for m, v in rank_sum.items() if m != "base"}
-    best_ckpt = (
-        min(
-            non_base,
-            key=lambda m: (sum(non_base[m]) / len(non_base[m]), -len(non_base[m]), -order.get(m, -1)),
+
+    mean_rank = {m: sum(v) / len(v) for m, v in rank_sum.items()}
+    all_tied = len(rank_sum) > 1 and all(len(v["tied_with"]) == v["n_ranked"] - 1 for v in per_suite.values())
+
+    def pick(candidates: list[str]) -> str | None:
+        return min(
+            candidates, key=lambda m: (mean_rank[m], -len(rank_sum[m]), -order.get(m, -1)), default=None
         )
-        if non_base
-        else None
+
+    directions = ", ".join(
+        f"{s}: {v['metric']} {'↑' if v['higher_is_better'] else '↓'}" for s, v in per_suite.items()
     )
-    crit = (
-        "lowest mean rank over suites of each suite's primary metric ("
-        + ", ".join(
-            f"{s}: {v['metric']} {'↑' if v['higher_is_better'] else '↓'}" for s, v in per_suite.items()
-        )
-        + "); ties: more suites, then later step"
-    )
-    all_tied = all(len(v["tied_with"]) == v["n_ranked"] - 1 for v in per_suite.values()) and len(rank_sum) > 1
     return {
-        "best": best,
+        "best": pick(list(rank_sum)),
         "all_tied": all_tied,
-        "best_checkpoint": best_ckpt,
-        "mean_rank": {m: sum(v) / len(v) for m, v in rank_sum.items()},
-        "criterion": crit,
+        "best_checkpoint": pick([m for m in rank_sum if m != "base"]),
+        "mean_rank": mean_rank,
+        "criterion": f"lowest mean rank over suites of each suite's primary metric ({directions}); ties: more suites, "
+        "then later step",
         "per_suite": per_suite,
     }
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Plots
-# --------------------------------------------------------------------------------------------------------------
 
 
 def _plt() -> Any:
@@ -212,34 +165,41 @@ def _plt() -> Any:
     return plt
 
 
-def _save_figure(plt: Any, fig: Any, path: Path, dpi: int) -> None:
+def _save_figure(plt: Any, fig: Any, path: Path, dpi: int = 110) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
+    return path
 
 
-def _grouped_bars(
-    ax: Any,
-    cmap: Any,
-    shade: float,
+def _bar_figure(
+    rows: list[dict[str, Any]],
+    metrics: list[str],
     labels: list[str],
-    heights: list[list[float]],
-    errors: list[list[float]],
-) -> None:
-    """One bar series per model (``labels``), side by side in each group (x = 0, 1, ...), coloured along
-    ``cmap`` up to ``shade``; ``errors`` (std over seeds) become error bars when any is non-zero."""
-    n = len(labels)
-    width = 0.8 / n
-    for i, (label, ys, es) in enumerate(zip(labels, heights, errors)):
+    cmap: str,
+    shade: float,
+    width: float,
+    height: float,
+) -> tuple[Any, Any, Any]:
+    """Grouped bars: one group per metric, one bar per model (coloured along ``cmap`` up to ``shade``), the std
+    over seeds as error bars when any is non-zero."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(8, width * len(metrics) + 2), height))
+    n, w = len(rows), 0.8 / len(rows)
+    for i, (row, label) in enumerate(zip(rows, labels)):
+        cells = [row["values"].get(m, (None, None)) for m in metrics]
+        errors = [std or 0.0 for _, std in cells]
         ax.bar(
-            [j - 0.4 + width * (i + 0.5) for j in range(len(ys))],
-            ys,
-            width,
-            yerr=es if any(es) else None,
+            [j - 0.4 + w * (i + 0.5) for j in range(len(metrics))],
+            [mean or 0.0 for mean, _ in cells],
+            w,
+            yerr=errors if any(errors) else None,
             label=label,
-            color=cmap(i / max(1, n - 1) * shade),
+            color=plt.get_cmap(cmap)(i / max(1, n - 1) * shade),
             capsize=2,
         )
+    ax.set_xticks(range(len(metrics)))
+    return plt, fig, ax
 
 
 def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
@@ -250,47 +210,24 @@ def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
     ]
     if not types or not rows:
         return None
-    plt = _plt()
-    n = len(rows)
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(types) + 2), 4.6))
     labels = [
         f"{r['model']} (overall {_fmt(r['values']['overall'][0])})"
         if "overall" in r["values"]
         else r["model"]
         for r in rows
     ]
-    cells = [[r["values"].get(b.bias_type, (None, None)) for b in types] for r in rows]
-    _grouped_bars(
-        ax,
-        plt.get_cmap("viridis"),
-        0.9,
-        labels,
-        [[mean if mean is not None else 0.0 for mean, _ in row] for row in cells],
-        [[std or 0.0 for _, std in row] for row in cells],
-    )
+    plt, fig, ax = _bar_figure(rows, [b.bias_type for b in types], labels, "viridis", 0.9, 1.1, 4.6)
     n_bd = sum(b.metric == "bd" for b in types)
     if 0 < n_bd < len(types):
         ax.axvline(n_bd - 0.5, color="grey", lw=0.8, ls="--")
         ax.text(n_bd / 2 - 0.5, 1.07, "Bias-Deviation (↑)", ha="center", fontsize=9)
         ax.text((n_bd + len(types)) / 2 - 0.5, 1.07, "Bias-Conformity (↑)", ha="center", fontsize=9)
-    ax.set_xticks(range(len(types)))
     ax.set_xticklabels([b.short for b in types])
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("score (higher is better)")
     ax.set_title("MM-JudgeBias: the nine biases per model")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(4, n))
-    _save_figure(plt, fig, path, dpi=110)
-    return path
-
-
-PERCEPTION_BARS = (
-    ("pair_acc_c_vs_rp", "pair: r_c > r_rp"),
-    ("pair_acc_c_vs_rp_r", "pair: r_c > r_rp+r"),
-    ("pair_consistency", "pair: order consistency"),
-    ("batch_ranking_reward", "batch: ranking reward"),
-    ("batch_kendall_tau", "batch: Kendall τ"),
-    ("single_verdict_acc", "single: verdict acc."),
-)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(4, len(rows)))
+    return _save_figure(plt, fig, path)
 
 
 def plot_perception(table: dict[str, Any], path: Path) -> Path | None:
@@ -299,30 +236,16 @@ def plot_perception(table: dict[str, Any], path: Path) -> Path | None:
     rows = table["rows"]
     if not metrics or not rows:
         return None
-    plt = _plt()
-    n = len(rows)
-    fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(metrics) + 2), 4.4))
-    _grouped_bars(
-        ax,
-        plt.get_cmap("plasma"),
-        0.85,
-        [r["model"] for r in rows],
-        [[r["values"].get(m, (None,))[0] or 0.0 for m, _ in metrics] for r in rows],
-        [[r["values"].get(m, (None, None))[1] or 0.0 for m, _ in metrics] for r in rows],
+    plt, fig, ax = _bar_figure(
+        rows, [m for m, _ in metrics], [r["model"] for r in rows], "plasma", 0.85, 1.4, 4.4
     )
     ax.axhline(0, color="black", lw=0.6)
-    ax.set_xticks(range(len(metrics)))
     ax.set_xticklabels([lab for _, lab in metrics], fontsize=8, rotation=12)
-    ax.set_ylim(
-        min(-0.05, min((r["values"].get("batch_kendall_tau", (0,))[0] or 0) for r in rows) - 0.05), 1.15
-    )
+    low_tau = min((r["values"].get("batch_kendall_tau", (0,))[0] or 0) for r in rows)
+    ax.set_ylim(min(-0.05, low_tau - 0.05), 1.15)
     ax.set_title("Perceptual sensitivity per protocol (held-out PPJD)")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(5, n))
-    _save_figure(plt, fig, path, dpi=110)
-    return path
-
-
-PANELS_PER_PAGE = 16
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(5, len(rows)))
+    return _save_figure(plt, fig, path)
 
 
 def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
@@ -348,10 +271,16 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
                 ),
                 key=lambda p: (p[0], p[3] == "final"),
             )
-            xs = [p[0] for p in pts]
-            ys = [p[1] for p in pts]
-            es = [p[2] or 0.0 for p in pts]
-            ax.errorbar(xs, ys, yerr=es if any(es) else None, marker="o", ms=4, lw=1.2, capsize=2)
+            errors = [p[2] or 0.0 for p in pts]
+            ax.errorbar(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                yerr=errors if any(errors) else None,
+                marker="o",
+                ms=4,
+                lw=1.2,
+                capsize=2,
+            )
             for x, y, _, name in pts:
                 if name in ("base", "final"):
                     ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
@@ -365,36 +294,43 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
         suffix = f" ({page_no}/{len(pages)})" if len(pages) > 1 else ""
         fig.suptitle(f"{suite}: metrics against training step{suffix}", fontsize=11)
         out = path if page_no == 1 else path.with_name(f"{path.stem}_{page_no}{path.suffix}")
-        _save_figure(plt, fig, out, dpi=100)
-        written.append(out)
+        written.append(_save_figure(plt, fig, out, dpi=100))
     return written
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Markdown
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _md_table(table: dict[str, Any], columns: list[str]) -> list[str]:
-    head = ["model", "step", *columns]
+def _md_table(table: dict[str, Any], columns: list[str], headers: dict[str, str] | None = None) -> list[str]:
+    head = ["model", "step", *[(headers or {}).get(c, c) for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * len(columns)) + "|"]
     for r in table["rows"]:
         cells = [r["model"], "–" if r["step"] is None else str(r["step"])]
         cells += [_fmt(*r["values"].get(c, (None, None))) for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _summary_lines(summary: dict[str, Any]) -> list[str]:
+    if not summary.get("best"):
+        return [f"No best model: {summary.get('criterion')}."]
+    if summary.get("all_tied"):
+        return [
+            "**No model stands out: every model ties on every suite's primary metric** "
+            f"(the tie-break picks `{summary['best']}`).",
+            "",
+            f"Criterion: {summary['criterion']}.",
+        ]
+    ckpt = summary.get("best_checkpoint")
+    also = f"; best trained checkpoint: `{ckpt}`." if ckpt and ckpt != summary["best"] else "."
+    lines = [f"**Best model: `{summary['best']}`**{also}", "", f"Criterion: {summary['criterion']}."]
+    for suite, v in summary.get("per_suite", {}).items():
+        tie = f"; tied with {', '.join(f'`{m}`' for m in v['tied_with'])}" if v.get("tied_with") else ""
+        lines.append(f"- {suite}: best `{v['best']}` ({v['metric']} = {_fmt(v['value'])}{tie})")
     return lines
-
-
-def _bias_headers(columns: list[str]) -> dict[str, str]:
-    short = {b.bias_type: f"{b.short} ({b.metric.upper()})" for b in BIASES}
-    return {c: short.get(c, c) for c in columns}
 
 
 def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# Evaluation report", ""]
-    src = report.get("run_dir")
-    if src:
-        lines += [f"Training run: `{src}`", ""]
+    if report.get("run_dir"):
+        lines += [f"Training run: `{report['run_dir']}`", ""]
     plan = report.get("plan") or {}
     if plan:
         s = plan.get("sampling", {})
@@ -405,76 +341,42 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"Pixel policy: `{json.dumps(plan.get('pixel_policy'))}`; think prefix: {plan.get('think_prefix')}.",
             "",
         ]
-    summary = report["summary"]
-    lines += ["## Summary", ""]
-    if summary.get("best") and summary.get("all_tied"):
-        lines.append(
-            "**No model stands out: every model ties on every suite's primary metric** "
-            f"(the tie-break picks `{summary['best']}`)."
-        )
-        lines.append("")
-        lines.append(f"Criterion: {summary['criterion']}.")
-    elif summary.get("best"):
-        lines.append(
-            f"**Best model: `{summary['best']}`**"
-            + (
-                f"; best trained checkpoint: `{summary['best_checkpoint']}`."
-                if summary.get("best_checkpoint") and summary["best_checkpoint"] != summary["best"]
-                else "."
-            )
-        )
-        lines.append("")
-        lines.append(f"Criterion: {summary['criterion']}.")
-        for suite, v in summary.get("per_suite", {}).items():
-            tie = f"; tied with {', '.join(f'`{m}`' for m in v['tied_with'])}" if v.get("tied_with") else ""
-            lines.append(f"- {suite}: best `{v['best']}` ({v['metric']} = {_fmt(v['value'])}{tie})")
-    else:
-        lines.append(f"No best model: {summary.get('criterion')}.")
-    lines.append("")
+    lines += ["## Summary", "", *_summary_lines(report["summary"]), ""]
     for suite, table in report["tables"].items():
         lines += [f"## {suite}", ""]
         cols = table["columns"]
         if suite == "bias":
-            headers = _bias_headers(cols)
-            main = [
-                c
-                for c in cols
-                if c in headers and (c in {b.bias_type for b in BIASES} or c in (*CATEGORIES, "overall"))
-            ]
-            rest = [c for c in cols if c not in main]
-            t = _md_table(table, main)
-            t[0] = "| " + " | ".join(["model", "step", *[headers[c] for c in main]]) + " |"
-            lines += [*t, ""]
-            if rest:
-                lines += [*_md_table(table, rest), ""]
-            lines.append(
+            short = {b.bias_type: f"{b.short} ({b.metric.upper()})" for b in BIASES}
+            main = [c for c in cols if c in short or c in (*CATEGORIES, "overall")]
+            lines += _md_table(table, main, short)
+            if rest := [c for c in cols if c not in main]:
+                lines += _md_table(table, rest)
+            lines += [
                 "BD: share of the downward room used when the evidence is destroyed; BC: 1 − relative score change "
-                "under meaning-preserving changes; overall = mean of the nine. Higher is better everywhere."
-            )
-            lines.append("")
+                "under meaning-preserving changes; overall = mean of the nine. Higher is better everywhere.",
+                "",
+            ]
         else:
             for start in range(0, len(cols), _MAX_COLS):
-                lines += [*_md_table(table, cols[start : start + _MAX_COLS]), ""]
+                lines += _md_table(table, cols[start : start + _MAX_COLS])
         counts = report.get("counts", {}).get(suite)
         if counts:
             keys = sorted({k for c in counts.values() for k in c})
-            lines.append("Counts (totals over seeds):")
-            lines.append("")
-            lines.append("| model | " + " | ".join(keys) + " |")
+            lines += ["Counts (totals over seeds):", "", "| model | " + " | ".join(keys) + " |"]
             lines.append("|---|" + "|".join(["---:"] * len(keys)) + "|")
-            for m, c in counts.items():
-                lines.append(f"| {m} | " + " | ".join(str(c.get(k, "–")) for k in keys) + " |")
+            lines += [
+                f"| {m} | " + " | ".join(str(c.get(k, "–")) for k in keys) + " |" for m, c in counts.items()
+            ]
             lines.append("")
     if report.get("failed_cells"):
-        lines += ["## Failed cells", ""]
-        for c in report["failed_cells"]:
-            lines.append(f"- `{c['cell']}`: {c.get('error')}")
-        lines.append("")
+        lines += [
+            "## Failed cells",
+            "",
+            *[f"- `{c['cell']}`: {c.get('error')}" for c in report["failed_cells"]],
+            "",
+        ]
     if report.get("plots"):
-        lines += ["## Plots", ""]
-        for p in report["plots"]:
-            lines.append(f"![{Path(p).stem}]({p})")
-        lines.append("")
+        lines += ["## Plots", "", *[f"![{Path(p).stem}]({p})" for p in report["plots"]], ""]
     lines.append(
         "Files: `results.csv` / `results.json` (every metric, mean and std over seeds), `cells/` (one JSON "
         "per model × suite × seed, with per-sample outputs in the folder of the same name)."
@@ -485,57 +387,39 @@ def render_markdown(report: dict[str, Any]) -> str:
 def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Write report.md, report.json and plots/*.png for an evaluation folder; returns the report dict."""
     out_dir = Path(out_dir)
-    results_path = out_dir / "results.json"
-    if not results_path.is_file():
-        raise FileNotFoundError(
-            f"{str(results_path)!r} not found: run `perception-judge eval sweep/run` first"
-        )
-    data = json.loads(results_path.read_text(encoding="utf-8"))
+    data = read_results(out_dir)
     models = [m["name"] for m in data.get("models", [])]
     rows = data.get("rows", [])
     suites = [s for s in (data.get("plan") or {}).get("suites", []) if any(r["suite"] == s for r in rows)]
     suites += sorted({r["suite"] for r in rows} - set(suites))
-    protocols = _suite_protocols(data, out_dir)
     tables = {s: _table(rows, s, models) for s in suites}
-    summary = best_model(tables, protocols, models)
-    plots_dir = out_dir / PLOTS_DIR
-    plots_dir.mkdir(parents=True, exist_ok=True)
-    plots: list[str] = []
-    if "bias" in tables and plot_bias_bars(tables["bias"], plots_dir / "bias_per_model.png"):
-        plots.append(f"{PLOTS_DIR}/bias_per_model.png")
-    if "perception" in tables and plot_perception(
-        tables["perception"], plots_dir / "perception_protocols.png"
-    ):
-        plots.append(f"{PLOTS_DIR}/perception_protocols.png")
-    for s, table in tables.items():
-        if any(r["step"] is not None for r in table["rows"]):
-            plots += [f"{PLOTS_DIR}/{p.name}" for p in plot_vs_step(s, table, plots_dir / f"{s}_vs_step.png")]
+    protocols: dict[str, dict[str, Any]] = {}
     counts: dict[str, dict[str, dict[str, int]]] = {}
-    for c in data.get("cells", []):
-        if c.get("status") != "done":
-            continue
-        try:
-            cell = json.loads((out_dir / "cells" / f"{c['cell']}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+    for c, result in done_results(out_dir, data):
+        protocols.setdefault(c["suite"], result.get("protocol") or {})
         agg = counts.setdefault(c["suite"], {}).setdefault(c["model"], {})
-        for k, v in (cell.get("result", {}).get("counts") or {}).items():
+        for k, v in (result.get("counts") or {}).items():
             if isinstance(v, int | float):
                 agg[k] = agg.get(k, 0) + v
+    plots_dir = out_dir / PLOTS_DIR
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path | None] = []
+    if "bias" in tables:
+        written.append(plot_bias_bars(tables["bias"], plots_dir / "bias_per_model.png"))
+    if "perception" in tables:
+        written.append(plot_perception(tables["perception"], plots_dir / "perception_protocols.png"))
+    for s, table in tables.items():
+        written += plot_vs_step(s, table, plots_dir / f"{s}_vs_step.png")
     report = {
         "run_dir": data.get("run_dir"),
         "plan": data.get("plan"),
         "models": data.get("models", []),
-        "summary": summary,
+        "summary": best_model(tables, protocols, models),
         "tables": {
             s: {
                 "columns": t["columns"],
                 "rows": [
-                    {
-                        "model": r["model"],
-                        "step": r["step"],
-                        "values": {k: {"mean": v[0], "std": v[1]} for k, v in r["values"].items()},
-                    }
+                    {**r, "values": {k: {"mean": v[0], "std": v[1]} for k, v in r["values"].items()}}
                     for r in t["rows"]
                 ],
             }
@@ -543,21 +427,8 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         },
         "counts": counts,
         "failed_cells": [c for c in data.get("cells", []) if c.get("status") != "done"],
-        "plots": plots,
+        "plots": [f"{PLOTS_DIR}/{p.name}" for p in written if p],
     }
-    md = render_markdown({**report, "tables": tables})
-    atomic_write_text(out_dir / "report.md", md, fsync=False)
+    atomic_write_text(out_dir / "report.md", render_markdown({**report, "tables": tables}), fsync=False)
     atomic_write_json(out_dir / "report.json", report, fsync=False)
     return report
-
-
-__all__ = [
-    "best_model",
-    "metric_direction",
-    "plot_bias_bars",
-    "plot_perception",
-    "plot_vs_step",
-    "primary_metric",
-    "render_markdown",
-    "write_report",
-]

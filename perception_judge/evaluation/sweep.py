@@ -1,44 +1,35 @@
 """Evaluation sweeps: every model of a training run (or a list of judges) × suite × seed, resumable.
 
-A *cell* is one (model, suite, seed). Each finished cell is written atomically to its own JSON file
-``OUT/cells/<model>__<suite>__seed<seed>.json`` (the suite's per-sample files go to the folder of the same name),
-so a sweep that is killed loses at most the cells in flight, and a re-run skips every finished cell whose
-*fingerprint* (suite, seed, options, sampling, limit, backend settings, model folders, pixel policy, think prefix)
-is unchanged. A cell whose suite raised is recorded as failed and retried on the next run.
-
-Models of a training run (``RUN_DIR/perception_judge_run.json``, written by the trainer):
-
-* ``base``: the run's ``base_model`` (step 0);
-* ``checkpoint-<N>``: full weights, or a LoRA adapter on the base model (step N);
-* ``final``: the model or adapter at the run's root, when present (step from ``trainer_state.json``, else the
-  last checkpoint's).
-
-Outputs: ``OUT/cells/``, ``OUT/results.csv`` (long format: model, step, kind, suite, metric, mean, std, n_seeds,
-values), ``OUT/results.json`` (the same rows, plus models, cells and the plan), then the report
-(:mod:`perception_judge.evaluation.report`).
+A *cell* is one (model, suite, seed), written to its own file when it ends (:mod:`.results`): a killed sweep
+loses at most the cells in flight, and a re-run skips every finished cell whose *fingerprint* (suite, seed,
+options, sampling, limit, backend settings, model folders, pixel policy, think prefix) is unchanged. A failed cell is retried on the next run. The models of a training run: ``base`` (its
+``base_model``, step 0), each ``checkpoint-<N>`` (full weights or a LoRA adapter) and ``final`` (at the run's root).
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import fnmatch
 import json
 import logging
 import os
 import re
+import shutil
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy
-from perception_judge.core.io import atomic_open, atomic_write_json
+from perception_judge.core.io import atomic_write_json
 from perception_judge.core.redact import redact
-from perception_judge.core.runinfo import RUN_FILE, RunInfo, read_run
+from perception_judge.core.runinfo import RUN_FILE as RUN_FILE
+from perception_judge.core.runinfo import RunInfo, read_run
 from perception_judge.core.schema import Sampling, content_key
+from perception_judge.evaluation.backends import load_backend, parse_spec
 from perception_judge.evaluation.backends.common import (
     fingerprint,
     has_full_weights,
@@ -46,18 +37,20 @@ from perception_judge.evaluation.backends.common import (
     is_adapter_dir,
 )
 from perception_judge.evaluation.base import SUITES, JudgeBackend, SuiteConfig, get_suite, progress_bar
-from perception_judge.evaluation.bias.metrics import mean_std
+from perception_judge.evaluation.results import (
+    CELLS_DIR,
+    cell_id,
+    cell_path,
+    collect_cells,
+    read_cell,
+    write_results,
+)
 
 log = logging.getLogger(__name__)
 
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 TRAIN_SET_PAIR_SUITES = ("position", "verbosity")
 """Pair-source suites whose pairs default to the run's training set (the ``ppjd`` source, ``trainset_dir``)."""
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Runs and models
-# --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -69,65 +62,53 @@ class ModelEntry:
     kind: str = "model"  # base | checkpoint | final | model
     spec: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+
+def _entry_for_folder(
+    name: str, step: int | None, kind: str, folder: Path, run: RunInfo
+) -> ModelEntry | None:
+    processor = str(folder) if has_processor(folder) else run.base_model
+    if is_adapter_dir(folder):
+        return ModelEntry(
+            name, step, kind, {"model": run.base_model, "adapter": str(folder), "processor": processor}
+        )
+    if has_full_weights(folder):
+        return ModelEntry(name, step, kind, {"model": str(folder), "processor": processor})
+    return None
 
 
-def _final_step(run_dir: Path, checkpoints: list[ModelEntry], raw: dict[str, Any]) -> int | None:
-    """The step of the final model: ``trainer_state.json`` at the root, else the run file's ``global_step``,
-    else the last checkpoint's step."""
-    state = run_dir / "trainer_state.json"
+def _final_step(run: RunInfo, checkpoints: list[ModelEntry]) -> int | None:
+    """``trainer_state.json`` at the root, else the run file's ``global_step``, else the last checkpoint's step."""
+    state = run.run_dir / "trainer_state.json"
     if state.is_file():
         try:
             return int(json.loads(state.read_text())["global_step"])
         except (ValueError, KeyError, TypeError):
             log.warning("%s has no usable global_step", state)
-    if isinstance(raw.get("global_step"), int):
-        return raw["global_step"]
-    steps = [c.step for c in checkpoints if c.step is not None]
-    return max(steps) if steps else None
-
-
-def _entry_for_folder(
-    name: str, step: int | None, kind: str, folder: Path, run: RunInfo
-) -> ModelEntry | None:
-    if is_adapter_dir(folder):
-        spec = {"model": run.base_model, "adapter": str(folder)}
-        spec["processor"] = str(folder) if has_processor(folder) else run.base_model
-        return ModelEntry(name, step, kind, spec)
-    if has_full_weights(folder):
-        return ModelEntry(
-            name,
-            step,
-            kind,
-            {"model": str(folder), "processor": str(folder) if has_processor(folder) else run.base_model},
-        )
-    return None
+    if isinstance(run.raw.get("global_step"), int):
+        return run.raw["global_step"]
+    return max((c.step for c in checkpoints if c.step is not None), default=None)
 
 
 def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]:
     """base, every complete checkpoint (by step) and the final model of a run. Incomplete checkpoint folders
     (no weights, no adapter) are skipped with a warning."""
-    entries: list[ModelEntry] = []
-    if include_base:
-        entries.append(ModelEntry("base", 0, "base", {"model": run.base_model}))
     ckpts: list[ModelEntry] = []
     for d in sorted(run.run_dir.iterdir()) if run.run_dir.is_dir() else []:
         m = _CKPT_RE.match(d.name)
-        if not (m and d.is_dir()):
-            continue
-        e = _entry_for_folder(d.name, int(m.group(1)), "checkpoint", d, run)
-        if e is None:
-            log.warning("skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", d)
-            continue
-        ckpts.append(e)
+        if m and d.is_dir():
+            e = _entry_for_folder(d.name, int(m.group(1)), "checkpoint", d, run)
+            if e is None:
+                log.warning(
+                    "skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", d
+                )
+            else:
+                ckpts.append(e)
     ckpts.sort(key=lambda e: e.step or 0)
-    entries += ckpts
+    entries = [ModelEntry("base", 0, "base", {"model": run.base_model})] if include_base else []
     final = _entry_for_folder("final", None, "final", run.run_dir, run)
     if final is not None:
-        final.step = _final_step(run.run_dir, ckpts, run.raw)
-        entries.append(final)
-    return entries
+        final.step = _final_step(run, ckpts)
+    return entries + ckpts + ([final] if final else [])
 
 
 def select_models(entries: list[ModelEntry], patterns: list[str] | None) -> list[ModelEntry]:
@@ -138,11 +119,6 @@ def select_models(entries: list[ModelEntry], patterns: list[str] | None) -> list
     if not kept:
         raise ValueError(f"no model matches {patterns}; available: {[e.name for e in entries]}")
     return kept
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The plan and its cells
-# --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -185,17 +161,9 @@ def _jsonable(x: Any) -> Any:
     return json.loads(json.dumps(x, default=lambda o: f"<{type(o).__name__}>"))
 
 
-def cell_id(model: str, suite: str, seed: int) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model)
-    return f"{safe}__{suite}__seed{seed}"
-
-
 def effective_pixel_policy(plan: EvalPlan) -> PixelPolicy:
-    """The pixel policy a sweep's backends use: ``backend.pixel_policy`` when the job config sets one, else the
-    plan's (the training run's)."""
-    from perception_judge.evaluation.backends import parse_spec
-
-    given = parse_spec(plan.backend).get("pixel_policy")
+    """``backend.pixel_policy`` when the job config sets one, else the plan's (the training run's)."""
+    given = plan.backend.get("pixel_policy")
     if given is None:
         return plan.pixel_policy
     return given if isinstance(given, PixelPolicy) else PixelPolicy(**dict(given))
@@ -204,16 +172,15 @@ def effective_pixel_policy(plan: EvalPlan) -> PixelPolicy:
 def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -> str:
     """What must match for a finished cell to be reused."""
     folders = [entry.spec.get("model"), entry.spec.get("adapter")]
-    weights = fingerprint(*[f for f in folders if f and Path(str(f)).is_dir()])
     return content_key(
         suite,
         int(seed),
         _jsonable(plan.options.get(suite, {})),
         dataclasses.asdict(plan.sampling),
         plan.limit,
-        {k: v for k, v in _jsonable(plan.backend).items() if k not in ("progress",)},
+        {k: v for k, v in _jsonable(plan.backend).items() if k != "progress"},
         _jsonable(entry.spec),
-        weights,
+        fingerprint(*[f for f in folders if f and Path(str(f)).is_dir()]),
         effective_pixel_policy(plan).to_dict(),
         plan.think_prefix,
     )
@@ -222,25 +189,12 @@ def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -
 def _claim_cell_dir(folder: Path, fp: str) -> None:
     """Mark a cell's output folder with the fingerprint it is run with; leftovers of an interrupted run with
     other settings are removed first (an interrupted run with the same settings is kept: suites resume from it)."""
-    import shutil
-
     mark = folder / ".fingerprint"
     if folder.is_dir() and (not mark.is_file() or mark.read_text().strip() != fp):
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     mark.write_text(fp)
 
-
-def read_cell(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Backends for models
-# --------------------------------------------------------------------------------------------------------------
 
 BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
 
@@ -259,22 +213,21 @@ class BackendPool:
     """Builds the backend of each model from the plan's backend settings; with vLLM and LoRA checkpoints one
     engine (LoRA enabled) serves the base model and every adapter."""
 
-    def __init__(self, plan: EvalPlan, entries: list[ModelEntry]) -> None:
+    def __init__(
+        self, plan: EvalPlan, entries: list[ModelEntry], factory: BackendFactory | None = None
+    ) -> None:
         self.plan = plan
         self.entries = entries
+        self.factory = factory  # builds every backend instead, when given
         self._shared: dict[str, Any] = {}
-        self._users: dict[str, int] = {}  # base model -> entries still to be served by its shared engine
-        for e in entries:
-            base = e.spec.get("model")
-            if base:
-                self._users[str(base)] = self._users.get(str(base), 0) + 1
+        # base model -> entries still to be served by its shared engine
+        self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))
 
     def get(self, entry: ModelEntry) -> JudgeBackend:
-        from perception_judge.evaluation.backends import load_backend, parse_spec
-
-        settings = parse_spec(self.plan.backend)
-        kind = settings["kind"]
-        spec = dict(settings)
+        if self.factory is not None:
+            return self.factory(entry, self.plan)
+        spec = parse_spec(self.plan.backend)
+        kind = spec["kind"]
         if kind in ("hf", "vllm"):
             spec.update({k: v for k, v in entry.spec.items() if v is not None})
             spec.setdefault("think_prefix", self.plan.think_prefix)
@@ -282,24 +235,23 @@ class BackendPool:
             spec.setdefault("model", served_model_name(entry))
         elif kind == "scripted":
             spec.setdefault("fn", entry.spec.get("fn") or "constant")
-        spec["pixel_policy"] = effective_pixel_policy(self.plan)  # the job config's, else the run's
-        spec["label"] = entry.name
-        if kind == "vllm" and any(e.spec.get("adapter") for e in self.entries):
-            base = spec["model"]
-            engine_owner = self._shared.get(base)
-            if engine_owner is None:
-                owner_spec = {k: v for k, v in spec.items() if k not in ("adapter", "processor")}
-                owner_spec["enable_lora"] = True
-                ranks = [e.spec["adapter"] for e in self.entries if e.spec.get("adapter")]
-                from perception_judge.evaluation.backends.vllm import adapter_rank
+        spec.update(pixel_policy=effective_pixel_policy(self.plan), label=entry.name)
+        if kind != "vllm" or not any(e.spec.get("adapter") for e in self.entries):
+            return load_backend(spec)
+        from perception_judge.evaluation.backends.vllm import adapter_rank
 
-                owner_spec["max_lora_rank"] = max(adapter_rank(a) for a in ranks)
-                owner_spec["label"] = "base"
-                engine_owner = self._shared[base] = load_backend(owner_spec)
-            if entry.spec.get("adapter"):
-                return engine_owner.for_adapter(entry.spec["adapter"], label=entry.name)
-            return engine_owner
-        return load_backend(spec)
+        owner = self._shared.get(spec["model"])
+        if owner is None:
+            adapters = [e.spec["adapter"] for e in self.entries if e.spec.get("adapter")]
+            owner = self._shared[spec["model"]] = load_backend(
+                {k: v for k, v in spec.items() if k not in ("adapter", "processor")},
+                enable_lora=True,
+                max_lora_rank=max(adapter_rank(a) for a in adapters),
+                label="base",
+            )
+        return (
+            owner.for_adapter(entry.spec["adapter"], label=entry.name) if entry.spec.get("adapter") else owner
+        )
 
     def release(self, backend: JudgeBackend, entry: ModelEntry | None = None) -> None:
         """Done with a model: close its backend; a shared engine closes after the last model it serves."""
@@ -310,20 +262,13 @@ class BackendPool:
                 backend.close()  # an adapter view: releases nothing of the shared engine
             if self._users[base] <= 0:
                 self._shared.pop(base).close()
-            return
-        if backend in self._shared.values():
-            return  # a shared engine lives until its last model or close_all
-        backend.close()
+        elif backend not in self._shared.values():  # a shared engine lives until its last model or close_all
+            backend.close()
 
     def close_all(self) -> None:
         for b in self._shared.values():
             b.close()
         self._shared.clear()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Running cells
-# --------------------------------------------------------------------------------------------------------------
 
 
 MAX_BACKEND_ERROR_RATE = 0.05
@@ -354,30 +299,29 @@ class SweepOutcome:
     elsewhere: int = 0  # cells another --claim worker held
     cells: list[dict[str, Any]] = field(default_factory=list)
 
+    def add(self, cell: dict[str, Any], counter: str) -> None:
+        setattr(self, counter, getattr(self, counter) + 1)
+        self.cells.append(cell)
+
 
 def suite_config(
     entry: ModelEntry, suite: str, seed: int, plan: EvalPlan, run: RunInfo | None
 ) -> SuiteConfig:
+    """The suite's options, with the run's training set as the default data of the perception suites and of the
+    position / verbosity pairs, and the model's name as the bias suite's ``model_key``."""
     options = dict(plan.options.get(suite, {}))
-    if (
-        suite in ("perception", "perception_mismatched")
-        and not options.get("data")
-        and run is not None
-        and run.train_set
-    ):
-        options["data"] = run.train_set
-    if suite in TRAIN_SET_PAIR_SUITES and run is not None and run.train_set:
+    train_set = run.train_set if run is not None else None
+    if suite in ("perception", "perception_mismatched") and not options.get("data") and train_set:
+        options["data"] = train_set
+    if suite in TRAIN_SET_PAIR_SUITES and train_set:
         from perception_judge.evaluation.benchmarks.pair_sources import SOURCE_PATH_OPTIONS
 
-        no_source = options.get("source") in (None, "ppjd") and not any(
-            options.get(k) for k in SOURCE_PATH_OPTIONS
-        )
-        if no_source:
-            options["trainset_dir"] = run.train_set
+        if options.get("source") in (None, "ppjd") and not any(options.get(k) for k in SOURCE_PATH_OPTIONS):
+            options["trainset_dir"] = train_set
     if suite == "bias":
         options.setdefault("model_key", entry.name)
     return SuiteConfig(
-        out_dir=plan.out_dir / "cells" / cell_id(entry.name, suite, seed),
+        out_dir=plan.out_dir / CELLS_DIR / cell_id(entry.name, suite, seed),
         seeds=[int(seed)],
         sampling=plan.sampling,
         limit=plan.limit,
@@ -386,8 +330,8 @@ def suite_config(
 
 
 def check_cell_names(entries: list[ModelEntry]) -> None:
-    """Refuse judges whose names give the same cell file name (``cell_id`` keeps only ``A-Za-z0-9._-``): their results
-    would overwrite each other. The error names both."""
+    """Refuse judges whose names give the same cell file name (``cell_id`` keeps only ``A-Za-z0-9._-``): their
+    results would overwrite each other. The error names both."""
     seen: dict[str, str] = {}
     for entry in entries:
         key = cell_id(entry.name, "x", 0)
@@ -399,6 +343,49 @@ def check_cell_names(entries: list[ModelEntry]) -> None:
         if key in seen:
             raise ValueError(f"judge {entry.name!r} is listed twice")
         seen[key] = entry.name
+
+
+def _run_cell(
+    entry: ModelEntry,
+    suite: str,
+    seed: int,
+    fp: str,
+    plan: EvalPlan,
+    run: RunInfo | None,
+    backend: JudgeBackend | None,
+    load_error: str | None,
+) -> dict[str, Any]:
+    """Run one cell; one failing cell never stops the sweep (its error is recorded)."""
+    cell = {
+        "cell": cell_id(entry.name, suite, seed),
+        "model": entry.name,
+        "step": entry.step,
+        "kind": entry.kind,
+        "suite": suite,
+        "seed": int(seed),
+        "fingerprint": fp,
+        "model_spec": _jsonable(entry.spec),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    t0 = time.time()
+    _claim_cell_dir(plan.out_dir / CELLS_DIR / cell["cell"], fp)
+    if backend is None:
+        cell.update(status="failed", error=f"model could not be loaded: {load_error}")
+    else:
+        try:
+            result = get_suite(suite)(backend, suite_config(entry, suite, seed, plan, run))
+            cell.update(status="done", result=_jsonable(result.to_dict()))
+            too_many = backend_failure(result.counts)
+            if too_many:  # the numbers would rest on the calls that happened to succeed
+                cell.update(status="failed", error=too_many)
+        except Exception as e:
+            cell.update(
+                status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8)
+            )
+        if cell["status"] == "failed":
+            log.error("cell %s failed: %s", cell["cell"], cell["error"])
+    cell["seconds"] = round(time.time() - t0, 3)
+    return cell
 
 
 def run_cells(
@@ -415,253 +402,75 @@ def run_cells(
     worker has claimed it, a model is loaded only for a cell it claimed, and a cell that failed ``max_attempts``
     times is left failed."""
     check_cell_names(entries)
-    cells_dir = plan.out_dir / "cells"
-    cells_dir.mkdir(parents=True, exist_ok=True)
+    (plan.out_dir / CELLS_DIR).mkdir(parents=True, exist_ok=True)
     outcome = SweepOutcome()
-    todo: list[tuple[ModelEntry, str, int, str, Path]] = []
+    todo: dict[str, list[tuple[ModelEntry, str, int, str]]] = {}
     for entry in entries:
         for suite in plan.suites:
             for seed in plan.seeds:
                 cid = cell_id(entry.name, suite, seed)
-                path = cells_dir / f"{cid}.json"
                 fp = cell_fingerprint(entry, suite, seed, plan)
-                old = read_cell(path)
-                if not plan.force and old and old.get("status") == "done" and old.get("fingerprint") == fp:
-                    outcome.skipped += 1
-                    outcome.cells.append(old)
-                    continue
-                if old and old.get("status") == "done" and old.get("fingerprint") != fp and not plan.force:
+                old = read_cell(cell_path(plan.out_dir, cid)) or {}
+                same = old.get("fingerprint") == fp
+                if old.get("status") == "done" and not plan.force:
+                    if same:
+                        outcome.add(old, "skipped")
+                        continue
                     log.info("cell %s: settings changed since it was run; running it again", cid)
-                if (
-                    claims is not None
-                    and old
-                    and old.get("status") == "failed"
-                    and old.get("fingerprint") == fp
-                    and int(old.get("attempts", 1)) >= max_attempts
-                ):
-                    outcome.failed += 1  # retried enough: left for a person to look at
-                    outcome.cells.append(old)
+                retried = (
+                    old.get("status") == "failed" and same and int(old.get("attempts", 1)) >= max_attempts
+                )
+                if claims is not None and retried:
+                    outcome.add(old, "failed")  # retried enough: left for a person to look at
                     continue
-                todo.append((entry, suite, seed, fp, path))
-    pending = {item[0].name for item in todo}
-    pool = BackendPool(plan, [e for e in entries if e.name in pending]) if backend_factory is None else None
-    bar = progress_bar(len(todo) if progress else 0, "cells", "cell")
+                todo.setdefault(entry.name, []).append((entry, suite, seed, fp))
+    pool = BackendPool(plan, [e for e in entries if e.name in todo], backend_factory)
+    bar = progress_bar(sum(map(len, todo.values())) if progress else 0, "cells", "cell")
     try:
-        by_model: dict[str, list[tuple[ModelEntry, str, int, str, Path]]] = {}
-        for item in todo:
-            by_model.setdefault(item[0].name, []).append(item)
-        for name, items in by_model.items():
+        for items in todo.values():
             entry = items[0][0]
-            backend: JudgeBackend | None = None
-            load_error = None
-            loaded = False
-            load_s = 0.0
+            backend, load_error, load_s = None, None, None
             try:
-                for entry, suite, seed, fp, path in items:
+                for entry, suite, seed, fp in items:
+                    bar.update(1)
+                    cid = cell_id(entry.name, suite, seed)
+                    path = cell_path(plan.out_dir, cid)
                     if claims is not None:
-                        if not claims.acquire(cell_id(entry.name, suite, seed)):
+                        if not claims.acquire(cid):
                             outcome.elsewhere += 1  # another worker has it
-                            bar.update(1)
                             continue
                         now = read_cell(path)
                         if now and now.get("status") == "done" and now.get("fingerprint") == fp:
-                            claims.release(cell_id(entry.name, suite, seed))  # finished meanwhile
-                            outcome.skipped += 1
-                            outcome.cells.append(now)
-                            bar.update(1)
+                            claims.release(cid)  # finished meanwhile
+                            outcome.add(now, "skipped")
                             continue
-                    if not loaded:  # a model is loaded for the first cell this worker runs
-                        loaded, t_load = True, time.time()
+                    if load_s is None:  # a model is loaded for the first cell this worker runs
+                        t_load = time.time()
                         try:
-                            backend = backend_factory(entry, plan) if backend_factory else pool.get(entry)
-                        except Exception as e:  # record it on every cell of this model
+                            backend = pool.get(entry)
+                        except Exception as e:  # recorded on every cell of this model
                             load_error = f"{type(e).__name__}: {e}"
-                            log.error("cannot load model %s: %s", name, load_error)
+                            log.error("cannot load model %s: %s", entry.name, load_error)
                         load_s = time.time() - t_load
-                    bar.set_postfix_str(f"{name} / {suite} / seed {seed}")
-                    cell = {
-                        "cell": cell_id(entry.name, suite, seed),
-                        "model": entry.name,
-                        "step": entry.step,
-                        "kind": entry.kind,
-                        "suite": suite,
-                        "seed": int(seed),
-                        "fingerprint": fp,
-                        "model_spec": _jsonable(entry.spec),
-                        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    }
-                    t0 = time.time()
-                    _claim_cell_dir(plan.out_dir / "cells" / cell["cell"], fp)
-                    if backend is None:
-                        cell.update(status="failed", error=f"model could not be loaded: {load_error}")
-                    else:
-                        try:
-                            cfg = suite_config(entry, suite, seed, plan, run)
-                            result = get_suite(suite)(backend, cfg)
-                            cell.update(status="done", result=_jsonable(result.to_dict()))
-                            too_many = backend_failure(result.counts)
-                            if too_many:  # the numbers would rest on the calls that happened to succeed
-                                log.error("cell %s failed: %s", cell["cell"], too_many)
-                                cell.update(status="failed", error=too_many)
-                        except Exception as e:  # one failing cell does not stop the sweep
-                            log.error("cell %s failed: %s: %s", cell["cell"], type(e).__name__, e)
-                            cell.update(
-                                status="failed",
-                                error=f"{type(e).__name__}: {e}",
-                                traceback=traceback.format_exc(limit=8),
-                            )
-                    cell["seconds"] = round(time.time() - t0, 3)
+                    bar.set_postfix_str(f"{entry.name} / {suite} / seed {seed}")
+                    cell = _run_cell(entry, suite, seed, fp, plan, run, backend, load_error)
                     cell["model_load_seconds"] = round(load_s, 3)
                     cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-                    previous = read_cell(path)
                     if cell["status"] == "failed":
-                        same = (
-                            previous
-                            and previous.get("fingerprint") == fp
-                            and previous.get("status") == "failed"
-                        )
+                        previous = read_cell(path) or {}
+                        same = previous.get("fingerprint") == fp and previous.get("status") == "failed"
                         cell["attempts"] = int(previous.get("attempts", 1)) + 1 if same else 1
                     atomic_write_json(path, cell)
                     if claims is not None:
-                        claims.release(cell["cell"])
-                    outcome.cells.append(cell)
-                    if cell["status"] == "done":
-                        outcome.done += 1
-                    else:
-                        outcome.failed += 1
-                    bar.update(1)
+                        claims.release(cid)
+                    outcome.add(cell, "done" if cell["status"] == "done" else "failed")
             finally:
                 if backend is not None:
-                    if pool is not None:
-                        pool.release(backend, entry)
-                    else:
-                        backend.close()
+                    pool.release(backend, entry)
     finally:
         bar.close()
-        if pool is not None:
-            pool.close_all()
+        pool.close_all()
     return outcome
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The results table
-# --------------------------------------------------------------------------------------------------------------
-
-CSV_COLUMNS = ("model", "step", "kind", "suite", "metric", "mean", "std", "n_seeds", "values")
-
-
-def collect_cells(out_dir: Path) -> list[dict[str, Any]]:
-    cells = []
-    for p in sorted((Path(out_dir) / "cells").glob("*.json")):
-        c = read_cell(p)
-        if c and "suite" in c and "model" in c:
-            cells.append(c)
-    return cells
-
-
-def model_order(cells: list[dict[str, Any]], entries: list[ModelEntry] | None = None) -> list[str]:
-    """Models ordered by step (base first, final last among equal steps), then name."""
-    if entries:
-        names = [e.name for e in entries]
-        extra = sorted({c["model"] for c in cells} - set(names))
-        return names + extra
-    info = {}
-    for c in cells:
-        kind_rank = {"base": 0, "checkpoint": 1, "final": 2}.get(c.get("kind", "model"), 3)
-        step = c.get("step")
-        info[c["model"]] = (step is None, step if step is not None else 0, kind_rank, c["model"])
-    return sorted(info, key=lambda m: info[m])
-
-
-def build_rows(cells: list[dict[str, Any]], order: list[str] | None = None) -> list[dict[str, Any]]:
-    """Long-format rows: one per (model, suite, metric), mean and sample std over the finished seeds."""
-    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    meta: dict[str, dict[str, Any]] = {}
-    for c in cells:
-        if c.get("status") != "done":
-            continue
-        grouped.setdefault((c["model"], c["suite"]), []).append(c)
-        meta[c["model"]] = {"step": c.get("step"), "kind": c.get("kind", "model")}
-    order = order or model_order(cells)
-    rows = []
-    for model in order:
-        for (m, suite), cs in sorted(grouped.items(), key=lambda kv: kv[0][1]):
-            if m != model:
-                continue
-            cs = sorted(cs, key=lambda c: c["seed"])
-            names: list[str] = []
-            for c in cs:
-                for k in c["result"]["metrics"]:
-                    if k not in names:
-                        names.append(k)
-            for metric in names:
-                values = {str(c["seed"]): c["result"]["metrics"].get(metric) for c in cs}
-                mean, std = mean_std(list(values.values()))
-                rows.append(
-                    {
-                        "model": model,
-                        "step": meta[model]["step"],
-                        "kind": meta[model]["kind"],
-                        "suite": suite,
-                        "metric": metric,
-                        "mean": mean,
-                        "std": std,
-                        "n_seeds": sum(v is not None for v in values.values()),
-                        "values": values,
-                    }
-                )
-    return rows
-
-
-def write_results(
-    out_dir: Path,
-    entries: list[ModelEntry] | None = None,
-    plan: EvalPlan | None = None,
-    run: RunInfo | None = None,
-    saved: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Write ``results.csv`` and ``results.json`` from every cell file under ``out_dir``; returns the JSON."""
-    out_dir = Path(out_dir)
-    cells = collect_cells(out_dir)
-    order = model_order(cells, entries)
-    rows = build_rows(cells, order)
-    with atomic_open(out_dir / "results.csv") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "values": json.dumps(r["values"])})
-    models = []
-    for name in order:
-        c = next((c for c in cells if c["model"] == name), None)
-        if c is not None:
-            models.append(
-                {
-                    "name": name,
-                    "step": c.get("step"),
-                    "kind": c.get("kind", "model"),
-                    "spec": c.get("model_spec", {}),
-                }
-            )
-    saved = saved or {}
-    data = {
-        "run_dir": str(run.run_dir) if run else saved.get("run_dir"),
-        "run": _jsonable(run.raw) if run else saved.get("run"),
-        "plan": plan.to_dict() if plan else saved.get("plan"),
-        "models": models,
-        "suites": sorted({c["suite"] for c in cells}),
-        "cells": [
-            {k: c.get(k) for k in ("cell", "model", "step", "suite", "seed", "status", "error", "seconds")}
-            for c in cells
-        ],
-        "rows": rows,
-    }
-    atomic_write_json(out_dir / "results.json", data)
-    return data
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Entry points
-# --------------------------------------------------------------------------------------------------------------
 
 
 def sweep(
@@ -675,15 +484,22 @@ def sweep(
     **claim_options: Any,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
     """Evaluate the base model and every checkpoint of a run (``claim_options``: ``claim``, ``lease_s``,
-    ``max_attempts`` of :func:`evaluate`). ``plan`` defaults to the given suites with the
-    run's pixel policy and think prefix, written to ``RUN_DIR/eval``."""
+    ``max_attempts`` of :func:`evaluate`). ``plan`` defaults to the given suites, written to ``RUN_DIR/eval``;
+    the plan takes the run's pixel policy and think prefix."""
     run = read_run(run_dir)
-    if plan is None:
-        plan = EvalPlan(suites=suites or ["bias", "perception"], out_dir=run.run_dir / "eval")
-    plan.pixel_policy = run.pixel_policy
-    plan.think_prefix = run.think_prefix
+    plan = plan or EvalPlan(suites=suites or ["bias", "perception"], out_dir=run.run_dir / "eval")
+    plan.pixel_policy, plan.think_prefix = run.pixel_policy, run.think_prefix
     entries = select_models(discover_models(run), models)
     return evaluate(entries, plan, backend_factory, report, progress, run=run, **claim_options)
+
+
+def _write_tables(out_dir: Path, saved: dict[str, Any], report: bool) -> dict[str, Any]:
+    data = write_results(out_dir, saved)
+    if report:
+        from perception_judge.evaluation.report import write_report
+
+        write_report(out_dir)
+    return data
 
 
 def evaluate(
@@ -705,29 +521,23 @@ def evaluate(
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     saved = {
         "plan": plan.to_dict(),
-        "models": [e.to_dict() for e in entries],
+        "models": [dataclasses.asdict(e) for e in entries],
         "run_dir": str(run.run_dir) if run else None,
         "run": _jsonable(run.raw) if run else None,
     }
-    if claim:
-        from perception_judge.evaluation.claims import Claims
+    if not claim:
+        atomic_write_json(plan.out_dir / "plan.json", saved)
+        outcome = run_cells(entries, plan, run, backend_factory, progress)
+        return outcome, _write_tables(plan.out_dir, saved, report)
+    from perception_judge.evaluation.claims import Claims
 
-        claims = Claims(plan.out_dir, lease_s)
-        try:
-            claims.pin_plan({"plan": saved["plan"], "models": saved["models"]})
-            atomic_write_json(plan.out_dir / "plan.json", saved)
-            outcome = run_cells(entries, plan, run, backend_factory, progress, claims, max_attempts)
-        finally:
-            claims.close()
-        return outcome, {}
-    atomic_write_json(plan.out_dir / "plan.json", saved)
-    outcome = run_cells(entries, plan, run, backend_factory, progress)
-    data = write_results(plan.out_dir, entries, plan, run)
-    if report:
-        from perception_judge.evaluation.report import write_report
-
-        write_report(plan.out_dir)
-    return outcome, data
+    claims = Claims(plan.out_dir, lease_s)
+    try:
+        claims.pin_plan({"plan": saved["plan"], "models": saved["models"]})
+        atomic_write_json(plan.out_dir / "plan.json", saved)
+        return run_cells(entries, plan, run, backend_factory, progress, claims, max_attempts), {}
+    finally:
+        claims.close()
 
 
 def collect(
@@ -745,45 +555,17 @@ def collect(
             f"{str(plan_file)!r} not found: OUT must be the --out of an `eval sweep --claim` run"
         )
     saved = json.loads(plan_file.read_text(encoding="utf-8"))
-    entries = [ModelEntry(**m) for m in saved.get("models", [])]
-    plan_d = saved.get("plan") or {}
+    plan = saved.get("plan") or {}
     status = {c["cell"]: c.get("status") for c in collect_cells(out_dir)}
     expected = [
-        cell_id(e.name, suite, int(seed))
-        for e in entries
-        for suite in plan_d.get("suites", [])
-        for seed in plan_d.get("seeds", [])
+        cell_id(m["name"], suite, int(seed))
+        for m in saved.get("models", [])
+        for suite in plan.get("suites", [])
+        for seed in plan.get("seeds", [])
     ]
     state = {
         "missing": [c for c in expected if c not in status],
         "failed": [c for c in expected if status.get(c) == "failed"],
         "claimed": claimed_cells(out_dir),
     }
-    data = write_results(out_dir, entries, saved=saved)
-    if report:
-        from perception_judge.evaluation.report import write_report
-
-        write_report(out_dir)
-    return data, state
-
-
-__all__ = [
-    "RUN_FILE",
-    "BackendPool",
-    "EvalPlan",
-    "ModelEntry",
-    "RunInfo",
-    "SweepOutcome",
-    "build_rows",
-    "cell_fingerprint",
-    "cell_id",
-    "collect",
-    "collect_cells",
-    "discover_models",
-    "evaluate",
-    "read_run",
-    "run_cells",
-    "select_models",
-    "sweep",
-    "write_results",
-]
+    return _write_tables(out_dir, saved, report), state

@@ -1,50 +1,33 @@
-"""PPJD folder -> training set (the format of :mod:`perception_judge.core.trainset`).
+"""PPJD folder -> training set (the format of :mod:`perception_judge.core.trainset`; docs/ppjd.md §6).
 
-Per record, with randomness seeded by (export seed, record key), rows written in canonical key order -- so the
-result depends neither on record order nor on how the folder was built (one machine, or parts merged:
-:mod:`perception_judge.ppjd.partition`):
-
-* **batch** rows: (r_c, r_rp, r_rp+r) in a random permutation of slots A/B/C; ``ground_truth`` is the order
-  string best to worst (``order_from_kinds``), e.g. ``"BCA"``;
-* **pair** rows (optional): two of the three responses in random order; ``ground_truth`` ``"AB"`` or ``"BA"``;
-* **single** rows (optional): one response; ``ground_truth`` ``"correct"`` (r_c) or ``"incorrect"``.
-
-How many rows of each protocol a record gives is the *mix*: ``{"batch": 1, "pair": 0.5}`` means one batch row
-per record and a pair row for half of them (the integer part is always emitted, the fraction is a
-probability; several rows of one protocol use different permutations / pairs / responses where possible).
-
-The prompt is ``protocol.build_messages(protocol, question, responses, n_images=1 or 0)``; ``images`` holds the
-original image bytes (the trainer applies the pixel policy). Train / validation are split by ``image_group``
-(the sha256 of the source image; text-only records group by question), so no image is in both splits.
-
-Files are written chunk by chunk (constant memory) into a temp folder and moved into place at the end:
-``train.parquet``, ``validation.parquet`` (absent when empty), ``README.md`` (dataset card),
-``export_info.json``.
+Rows are seeded by (export seed, record key) and written in key order, so the tables depend only on the set of
+records (one build, or parts merged). **batch** rows put (r_c, r_rp, r_rp+r) in a random permutation of slots A/B/C
+(ground truth: the order string, e.g. ``"BCA"``), **pair** rows two of them (``"AB"`` / ``"BA"``), **single** rows
+one (``"correct"`` / ``"incorrect"``); the *mix* gives rows per record (the fraction as a probability).
+Train / validation are split by ``image_group`` (the source image's sha256; text-only records: the question).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
+import itertools
 import json
 import os
 import random
 import shutil
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from perception_judge.core.images import ImageError, resolve_under
-from perception_judge.core.protocol import validate_style
-from perception_judge.core.schema import (
-    PROTOCOLS,
-    RESPONSE_KINDS,
-    PPJDRecord,
-    sha256_hex,
-)
-from perception_judge.core.trainset import rows_to_dataset, split_path, training_row
+from perception_judge.core.options import Options
+from perception_judge.core.protocol import PROMPT_STYLES
+from perception_judge.core.schema import PROTOCOLS, RESPONSE_KINDS, PPJDRecord, sha256_hex
+from perception_judge.core.trainset import SPLITS, rows_to_dataset, split_path, training_row
 from perception_judge.ppjd.partition import merge_plan, read_partition
 from perception_judge.ppjd.store import iter_records, read_manifest, shard_paths
 
@@ -56,63 +39,62 @@ class ExportError(ValueError):
     """A record cannot be exported (names the record key)."""
 
 
-def parse_mix(text: str | dict[str, float] | None) -> dict[str, float]:
-    """``"batch=1,pair=0.5"`` (or a dict) -> rows per record per protocol."""
+def parse_mix(text: str | list[str] | dict[str, float] | None) -> dict[str, float]:
+    """``"batch=1,pair=0.5"`` (or several such strings, or a dict) -> rows per record per protocol."""
     if text is None or text == "":
         return dict(DEFAULT_MIX)
-    if isinstance(text, dict):
-        items = list(text.items())
-    else:
-        items = []
-        for part in str(text).split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise ValueError(f"bad mix entry {part!r}: expected protocol=rows, e.g. batch=1,pair=0.5")
-            name, value = part.split("=", 1)
-            items.append((name.strip(), value.strip()))
-    mix = {p: 0.0 for p in PROTOCOLS}
+    if isinstance(text, list):
+        text = ",".join(text)
+    items: list[tuple[str, Any]] = list(text.items()) if isinstance(text, dict) else []
+    for part in [] if isinstance(text, dict) else filter(str.strip, str(text).split(",")):
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"bad mix entry {part!r}: expected protocol=rows, e.g. batch=1,pair=0.5")
+        items.append((name.strip(), value.strip()))
+    mix = dict.fromkeys(PROTOCOLS, 0.0)
     for name, value in items:
         if name not in PROTOCOLS:
             raise ValueError(f"unknown protocol {name!r} in the mix; expected {', '.join(PROTOCOLS)}")
         try:
-            v = float(value)
+            mix[name] = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"mix value for {name} must be a number, got {value!r}") from None
-        if v < 0 or v > 6:
-            raise ValueError(f"mix value for {name} must be between 0 and 6, got {v}")
-        mix[name] = v
+        if not 0 <= mix[name] <= 6:
+            raise ValueError(f"mix value for {name} must be between 0 and 6, got {mix[name]}")
     if sum(mix.values()) <= 0:
         raise ValueError("the mix gives no rows at all")
     return mix
 
 
-@dataclass
-class ExportConfig:
-    seed: int = 0
-    val_fraction: float = 0.1
-    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
-    chunk_rows: int = 256
-    skip_invalid: bool = False
-    overwrite: bool = False
-    prompt_style: str = "full"
-    allow_incomplete: bool = (
-        False  # a partitioned folder with missing or unfinished parts: export what is there
-    )
+class ExportConfig(Options):
+    """The settings of an export; a key's docstring is the help of its ``export`` flag."""
 
-    def __post_init__(self) -> None:
-        self.mix = parse_mix(self.mix)
-        validate_style(self.prompt_style)
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        if self.chunk_rows < 1:
-            raise ValueError("chunk_rows must be >= 1")
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    seed: int = 0
+    """seed of the slot permutations and the split (default 0)"""
+    val_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    """fraction of source images (image groups) that go to validation (default 0.1)"""
+    mix: Annotated[dict[str, float], BeforeValidator(parse_mix)] = Field(
+        default_factory=lambda: dict(DEFAULT_MIX)
+    )
+    """rows per record per protocol, e.g. batch=1,pair=0.5,single=0.5 (integer part always, fraction as a
+    probability; default batch=1)"""
+    chunk_rows: Annotated[int, Field(ge=1)] = 256  # rows per parquet write
+    skip_invalid: bool = False
+    """skip (and list) records whose image is missing or corrupt"""
+    overwrite: bool = False
+    """replace an existing export in --out"""
+    prompt_style: Literal[PROMPT_STYLES] = "full"
+    """judge prompt wording: full (real judges, default) or tiny (the dozen-token prompt of the CPU-scale tiny
+    judges; recorded in export_info.json, and the evaluation renders the same style)"""
+    allow_incomplete: bool = False
+    """a build split into parts (build-ppjd --num-parts): export even with missing or unfinished parts
+    (export_info.json lists them); default: refuse, naming them"""
 
 
 def image_group(record: PPJDRecord) -> str:
-    if record.image_sha256:
-        return record.image_sha256
-    return "text:" + sha256_hex(record.question)[:40]
+    return record.image_sha256 or "text:" + sha256_hex(record.question)[:40]
 
 
 def choose_validation_groups(groups: list[str], fraction: float, seed: int) -> set[str]:
@@ -121,10 +103,8 @@ def choose_validation_groups(groups: list[str], fraction: float, seed: int) -> s
     n = len(groups)
     if fraction <= 0 or n < 2:
         return set()
-    k = min(n - 1, max(1, round(fraction * n)))
-    rng = random.Random(f"perception-judge/export/split/{seed}")
-    rng.shuffle(groups)
-    return set(groups[:k])
+    random.Random(f"perception-judge/export/split/{seed}").shuffle(groups)
+    return set(groups[: min(n - 1, max(1, round(fraction * n)))])
 
 
 def _count(rng: random.Random, expected: float) -> int:
@@ -144,43 +124,32 @@ def record_rows(
     texts = record.responses()
     images = [image_cell] if image_cell is not None else []
     group = image_group(record)
-    rows: list[dict[str, Any]] = []
+    kinds_per_row: list[tuple[str, list[str]]] = []
 
-    def row(protocol: str, kinds: list[str]) -> dict[str, Any]:
-        return training_row(protocol, record.question, texts, kinds, images, record.key, group, style)
-
-    n_batch = _count(rng, mix.get("batch", 0.0))
-    perms: list[list[str]] = []
-    for _ in range(n_batch):
+    for _ in range(_count(rng, mix.get("batch", 0.0))):
         kinds = list(RESPONSE_KINDS)
-        for _try in range(12):
+        for _try in range(12):  # a permutation not used yet, where possible
             rng.shuffle(kinds)
-            if kinds not in perms:
+            if ("batch", kinds) not in kinds_per_row:
                 break
-        perms.append(list(kinds))
-        rows.append(row("batch", kinds))
+        kinds_per_row.append(("batch", kinds))
 
     n_pair = _count(rng, mix.get("pair", 0.0))
     pairs = list(_PAIRS)
     rng.shuffle(pairs)
     for i in range(n_pair):
         better, worse = pairs[i % len(pairs)]
-        if rng.random() < 0.5:
-            rows.append(row("pair", [better, worse]))
-        else:
-            rows.append(row("pair", [worse, better]))
+        kinds_per_row.append(("pair", [better, worse] if rng.random() < 0.5 else [worse, better]))
 
     n_single = _count(rng, mix.get("single", 0.0))
-    order = (
-        ["r_c", rng.choice(["r_rp", "r_rp_r"])]
-        if rng.random() < 0.5
-        else [rng.choice(["r_rp", "r_rp_r"]), "r_c"]
-    )
+    wrong = ["r_rp", "r_rp_r"]
+    order = ["r_c", rng.choice(wrong)] if rng.random() < 0.5 else [rng.choice(wrong), "r_c"]
     order += [k for k in RESPONSE_KINDS if k not in order]
-    for i in range(n_single):
-        kind = order[i % len(order)]
-        rows.append(row("single", [kind]))
-    return rows
+    kinds_per_row += [("single", [order[i % len(order)]]) for i in range(n_single)]
+    return [
+        training_row(protocol, record.question, texts, kinds, images, record.key, group, style)
+        for protocol, kinds in kinds_per_row
+    ]
 
 
 def _image_cell(ppjd_dir: Path, record: PPJDRecord) -> dict[str, Any] | None:
@@ -208,15 +177,12 @@ def _check_record(record: PPJDRecord) -> None:
             raise ExportError(f"record {record.key}: field {name!r} is empty")
 
 
-def _records(
-    ppjd_dir: Path, allow_incomplete: bool = False
-) -> tuple[list[tuple[Path, PPJDRecord]], dict[str, Any]]:
+def _records(ppjd_dir: Path, allow_incomplete: bool) -> tuple[list[tuple[Path, PPJDRecord]], dict[str, Any]]:
     """Every record with the folder it lives in, in canonical key order, so an export depends only on the set of
-    records: a one-machine build and a build split into parts (``partition.json``, merged here) give the same
-    tables. A key in two parts is an error naming both."""
-    if read_partition(ppjd_dir) is None:
-        return sorted(((ppjd_dir, r) for r in iter_records(ppjd_dir)), key=lambda fr: fr[1].key), {}
-    parts, info = merge_plan(ppjd_dir, allow_incomplete)
+    records: a one-machine build and a build split into parts (merged here) give the same tables. A key in two
+    parts is an error naming both."""
+    partitioned = read_partition(ppjd_dir) is not None
+    parts, info = merge_plan(ppjd_dir, allow_incomplete) if partitioned else ([ppjd_dir], {})
     owner: dict[str, Path] = {}
     out = []
     for folder in parts:
@@ -230,35 +196,21 @@ def _records(
     return sorted(out, key=lambda fr: fr[1].key), info
 
 
-class _SplitWriter:
-    def __init__(self, path: Path, chunk_rows: int) -> None:
-        self.path = path
-        self.chunk_rows = chunk_rows
-        self.buffer: list[dict[str, Any]] = []
-        self.writer: Any = None
-        self.rows = 0
+def _write_parquet(path: Path, rows: Iterator[dict[str, Any]], chunk_rows: int) -> int:
+    """Write ``rows`` in chunks of ``chunk_rows`` (constant memory); returns how many (no file for none)."""
+    import pyarrow.parquet as pq
 
-    def add(self, row: dict[str, Any]) -> None:
-        self.buffer.append(row)
-        if len(self.buffer) >= self.chunk_rows:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.buffer:
-            return
-        import pyarrow.parquet as pq
-
-        table = rows_to_dataset(self.buffer).data.table
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema)
-        self.writer.write_table(table)
-        self.rows += len(self.buffer)
-        self.buffer = []
-
-    def close(self) -> None:
-        self.flush()
-        if self.writer is not None:
-            self.writer.close()
+    n, writer = 0, None
+    try:
+        while chunk := list(itertools.islice(rows, chunk_rows)):
+            table = rows_to_dataset(chunk).data.table
+            writer = writer or pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+            n += len(chunk)
+    finally:
+        if writer is not None:
+            writer.close()
+    return n
 
 
 def export_ppjd(
@@ -266,8 +218,7 @@ def export_ppjd(
 ) -> dict[str, Any]:
     """Write the training set of a PPJD folder into ``out_dir``; returns the export info (also written)."""
     config = config or ExportConfig()
-    src = Path(ppjd_dir)
-    out = Path(out_dir)
+    src, out = Path(ppjd_dir), Path(out_dir)
     if read_partition(src) is None and not shard_paths(src):
         raise FileNotFoundError(f"no PPJD records in {str(src)!r} (expected records-*.jsonl from build-ppjd)")
     if split_path(out, "train").exists() and not config.overwrite:
@@ -276,8 +227,9 @@ def export_ppjd(
         )
 
     records, partition = _records(src, config.allow_incomplete)
-    groups = [image_group(r) for _, r in records]
-    val_groups = choose_validation_groups(groups, config.val_fraction, config.seed)
+    val_groups = choose_validation_groups(
+        [image_group(r) for _, r in records], config.val_fraction, config.seed
+    )
 
     out.parent.mkdir(parents=True, exist_ok=True)
     _recover(out)
@@ -285,15 +237,18 @@ def export_ppjd(
         shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted export
     tmp = out.parent / f".{out.name}.export-tmp-{os.getpid()}-{time.time_ns()}"
     tmp.mkdir()
-    writers = {s: _SplitWriter(split_path(tmp, s), config.chunk_rows) for s in ("train", "validation")}
-    counts: dict[str, Counter[str]] = {s: Counter() for s in writers}
+    counts: dict[str, Counter[str]] = {s: Counter() for s in SPLITS}
     gt_counts: dict[str, Counter[str]] = {p: Counter() for p in PROTOCOLS}
     records_per_split: Counter[str] = Counter()
-    groups_per_split: dict[str, set[str]] = {s: set() for s in writers}
+    groups_per_split: dict[str, set[str]] = {s: set() for s in SPLITS}
     skipped: dict[str, str] = {}
-    text_only = 0
-    try:
+
+    def rows_of(split: str) -> Iterator[dict[str, Any]]:
+        """The rows of the records of one split (counted on the way)."""
         for folder, record in records:
+            group = image_group(record)
+            if ("validation" if group in val_groups else "train") != split:
+                continue
             try:
                 _check_record(record)
                 cell = _image_cell(folder, record)
@@ -302,20 +257,15 @@ def export_ppjd(
                     raise
                 skipped[record.key] = str(e)
                 continue
-            group = image_group(record)
-            split = "validation" if group in val_groups else "train"
             records_per_split[split] += 1
             groups_per_split[split].add(group)
-            text_only += cell is None
             for row in record_rows(record, cell, config.mix, config.seed, config.prompt_style):
-                writers[split].add(row)
                 counts[split][row["protocol"]] += 1
                 gt_counts[row["protocol"]][row["ground_truth"]] += 1
-        for w in writers.values():
-            w.close()
-        overlap = groups_per_split["train"] & groups_per_split["validation"]
-        if overlap:  # pragma: no cover - guaranteed by construction
-            raise RuntimeError(f"{len(overlap)} image groups are in both splits")
+                yield row
+
+    try:
+        rows_total = {s: _write_parquet(split_path(tmp, s), rows_of(s), config.chunk_rows) for s in SPLITS}
         manifest = (
             read_manifest(src) or (read_manifest(records[0][0]) if records and partition else None) or {}
         )
@@ -323,23 +273,17 @@ def export_ppjd(
             "format": "perception-judge/trainset/1",
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "source": str(src.resolve()),
-            "settings": {
-                k: v for k, v in asdict(config).items() if k not in ("overwrite", "allow_incomplete")
-            },
-            "records": {s: records_per_split[s] for s in writers},
-            "image_groups": {s: len(groups_per_split[s]) for s in writers},
-            "text_only_records": text_only,
-            "rows": {s: {p: counts[s][p] for p in PROTOCOLS} for s in writers},
-            "rows_total": {s: writers[s].rows for s in writers},
+            "settings": config.model_dump(exclude={"overwrite", "allow_incomplete"}),
+            "records": {s: records_per_split[s] for s in SPLITS},
+            "image_groups": {s: len(groups_per_split[s]) for s in SPLITS},
+            "text_only_records": sum(r.image is None and r.key not in skipped for _, r in records),
+            "rows": {s: {p: counts[s][p] for p in PROTOCOLS} for s in SPLITS},
+            "rows_total": rows_total,
             "ground_truth": {p: dict(sorted(gt_counts[p].items())) for p in PROTOCOLS if gt_counts[p]},
-            "skipped_records": skipped,
+            "skipped_records": dict(sorted(skipped.items())),
             **({"partition": partition} if partition else {}),
-            "ppjd": {
-                "teacher": manifest.get("teacher"),
-                "counts": manifest.get("counts"),
-                "source": manifest.get("source"),
-            },
-            "files": [f"{s}.parquet" for s in writers if writers[s].rows],
+            "ppjd": {k: manifest.get(k) for k in ("teacher", "counts", "source")},
+            "files": [f"{s}.parquet" for s in SPLITS if rows_total[s]],
         }
         (tmp / "export_info.json").write_text(
             json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
@@ -349,15 +293,11 @@ def export_ppjd(
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise ExportError(
-                f"disk full while writing the export of {str(src)!r} beside {str(out)!r}; the previous export (if any) "
-                "is untouched: free some space and run it again"
+                f"disk full while writing the export of {str(src)!r} beside {str(out)!r}; the previous export (if "
+                "any) is untouched: free some space and run it again"
             ) from None
         raise
     finally:
-        for w in writers.values():
-            if w.writer is not None:
-                with contextlib.suppress(Exception):  # already closed
-                    w.writer.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return info
 
@@ -386,89 +326,83 @@ def _recover(out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+_CARD = """\
+---
+license: other
+task_categories:
+  - visual-question-answering
+tags:
+  - llm-as-a-judge
+  - perception
+  - ppjd
+configs:
+  - config_name: default
+    data_files:
+{configs}
+---
+
+# PPJD training set
+
+Perceptually perturbed judgment data exported by `perception-judge export`. Every source record holds a \
+verified-correct response (r_c), a version with perceptual errors only (r_rp) and one with perceptual and \
+reasoning errors (r_rp+r); the target order is r_c > r_rp > r_rp+r.
+
+## Counts
+
+| split | records | image groups | batch rows | pair rows | single rows | rows |
+|---|---|---|---|---|---|---|
+{counts}
+
+Text-only records (no image): {text_only}. Records skipped as invalid: {skipped}.
+
+Ground-truth distribution per protocol: {ground_truth}
+
+## Settings
+
+- seed: {seed}
+- validation fraction (of image groups): {val_fraction}
+- rows per record: {mix}
+- prompt style: {prompt_style}
+- teacher: {teacher}
+- source PPJD folder: `{source}`
+- created: {created}
+
+## Columns
+
+`prompt` (chat messages with `{{"type": "image"}}` placeholders), `images` (original images), `protocol` \
+(batch / pair / single), `ground_truth` (slot order best to worst, e.g. `BCA`, or correct / incorrect), \
+`question`, `responses` (slot order), `kinds` (r_c / r_rp / r_rp_r per slot), `record_key`, `image_group` \
+(sha256 of the source image; the split groups on it).
+
+## Loading
+
+```python
+from perception_judge.core.trainset import load_training_set
+ds = load_training_set('THIS_FOLDER')        # DatasetDict with train / validation
+# or: datasets.load_dataset('parquet', data_files={{'train': 'train.parquet', ...}})
+```
+"""
+
+
 def dataset_card(info: dict[str, Any]) -> str:
-    s = info["settings"]
-    files = info["files"]
-    configs = "\n".join(f"      - split: {f.split('.')[0]}\n        path: {f}" for f in files)
-    lines = [
-        "---",
-        "license: other",
-        "task_categories:",
-        "  - visual-question-answering",
-        "tags:",
-        "  - llm-as-a-judge",
-        "  - perception",
-        "  - ppjd",
-        "configs:",
-        "  - config_name: default",
-        "    data_files:",
-        configs,
-        "---",
-        "",
-        "# PPJD training set",
-        "",
-        "Perceptually perturbed judgment data exported by `perception-judge export`. Every source record holds "
-        "a verified-correct response (r_c), a version with perceptual errors only (r_rp) and one with perceptual "
-        "and reasoning errors (r_rp+r); the target order is r_c > r_rp > r_rp+r.",
-        "",
-        "## Counts",
-        "",
-        "| split | records | image groups | batch rows | pair rows | single rows | rows |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for split in ("train", "validation"):
-        r = info["rows"][split]
-        lines.append(
-            f"| {split} | {info['records'][split]} | {info['image_groups'][split]} | {r['batch']} | {r['pair']} | "
-            f"{r['single']} | {info['rows_total'][split]} |"
-        )
-    lines += [
-        "",
-        f"Text-only records (no image): {info['text_only_records']}. Records skipped as invalid: "
-        f"{len(info['skipped_records'])}.",
-        "",
-        "Ground-truth distribution per protocol: "
-        + "; ".join(
+    s, rows = info["settings"], info["rows"]
+    return _CARD.format(
+        configs="\n".join(f"      - split: {f.split('.')[0]}\n        path: {f}" for f in info["files"]),
+        counts="\n".join(
+            f"| {split} | {info['records'][split]} | {info['image_groups'][split]} | {rows[split]['batch']} | "
+            f"{rows[split]['pair']} | {rows[split]['single']} | {info['rows_total'][split]} |"
+            for split in SPLITS
+        ),
+        text_only=info["text_only_records"],
+        skipped=len(info["skipped_records"]),
+        ground_truth="; ".join(
             f"{p}: " + ", ".join(f"{k} {v}" for k, v in d.items()) for p, d in info["ground_truth"].items()
         ),
-        "",
-        "## Settings",
-        "",
-        f"- seed: {s['seed']}",
-        f"- validation fraction (of image groups): {s['val_fraction']}",
-        f"- rows per record: {', '.join(f'{k}={v:g}' for k, v in s['mix'].items())}",
-        f"- prompt style: {s.get('prompt_style', 'full')}",
-        f"- teacher: {info['ppjd'].get('teacher')}",
-        f"- source PPJD folder: `{info['source']}`",
-        f"- created: {info['created']}",
-        "",
-        "## Columns",
-        "",
-        '`prompt` (chat messages with `{"type": "image"}` placeholders), `images` (original images), `protocol` '
-        "(batch / pair / single), `ground_truth` (slot order best to worst, e.g. `BCA`, or correct / incorrect), "
-        "`question`, `responses` (slot order), `kinds` (r_c / r_rp / r_rp_r per slot), `record_key`, "
-        "`image_group` (sha256 of the source image; the split groups on it).",
-        "",
-        "## Loading",
-        "",
-        "```python",
-        "from perception_judge.core.trainset import load_training_set",
-        "ds = load_training_set('THIS_FOLDER')        # DatasetDict with train / validation",
-        "# or: datasets.load_dataset('parquet', data_files={'train': 'train.parquet', ...})",
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-__all__ = [
-    "DEFAULT_MIX",
-    "ExportConfig",
-    "ExportError",
-    "choose_validation_groups",
-    "dataset_card",
-    "export_ppjd",
-    "image_group",
-    "parse_mix",
-    "record_rows",
-]
+        seed=s["seed"],
+        val_fraction=s["val_fraction"],
+        mix=", ".join(f"{k}={v:g}" for k, v in s["mix"].items()),
+        prompt_style=s.get("prompt_style", "full"),
+        teacher=info["ppjd"].get("teacher"),
+        source=info["source"],
+        created=info["created"],
+    )

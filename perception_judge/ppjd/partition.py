@@ -1,13 +1,8 @@
-"""A PPJD build split across machines: ``build-ppjd --num-parts N --part I`` (a SLURM array, Ray tasks, plain
-processes), merged exactly by ``export``.
+"""A PPJD build split across machines (``build-ppjd --num-parts N --part I``), merged exactly by ``export``.
 
-An item belongs to part ``int(key, 16) % N`` of its content key, decided before any image is loaded, so the
-duplicates of an item land in one part. Part I writes an ordinary resumable PPJD folder
-``OUT/part-0000I-of-0000N/``; ``OUT/partition.json`` records the partition once (N, the scheme, the source and
-teacher fingerprints): the first part to start creates it with an exclusive create (safe across hosts on a shared
-file system, unlike ``flock``), every later part must match it. ``export OUT`` reads the parts in canonical key
-order, refuses a missing or unfinished part (naming it) unless told to record it, and checks that no key is in two
-parts, so its tables are byte-identical to one build of the same source.
+Part I builds the keys with ``int(key, 16) % N == I`` into ``OUT/part-0000I-of-0000N/``; ``OUT/partition.json``
+records the partition (N, the scheme, the source and teacher fingerprints): the first part creates it exclusively
+(safe across hosts on a shared file system, unlike ``flock``), every later part must match it.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from typing import Any
 
 from perception_judge.core.io import atomic_write_text, temp_name
 from perception_judge.core.schema import sha256_hex
+from perception_judge.ppjd.store import read_manifest
 
 PARTITION_FILE = "partition.json"
 SCHEME = "int(key, 16) % num_parts"
@@ -90,9 +86,7 @@ def claim_partition(
 
 def read_partition(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
     path = Path(folder) / PARTITION_FILE
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def merge_plan(
@@ -100,27 +94,18 @@ def merge_plan(
 ) -> tuple[list[Path], dict[str, Any]]:
     """The part folders of a partitioned PPJD folder, and what the export records about them. A missing part or
     one whose last run did not complete is an error naming it, unless ``allow_incomplete`` (then it is listed)."""
-    from perception_judge.ppjd.store import read_manifest
-
     info = read_partition(folder)
     if info is None:
         raise PartitionError(f"{str(folder)!r} is not a partitioned PPJD folder (no {PARTITION_FILE})")
     n = int(info["num_parts"])
-    parts, missing, unfinished = [], [], []
-    for i in range(n):
-        d = part_dir(folder, i, n)
-        runs = (read_manifest(d) or {}).get("runs") or [] if d.is_dir() else []
-        if not d.is_dir():
-            missing.append(d.name)
-            continue
-        if not runs or runs[-1].get("status") != "complete":
-            unfinished.append(d.name)
-        parts.append(d)
+    dirs = [part_dir(folder, i, n) for i in range(n)]
+    parts = [d for d in dirs if d.is_dir()]
+    missing = [d.name for d in dirs if not d.is_dir()]
+    runs = {d.name: (read_manifest(d) or {}).get("runs") or [{}] for d in parts}
+    unfinished = [name for name, r in runs.items() if r[-1].get("status") != "complete"]
     if (missing or unfinished) and not allow_incomplete:
-        what = "; ".join(
-            x for x in (f"missing: {', '.join(missing)}" if missing else "",
-                        f"not finished: {', '.join(unfinished)}" if unfinished else "") if x
-        )  # fmt: skip
+        listed = (("missing", missing), ("not finished", unfinished))
+        what = "; ".join(f"{label}: {', '.join(names)}" for label, names in listed if names)
         raise PartitionError(
             f"{str(folder)!r}: {n} parts, {what}: run those parts (the same build-ppjd command with their --part), "
             "or pass --allow-incomplete to export what is there"

@@ -1,18 +1,9 @@
-"""The PPJD build loop: source -> load -> pre-check -> teacher -> answers -> validate -> store.
+"""The PPJD build loop: source -> load -> pre-check -> teacher -> answers -> validate -> store (docs/ppjd.md §5).
 
-Streaming and bounded: a producer walks the source, skips keys that are done (and, unless ``retry_failed``,
-keys that failed before), and feeds a bounded queue; ``concurrency`` workers each take one item through all
-stages and append the result (a record or a failure with stage and reason) to the store. Memory does not grow
-with the number of items, only with the set of finished keys.
-
-Every item ends as exactly one of: a record, a failure line, "skipped" (done or failed in an earlier run),
-"duplicate" (its key appeared earlier in this run), or -- when the run is interrupted -- "in flight" (it will
-be picked up by the next run). Nothing is lost silently: the summary counts all five.
-
-Stopping: SIGINT / SIGTERM (with ``handle_signals``) stop taking new items and give the ones in flight
-``stop_grace_s`` to finish; then (or at a second signal) they are cancelled and stay pending for the next run, so a
-hung teacher call cannot hold the stop. A fatal teacher error (bad API key, unknown model) stops the run at once, and so
-do ``max_consecutive_failures`` transient teacher failures in a row (the server is probably down).
+A producer feeds a bounded queue with the keys not done yet (nor failed, unless ``retry_failed``); ``concurrency``
+workers take each item through all stages to a record or a failure. SIGINT / SIGTERM give the items in flight
+``stop_grace_s`` to finish, then cancel them (they stay pending); a fatal teacher error, ``max_consecutive_failures``
+teacher failures in a row or our own output failing to write stop the run at once.
 """
 
 from __future__ import annotations
@@ -26,6 +17,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,18 +37,8 @@ from perception_judge.core.schema import Failure, PPJDRecord, SourceItem
 from perception_judge.ppjd.partition import part_of
 from perception_judge.ppjd.sources import Source, item_key
 from perception_judge.ppjd.store import PPJDStore
-from perception_judge.ppjd.teacher import (
-    STAGE_LOAD,
-    STAGE_PRECHECK,
-    STAGE_SOURCE,
-    STAGE_TEACHER,
-    StageError,
-    Teacher,
-    TeacherInput,
-)
+from perception_judge.ppjd.teacher import StageError, Teacher, TeacherInput
 from perception_judge.ppjd.validate import PrecheckConfig, ValidationConfig, precheck, validate
-
-_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
 
 
 @dataclass
@@ -78,9 +60,8 @@ class BuildConfig:
     stop_grace_s: float = (
         10.0  # after SIGINT/SIGTERM: seconds the items in flight get before they are cancelled
     )
-    num_parts: int = (
-        1  # a build split across machines: this run takes the keys with int(key, 16) % num_parts == part
-    )
+    # a build split across machines: this run takes the keys with int(key, 16) % num_parts == part
+    num_parts: int = 1
     part: int = 0
 
     def __post_init__(self) -> None:
@@ -92,10 +73,6 @@ class BuildConfig:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.limit is not None and self.limit < 0:
             raise ValueError("limit must be >= 0")
-        if isinstance(self.precheck, dict):
-            self.precheck = PrecheckConfig(**self.precheck)
-        if isinstance(self.validation, dict):
-            self.validation = ValidationConfig(**self.validation)
 
 
 @dataclass
@@ -120,29 +97,18 @@ class BuildSummary:
     abort_reason: str = ""
     scan: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 class _Abort(Exception):
     pass
 
 
-def _redactor(teacher: Teacher) -> Any:
-    client = getattr(teacher, "client", None)
-    return getattr(client, "redact", None) or (lambda s: s)
-
-
 def load_item_image(item: SourceItem, config: BuildConfig) -> tuple[bytes, str, Image.Image] | None:
-    """(original bytes, file extension, RGB image) of an item, or None for a text-only item.
-
-    Raises StageError(load, image_<reason>) for missing, corrupt, oversized or escaping images.
-    """
-    err = item.meta.get("image_error")
-    if err:
+    """(original bytes, file extension, RGB image) of an item, or None for a text-only item. Raises
+    StageError(load, image_<reason>) for missing, corrupt, oversized or escaping images."""
+    if err := item.meta.get("image_error"):
         if err.get("reason") == "missing_field":
-            raise StageError(STAGE_PRECHECK, "missing_fields", err.get("detail", "no image"))
-        raise StageError(STAGE_LOAD, f"image_{err.get('reason', 'error')}", err.get("detail", ""))
+            raise StageError("precheck", "missing_fields", err.get("detail", "no image"))
+        raise StageError("load", f"image_{err.get('reason', 'error')}", err.get("detail", ""))
     src = item.image
     if src is None:
         return None
@@ -151,30 +117,28 @@ def load_item_image(item: SourceItem, config: BuildConfig) -> tuple[bytes, str, 
             image = load_image(src, max_pixels=config.max_image_pixels)
             return image_bytes(image, "PNG"), "png", image
         if isinstance(src, str | os.PathLike):
-            data = read_image_file(Path(src), config.max_image_bytes)
-        elif isinstance(src, bytes | bytearray | memoryview):
-            data = bytes(src)
-        else:
+            src = read_image_file(Path(src), config.max_image_bytes)
+        if not isinstance(src, bytes | bytearray | memoryview):
             raise ImageError("bad_path", f"unsupported image value {type(src).__name__}")
+        data = bytes(src)
         image = load_image(data, max_bytes=config.max_image_bytes, max_pixels=config.max_image_pixels)
         with Image.open(io.BytesIO(data)) as probe:
-            ext = _EXT.get(probe.format or "", (probe.format or "bin").lower())
+            ext = "jpg" if probe.format == "JPEG" else (probe.format or "bin").lower()
         return data, ext, image
     except ImageError as e:
-        raise StageError(STAGE_LOAD, f"image_{e.reason}", e.detail) from None
+        raise StageError("load", f"image_{e.reason}", e.detail) from None
     except OSError as e:
-        raise StageError(STAGE_LOAD, "image_unreadable", f"{type(e).__name__}: {e}") from None
+        raise StageError("load", "image_unreadable", f"{type(e).__name__}: {e}") from None
 
 
 class _Progress:
+    """A tqdm bar on a terminal, a log line every 30 s otherwise."""
+
     def __init__(self, enabled: bool | None, total: int | None) -> None:
-        self.tty = sys.stderr.isatty() if enabled is None else enabled
-        self.bar = None
-        self.started = time.monotonic()
-        self.last_log = self.started
+        tty = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = progress_bar(total, "build-ppjd", "rec", enabled=True, smoothing=0.1) if tty else None
+        self.started = self.last_log = time.monotonic()
         self.total = total
-        if self.tty:  # otherwise a log line every 30 s
-            self.bar = progress_bar(total, "build-ppjd", "rec", enabled=True, smoothing=0.1)
 
     def update(self, done: int, failed: int) -> None:
         if self.bar is not None:
@@ -184,11 +148,8 @@ class _Progress:
         now = time.monotonic()
         if now - self.last_log >= 30:
             self.last_log = now
-            n = done + failed
-            rate = n / max(now - self.started, 1e-9)
-            eta = ""
-            if self.total:
-                eta = f", ETA {max(0, self.total - n) / max(rate, 1e-9):.0f} s"
+            rate = (done + failed) / max(now - self.started, 1e-9)
+            eta = f", ETA {max(0, self.total - done - failed) / max(rate, 1e-9):.0f} s" if self.total else ""
             print(
                 f"build-ppjd: {done} done, {failed} failed, {rate:.2f} rec/s{eta}",
                 file=sys.stderr,
@@ -200,27 +161,27 @@ class _Progress:
             self.bar.close()
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
 async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> BuildSummary:
     """Build PPJD records from ``source`` with ``teacher`` into ``config.out_dir`` (resumable)."""
     summary = BuildSummary(out_dir=str(config.out_dir), teacher=teacher.name)
     started = time.monotonic()
     store = PPJDStore(config.out_dir, shard_size=config.shard_size, fsync_every=config.fsync_every)
-    scan = store.open()
-    summary.scan = asdict(scan)
-    redact = _redactor(teacher)
+    summary.scan = asdict(store.open())
+    redact = getattr(getattr(teacher, "client", None), "redact", None) or (lambda s: s)
     stop = asyncio.Event()
     reasons: Counter[str] = Counter()
     state = {"consecutive": 0, "in_flight": 0, "last_manifest": time.monotonic()}
+    hidden = ("out_dir", "handle_signals", "progress", "stop_grace_s")
     run_info: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started": _now(),
         "status": "running",
         "teacher": teacher.describe(),
         "source": source.describe(),
-        "config": {
-            k: v
-            for k, v in asdict(config).items()
-            if k not in ("out_dir", "handle_signals", "progress", "stop_grace_s")
-        },
+        "config": {k: v for k, v in asdict(config).items() if k not in hidden},
         "pid": os.getpid(),
     }
     runs = list(store.manifest.get("runs", []))
@@ -230,74 +191,62 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
     runs.append(run_info)
     store.write_manifest(runs=runs, teacher=teacher.name, source=source.describe())
 
-    estimate = source.estimate_count()
-    total = None
-    if estimate is not None:
-        already = len(store.done) + (0 if config.retry_failed else len(store.failed))
-        total = max(0, estimate - already)
-        if config.limit is not None:
-            total = min(total, config.limit)
+    total = source.estimate_count()
+    if total is not None:
+        total = max(0, total - len(store.done) - (0 if config.retry_failed else len(store.failed)))
+        total = total if config.limit is None else min(total, config.limit)
     progress = _Progress(config.progress, total)
     queue: asyncio.Queue[tuple[str, SourceItem] | None] = asyncio.Queue(maxsize=config.concurrency * 2)
 
-    def write_manifest(status: str) -> None:
-        run_info["status"] = status
-        run_info["summary"] = {
-            "records_new": summary.records_new,
-            "failed_new": summary.failed_new,
-            "skipped_done": summary.skipped_done,
-            "skipped_failed": summary.skipped_failed,
-            "duplicates": summary.duplicates,
-            "other_parts": summary.other_parts,
-            "usage": teacher.usage(),
-        }
-        run_info["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        try:
-            store.write_manifest(runs=runs)
-        except OSError as e:
-            raise output_error(e) from None
-        state["last_manifest"] = time.monotonic()
-
-    def output_error(e: OSError) -> _Abort:
+    @contextlib.contextmanager
+    def writing() -> Iterator[None]:
         """Our own output could not be written (a full disk, a read-only mount): never the item's fault. The run
         stops, every record already written stays, the item stays pending for the next run."""
-        what = "disk full" if e.errno == errno.ENOSPC else f"{type(e).__name__}: {e.strerror or e}"
-        summary.abort_reason = (
-            f"cannot write to the output folder {str(config.out_dir)!r} ({what}); every record written so far is kept "
-            "and the run resumes where it stopped once the folder is writable again"
-        )
-        stop.set()
-        return _Abort(summary.abort_reason)
+        try:
+            yield
+        except OSError as e:
+            what = "disk full" if e.errno == errno.ENOSPC else f"{type(e).__name__}: {e.strerror or e}"
+            summary.abort_reason = (
+                f"cannot write to the output folder {str(config.out_dir)!r} ({what}); every record written so far "
+                "is kept and the run resumes where it stopped once the folder is writable again"
+            )
+            stop.set()
+            raise _Abort(summary.abort_reason) from None
+
+    def write_manifest(status: str) -> None:
+        counted = ("records_new", "failed_new", "skipped_done", "skipped_failed", "duplicates", "other_parts")
+        run_info["status"] = status
+        run_info["summary"] = {k: getattr(summary, k) for k in counted} | {"usage": teacher.usage()}
+        run_info["updated"] = _now()
+        with writing():
+            store.write_manifest(runs=runs)
+        state["last_manifest"] = time.monotonic()
 
     def fail(key: str, item: SourceItem, e: StageError) -> None:
-        f = Failure(key, item.item_id, e.stage, e.reason, redact(e.detail)[:1000], e.attempts)
-        try:
-            store.append_failure(f)
-        except OSError as err:
-            raise output_error(err) from None
+        with writing():
+            store.append_failure(
+                Failure(key, item.item_id, e.stage, e.reason, redact(e.detail)[:1000], e.attempts)
+            )
         summary.failed_new += 1
         reasons[f"{e.stage}/{e.reason}"] += 1
 
     async def process(key: str, item: SourceItem) -> None:
         try:
             if item.meta.get("row_error"):
-                raise StageError(STAGE_SOURCE, "bad_row", str(item.meta["row_error"])[:300])
+                raise StageError("source", "bad_row", str(item.meta["row_error"])[:300])
             loaded = load_item_image(item, config)
             precheck(item, loaded is not None, config.precheck)
             cf = await teacher.process(TeacherInput(key, item, loaded[2] if loaded else None))
             checked = validate(item, cf, config.validation)
             image_rel = image_sha = None
             if loaded is not None:
-                try:
-                    # a new image file is fsynced: do it off the event loop so other items keep moving
+                with writing():  # a new image file is fsynced: off the event loop, so other items keep moving
                     image_rel, image_sha = await asyncio.to_thread(store.put_image, loaded[0], loaded[1])
-                except OSError as e:
-                    raise output_error(e) from None
             meta: dict[str, Any] = {
                 "similarity_rp": checked.similarity_rp,
                 "usage": cf.usage,
                 "teacher_meta": cf.meta,
-                "source_meta": {k: v for k, v in item.meta.items() if k not in ("image_ref",)},
+                "source_meta": {k: v for k, v in item.meta.items() if k != "image_ref"},
             }
             if item.spec is not None:
                 meta["spec"] = item.spec
@@ -318,10 +267,8 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                 teacher=teacher.name,
                 meta=meta,
             )
-            try:
+            with writing():
                 store.append_record(record)
-            except OSError as e:
-                raise output_error(e) from None
             summary.records_new += 1
             state["consecutive"] = 0
         except StageError as e:
@@ -330,20 +277,18 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                 stop.set()
                 raise _Abort(summary.abort_reason) from None
             fail(key, item, e)
-            if e.reason.startswith("llm_"):
-                state["consecutive"] += 1
-                if state["consecutive"] >= config.max_consecutive_failures:
-                    summary.abort_reason = (
-                        f"{state['consecutive']} teacher calls in a row failed (last: {e.stage}/{e.reason}); "
-                        "is the server up?"
-                    )
-                    stop.set()
-            else:
-                state["consecutive"] = 0
+            llm = e.reason.startswith("llm_")
+            state["consecutive"] = state["consecutive"] + 1 if llm else 0
+            if llm and state["consecutive"] >= config.max_consecutive_failures:
+                summary.abort_reason = (
+                    f"{state['consecutive']} teacher calls in a row failed (last: {e.stage}/{e.reason}); "
+                    "is the server up?"
+                )
+                stop.set()
         except _Abort:
             raise
         except Exception as e:
-            fail(key, item, StageError(STAGE_TEACHER, "exception", f"{type(e).__name__}: {e}"))
+            fail(key, item, StageError("teacher", "exception", f"{type(e).__name__}: {e}"))
         progress.update(summary.records_new, summary.failed_new)
         if time.monotonic() - state["last_manifest"] >= config.manifest_every_s:
             with contextlib.suppress(_Abort):  # stop is set; the final manifest write tries again
@@ -351,7 +296,6 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
 
     async def producer() -> None:
         seen_keys: set[str] = set()
-        queued = 0
         try:
             for item in source:
                 if stop.is_set():
@@ -360,21 +304,17 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
                 key = item_key(item)
                 if config.num_parts > 1 and part_of(key, config.num_parts) != config.part:
                     summary.other_parts += 1
-                    continue
-                if key in store.done:
+                elif key in store.done:
                     summary.skipped_done += 1
-                    continue
-                if key in seen_keys:
+                elif key in seen_keys:
                     summary.duplicates += 1
-                    continue
-                if key in store.failed and not config.retry_failed:
+                elif key in store.failed and not config.retry_failed:
                     summary.skipped_failed += 1
-                    continue
-                if config.limit is not None and queued >= config.limit:
+                elif config.limit is not None and len(seen_keys) >= config.limit:
                     break
-                seen_keys.add(key)
-                queued += 1
-                await queue.put((key, item))
+                else:
+                    seen_keys.add(key)
+                    await queue.put((key, item))
         except asyncio.CancelledError:
             raise  # the workers are being cancelled too: no end markers (the queue may be full)
         except BaseException:
@@ -385,10 +325,7 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
             await queue.put(None)
 
     async def worker() -> None:
-        while True:
-            job = await queue.get()
-            if job is None:
-                return
+        while (job := await queue.get()) is not None:
             if stop.is_set():
                 continue  # drain: an item not started yet is picked up by the next run
             state["in_flight"] += 1
@@ -411,45 +348,37 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
             t.cancel()
 
     def on_signal() -> None:
-        if not stop.is_set():
-            print(
-                f"\nbuild-ppjd: stopping; {state['in_flight']} item(s) in flight get {config.stop_grace_s:g} s to "
-                "finish (signal again to abort them now; unfinished items stay pending)",
-                file=sys.stderr,
-                flush=True,
-            )
-            summary.abort_reason = summary.abort_reason or "interrupted"
-            stop.set()
-            loop.call_later(config.stop_grace_s, cancel_in_flight)
-        else:
+        if stop.is_set():
             cancel_in_flight()
+            return
+        print(
+            f"\nbuild-ppjd: stopping; {state['in_flight']} item(s) in flight get {config.stop_grace_s:g} s to "
+            "finish (signal again to abort them now; unfinished items stay pending)",
+            file=sys.stderr,
+            flush=True,
+        )
+        summary.abort_reason = summary.abort_reason or "interrupted"
+        stop.set()
+        loop.call_later(config.stop_grace_s, cancel_in_flight)
 
-    if config.handle_signals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, on_signal)
-                signals_installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
-    status = "complete"
+    for sig in (signal.SIGINT, signal.SIGTERM) if config.handle_signals else ():
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal)
+            signals_installed.append(sig)
+    status = "interrupted"
     try:
         tasks = [asyncio.create_task(producer())] + [
             asyncio.create_task(worker()) for _ in range(config.concurrency)
         ]
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        errors = [
-            r for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
-        ]
-        if errors:
-            raise errors[0]
         cancelled = any(isinstance(r, asyncio.CancelledError) for r in results)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                raise r
         if summary.abort_reason and summary.abort_reason != "interrupted":
             status = "aborted"
-        elif stop.is_set() or cancelled:
-            status = "interrupted"
-    except BaseException:
-        status = "interrupted"
-        raise
+        elif not stop.is_set() and not cancelled:
+            status = "complete"
     finally:
         for sig in signals_installed:
             loop.remove_signal_handler(sig)
@@ -461,26 +390,21 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
         summary.elapsed_s = round(time.monotonic() - started, 3)
         n = summary.records_new + summary.failed_new
         summary.records_per_s = round(n / summary.elapsed_s, 3) if summary.elapsed_s > 0 else 0.0
-        summary.records_total = len(store.done)
-        summary.failed_total = len(store.failed)
+        summary.records_total, summary.failed_total = len(store.done), len(store.failed)
         summary.failures_by_reason = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         summary.usage = teacher.usage()
-        run_info["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        run_info["elapsed_s"] = summary.elapsed_s
-        run_info["abort_reason"] = summary.abort_reason
+        run_info.update(finished=_now(), elapsed_s=summary.elapsed_s, abort_reason=summary.abort_reason)
         try:
-            try:
+            with writing():
                 store.sync()
-            except OSError as e:
-                raise output_error(e) from None
             write_manifest(status)
         except _Abort:  # the records are on disk; only the run's bookkeeping could not be written
             summary.status = "aborted"
         finally:
             try:
-                store.close()
-            except OSError as e:
-                output_error(e)
+                with writing():
+                    store.close()
+            except _Abort:
                 summary.status = "aborted"
     return summary
 
@@ -499,12 +423,9 @@ def build(source: Source, teacher: Teacher, config: BuildConfig) -> BuildSummary
 
 def format_summary(summary: BuildSummary) -> str:
     """A plain-text summary table (what the CLI prints at the end)."""
+    reason = f" ({summary.abort_reason})" if summary.abort_reason not in ("", summary.status) else ""
     rows = [
-        (
-            "status",
-            summary.status
-            + (f" ({summary.abort_reason})" if summary.abort_reason not in ("", summary.status) else ""),
-        ),
+        ("status", summary.status + reason),
         ("teacher", summary.teacher),
         ("records written this run", summary.records_new),
         ("failed this run", summary.failed_new),
@@ -519,21 +440,16 @@ def format_summary(summary: BuildSummary) -> str:
     ]
     u = summary.usage or {}
     if u.get("requests"):
-        rows.append(
-            (
-                "teacher usage",
-                f"{u.get('requests', 0)} requests, {u.get('retries', 0)} retries, {u.get('failures', 0)} failed; "
-                f"{u.get('prompt_tokens', 0):,} prompt + {u.get('completion_tokens', 0):,} completion tokens",
-            )
+        usage = (
+            f"{u.get('requests', 0)} requests, {u.get('retries', 0)} retries, {u.get('failures', 0)} failed; "
+            f"{u.get('prompt_tokens', 0):,} prompt + {u.get('completion_tokens', 0):,} completion tokens"
         )
+        rows.append(("teacher usage", usage))
     if summary.scan.get("torn_lines_repaired"):
         rows.append(("torn lines repaired on open", summary.scan["torn_lines_repaired"]))
     width = max(len(r[0]) for r in rows)
-    lines = [f"  {name.ljust(width)}  {value}" for name, value in rows]
+    lines = ["build-ppjd summary", *(f"  {name.ljust(width)}  {value}" for name, value in rows)]
     if summary.failures_by_reason:
         lines.append("  failures this run by stage/reason:")
         lines += [f"    {reason:<40} {n}" for reason, n in summary.failures_by_reason.items()]
-    return "\n".join(["build-ppjd summary", *lines])
-
-
-__all__ = ["BuildConfig", "BuildSummary", "build", "format_summary", "load_item_image", "run_build"]
+    return "\n".join(lines)

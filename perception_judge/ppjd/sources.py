@@ -1,19 +1,8 @@
-"""PPJD sources: where (image, question, answer, r_c) items come from.
+"""PPJD sources: where (image, question, answer, r_c) items come from (docs/ppjd.md §2).
 
-* :class:`TableSource` -- JSONL or parquet files (or folders of them) with a field mapping. Each field is
-  either mapped explicitly (``{"response": "chosen"}``; dotted paths reach into nested dicts) or found by
-  trying candidate column names in order (:data:`DEFAULT_CANDIDATES`). Presets: ``mmpr`` (``image``,
-  ``question``, ``answer_gt``, ``chosen``) and ``synthetic`` (the ``perception-judge synth`` folder).
-* :func:`synthetic_source` -- a ``perception-judge synth`` output folder.
-* :class:`ItemsSource` -- items already in memory (e.g. ``synth.generate_items``), for tests and benchmarks.
-
-Images: a relative path (resolved under ``image_root``; absolute paths and ``..`` escapes are rejected), raw
-bytes, a ``{"bytes", "path"}`` cell (the datasets Image feature) or a ``data:`` URL. Remote URLs are not
-fetched. Problems never stop the stream: a bad row or image is attached to the item
-(``meta["row_error"]`` / ``meta["image_error"]``) and becomes a per-record failure in the builder.
-
-Every item carries ``meta["image_ref"]`` (``path:<relative path>``, ``sha256:<hex of the bytes>`` or None),
-which the record key hashes together with the question, answer and r_c.
+A bad row or image never stops the stream: it is attached to the item (``meta["row_error"]`` /
+``meta["image_error"]``) and becomes a per-record failure. ``meta["image_ref"]`` (``path:<relative path>``,
+``sha256:<hex>`` or None) goes into the record key with the question, answer and r_c.
 """
 
 from __future__ import annotations
@@ -41,13 +30,7 @@ DEFAULT_CANDIDATES: dict[str, tuple[str, ...]] = {
 
 PRESETS: dict[str, dict[str, str]] = {
     "mmpr": {"image": "image", "question": "question", "answer": "answer_gt", "response": "chosen"},
-    "synthetic": {
-        "item_id": "item_id",
-        "image": "image",
-        "question": "question",
-        "answer": "answer",
-        "response": "response",
-    },
+    "synthetic": {f: f for f in FIELDS},
 }
 
 TABLE_SUFFIXES = (".jsonl", ".parquet")
@@ -61,11 +44,6 @@ class Source(Protocol):
     def estimate_count(self) -> int | None: ...
 
     def describe(self) -> dict[str, Any]: ...
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Record keys
-# --------------------------------------------------------------------------------------------------------------
 
 
 def image_ref_of(image: Any) -> str | None:
@@ -82,29 +60,21 @@ def image_ref_of(image: Any) -> str | None:
 
 
 def item_key(item: SourceItem) -> str:
-    """The record key of an item: a content hash of (question, answer, r_c, image reference).
-
-    The same content reached twice (another file, another run) gets the same key, so it is built once.
-    Rows that could not be read are keyed by where they are.
-    """
+    """The record key of an item: a content hash of (question, answer, r_c, image reference), so the same content
+    reached twice (another file, another run) is built once. Rows that could not be read are keyed by where they
+    are."""
     if item.meta.get("row_error"):
         return content_key("ppjd-bad-row/1", item.source, item.item_id)
     ref = item.meta["image_ref"] if "image_ref" in item.meta else image_ref_of(item.image)
     return content_key("ppjd-item/1", item.question, item.answer, item.response, ref)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Table sources
-# --------------------------------------------------------------------------------------------------------------
-
-
 def _dig(row: dict[str, Any], key: str) -> Any:
-    cur: Any = row
     for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
+        if not isinstance(row, dict) or part not in row:
             return None
-        cur = cur[part]
-    return cur
+        row = row[part]
+    return row
 
 
 def _empty(value: Any) -> bool:
@@ -114,30 +84,19 @@ def _empty(value: Any) -> bool:
 def expand_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """Files named directly, plus the ``*.jsonl`` / ``*.parquet`` files of named folders (sorted)."""
     out: list[Path] = []
-    for p in paths:
-        path = Path(p)
+    for path in map(Path, paths):
         if path.is_dir():
             found = sorted(f for f in path.iterdir() if f.suffix in TABLE_SUFFIXES and f.is_file())
             if not found:
                 raise FileNotFoundError(f"no .jsonl or .parquet files in {str(path)!r}")
             out.extend(found)
-        elif path.is_file():
-            if path.suffix not in TABLE_SUFFIXES:
-                raise ValueError(f"{str(path)!r}: unsupported source file type (expected .jsonl or .parquet)")
-            out.append(path)
-        else:
+        elif not path.is_file():
             raise FileNotFoundError(f"source input {str(path)!r} does not exist")
+        elif path.suffix not in TABLE_SUFFIXES:
+            raise ValueError(f"{str(path)!r}: unsupported source file type (expected .jsonl or .parquet)")
+        else:
+            out.append(path)
     return out
-
-
-def _count_lines(path: Path) -> int:
-    n = 0
-    last = b"\n"
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            n += chunk.count(b"\n")
-            last = chunk[-1:]
-    return n + (last != b"\n")
 
 
 class TableSource:
@@ -157,19 +116,17 @@ class TableSource:
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"unknown source preset {preset!r}; known: {', '.join(PRESETS)}")
         self.preset = preset
-        self.mapping = {**(PRESETS[preset] if preset else {}), **(mapping or {})}
-        unknown = sorted(set(self.mapping) - set(FIELDS))
-        if unknown:
+        self.mapping = {**PRESETS.get(preset or "", {}), **(mapping or {})}
+        if unknown := sorted(set(self.mapping) - set(FIELDS)):
             raise ValueError(f"field mapping names unknown fields {unknown}; fields are {', '.join(FIELDS)}")
         self.image_root = Path(image_root) if image_root is not None else None
         self.allow_text_only = allow_text_only
         self.name = name or (preset or "table")
         self.prefix_map = dict(prefix_map or {})
-        self._prefix: dict[Path, str] = {}
-        for f in self.files:
-            self._prefix[f] = self._prefix_for(f)
+        self._prefix = {f: self._prefix_for(f) for f in self.files}
 
     def _prefix_for(self, path: Path) -> str:
+        """The image subfolder of an annotation file by its name prefix (the longest matching one wins)."""
         if not self.prefix_map:
             return ""
         for prefix, folder in sorted(self.prefix_map.items(), key=lambda kv: -len(kv[0])):
@@ -193,66 +150,56 @@ class TableSource:
         }
 
     def estimate_count(self) -> int | None:
+        import pyarrow.parquet as pq
+
         total = 0
         for f in self.files:
             if f.suffix == ".parquet":
-                import pyarrow.parquet as pq
-
                 total += pq.ParquetFile(f).metadata.num_rows
             else:
-                total += _count_lines(f)
+                with open(f, "rb") as fh:
+                    total += sum(1 for _ in fh)
         return total
 
     def _rows(self) -> Iterator[tuple[Path, int, dict[str, Any] | None, str | None]]:
+        """(file, line or row number, the row or None, why it is None)."""
+        import pyarrow.parquet as pq
+
         for f in self.files:
             if f.suffix == ".parquet":
-                import pyarrow.parquet as pq
-
-                pf = pq.ParquetFile(f)
-                n = 0
-                for batch in pf.iter_batches(batch_size=64):
-                    for row in batch.to_pylist():
-                        n += 1
-                        yield f, n, row, None
-            else:
-                with open(f, "rb") as fh:
-                    for n, raw in enumerate(fh, start=1):
-                        if not raw.strip():
-                            continue
-                        try:
-                            row = json.loads(raw)
-                        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                            yield f, n, None, f"invalid JSON: {e}"
-                            continue
-                        if not isinstance(row, dict):
-                            yield f, n, None, f"row is a {type(row).__name__}, not an object"
-                            continue
-                        yield f, n, row, None
+                batches = pq.ParquetFile(f).iter_batches(batch_size=64)
+                rows = (row for batch in batches for row in batch.to_pylist())
+                yield from ((f, n, row, None) for n, row in enumerate(rows, start=1))
+                continue
+            with open(f, "rb") as fh:
+                for n, raw in enumerate(fh, start=1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        row = json.loads(raw)
+                        error = (
+                            None if isinstance(row, dict) else f"row is a {type(row).__name__}, not an object"
+                        )
+                    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                        row, error = None, f"invalid JSON: {e}"
+                    yield f, n, None if error else row, error
 
     def _field(self, row: dict[str, Any], name: str) -> tuple[Any, str | None]:
         if name in self.mapping:
-            key = self.mapping[name]
-            return _dig(row, key), key
+            return _dig(row, self.mapping[name]), self.mapping[name]
         for key in DEFAULT_CANDIDATES[name]:
-            value = row.get(key)
-            if not _empty(value):
+            if not _empty(value := row.get(key)):
                 return value, key
         return None, None
 
     def __iter__(self) -> Iterator[SourceItem]:
         for path, line, row, error in self._rows():
-            loc = f"{path.name}:{line}"
             if row is None:
                 yield SourceItem(
-                    item_id=loc,
-                    question="",
-                    answer="",
-                    response="",
-                    source=self.name,
-                    meta={"row_error": error},
+                    f"{path.name}:{line}", "", "", "", source=self.name, meta={"row_error": error}
                 )
-                continue
-            yield self.row_to_item(row, path, line)
+            else:
+                yield self.row_to_item(row, path, line)
 
     def row_to_item(self, row: dict[str, Any], path: Path, line: int) -> SourceItem:
         loc = f"{path.name}:{line}"
@@ -267,101 +214,83 @@ class TableSource:
                 texts[name] = str(value)  # a numeric ground truth is text the schema allows ("42", "3.5")
             else:  # never repr a list / dict / bool into a prompt
                 texts[name] = ""
-                meta.setdefault(
-                    "row_error", f"field {key or name!r} is {type(value).__name__}, expected text (row {loc})"
-                )
+                error = f"field {key or name!r} is {type(value).__name__}, expected text (row {loc})"
+                meta.setdefault("row_error", error)
         raw_image, _ = self._field(row, "image")
         image: Any = None
         if _empty(raw_image):
             meta["image_ref"] = None
             if not self.allow_text_only:
+                column = self.mapping.get("image") or "no image column found"
                 meta["image_error"] = {
                     "reason": "missing_field",
-                    "detail": f"row {loc} has no image ({self.mapping.get('image') or 'no image column found'})",
+                    "detail": f"row {loc} has no image ({column})",
                 }
         else:
-            image, ref, err = self._resolve_image(raw_image, path)
-            meta["image_ref"] = ref
+            image, meta["image_ref"], err = self._resolve_image(raw_image, path)
             if err is not None:
                 meta["image_error"] = err
-        spec = row.get("spec") if isinstance(row.get("spec"), dict) else None
         if isinstance(row.get("meta"), dict):
             meta = {**row["meta"], **meta}
-        source = row.get("source") if isinstance(row.get("source"), str) and row.get("source") else self.name
+        source = row.get("source")
         return SourceItem(
             item_id=str(item_id) if not _empty(item_id) else loc,
             question=texts["question"],
             answer=texts["answer"],
             response=texts["response"],
             image=image,
-            source=source,
-            spec=spec,
+            source=source if isinstance(source, str) and source else self.name,
+            spec=row.get("spec") if isinstance(row.get("spec"), dict) else None,
             meta=meta,
         )
 
     def _resolve_image(self, raw: Any, path: Path) -> tuple[Any, str | None, dict[str, str] | None]:
         """(image value for the builder, image reference for the key, error or None)."""
-        if isinstance(raw, list):
-            if len(raw) != 1:
-                return (
-                    None,
-                    f"list:{len(raw)}",
-                    {
-                        "reason": "multiple_images",
-                        "detail": f"{len(raw)} images in one row; one image per item is supported",
-                    },
-                )
-            raw = raw[0]
-        if isinstance(raw, dict):
-            if raw.get("bytes") is not None and raw.get("bytes") != b"":
-                try:
-                    raw = cell_bytes(raw)
-                except ImageError as e:
-                    return None, None, {"reason": e.reason, "detail": e.detail}
-            elif raw.get("path"):
-                raw = raw["path"]
-            else:
-                return None, None, {"reason": "missing", "detail": "image cell has neither bytes nor path"}
-        if isinstance(raw, bytes | bytearray | memoryview):
-            data = bytes(raw)
-            return data, "sha256:" + sha256_hex(data), None
-        if not isinstance(raw, str):
-            return (
-                None,
-                None,
-                {"reason": "bad_path", "detail": f"unsupported image value {type(raw).__name__}"},
-            )
-        if raw.startswith("data:"):
-            try:
-                data = decode_data_url(raw)
-            except ImageError as e:
-                return None, None, {"reason": e.reason, "detail": e.detail}
-            return data, "sha256:" + sha256_hex(data), None
-        if raw.startswith(("http://", "https://")):
-            return (
-                None,
-                "url:" + raw,
-                {"reason": "remote", "detail": f"remote image {raw[:80]!r} is not fetched"},
-            )
-        rel = self._prefix.get(path, "") + raw
-        root = self.image_root if self.image_root is not None else path.parent
-        ref = "path:" + rel.replace("\\", "/")
+        ref = None
         try:
-            resolved = resolve_under(root, rel)
+            if isinstance(raw, list):
+                if len(raw) != 1:
+                    ref = f"list:{len(raw)}"
+                    detail = f"{len(raw)} images in one row; one image per item is supported"
+                    raise ImageError("multiple_images", detail)
+                raw = raw[0]
+            if isinstance(raw, dict):
+                if raw.get("bytes") is not None and raw.get("bytes") != b"":
+                    raw = cell_bytes(raw)
+                elif not raw.get("path"):
+                    raise ImageError("missing", "image cell has neither bytes nor path")
+                else:
+                    raw = raw["path"]
+            if isinstance(raw, str) and raw.startswith("data:"):
+                raw = decode_data_url(raw)
+            if isinstance(raw, bytes | bytearray | memoryview):
+                return bytes(raw), "sha256:" + sha256_hex(bytes(raw)), None
+            if not isinstance(raw, str):
+                raise ImageError("bad_path", f"unsupported image value {type(raw).__name__}")
+            if raw.startswith(("http://", "https://")):
+                ref = "url:" + raw
+                raise ImageError("remote", f"remote image {raw[:80]!r} is not fetched")
+            rel = self._prefix.get(path, "") + raw
+            ref = "path:" + rel.replace("\\", "/")
+            return str(resolve_under(self.image_root or path.parent, rel)), ref, None
         except ImageError as e:
             return None, ref, {"reason": e.reason, "detail": e.detail}
-        return str(resolved), ref, None
 
 
 def synthetic_source(folder: str | os.PathLike[str]) -> TableSource:
     """The source of a ``perception-judge synth`` folder (items.jsonl, images under the folder)."""
     folder = Path(folder)
-    items = folder / "items.jsonl"
-    if not items.is_file():
+    if not (folder / "items.jsonl").is_file():
         raise FileNotFoundError(
             f"{str(folder)!r} is not a synth folder: no items.jsonl (run `perception-judge synth`)"
         )
-    return TableSource([items], preset="synthetic", image_root=folder, allow_text_only=True, name="synthetic")
+    return TableSource(
+        [folder / "items.jsonl"],
+        preset="synthetic",
+        image_root=folder,
+        allow_text_only=True,
+        name="synthetic",
+    )
 
 
 def is_synth_folder(path: str | os.PathLike[str]) -> bool:
@@ -395,7 +324,8 @@ def open_source(
     allow_text_only: bool | None = None,
     prefix_map: dict[str, str] | None = None,
 ) -> Source:
-    """The source the CLI asks for: ``auto`` (a synth folder, else a table), ``synthetic``, ``table``, ``mmpr``."""
+    """The source the CLI asks for: ``auto`` (a synth folder, else a table), ``synthetic``, ``table`` / ``jsonl`` /
+    ``parquet``, ``mmpr``."""
     if not inputs:
         raise ValueError("no source input given")
     if kind == "auto":
@@ -404,29 +334,11 @@ def open_source(
         if len(inputs) != 1:
             raise ValueError("the synthetic source takes exactly one synth folder")
         return synthetic_source(inputs[0])
-    if kind in ("table", "jsonl", "parquet", "mmpr"):
-        return TableSource(
-            inputs,
-            mapping=mapping,
-            image_root=image_root,
-            preset="mmpr" if kind == "mmpr" else None,
-            allow_text_only=bool(allow_text_only),
-            name=kind if kind == "mmpr" else None,
-            prefix_map=prefix_map,
+    if kind not in ("table", "jsonl", "parquet", "mmpr"):
+        raise ValueError(
+            f"unknown source kind {kind!r}; expected auto, synthetic, table, jsonl, parquet or mmpr"
         )
-    raise ValueError(f"unknown source kind {kind!r}; expected auto, synthetic, table, jsonl, parquet or mmpr")
-
-
-__all__ = [
-    "DEFAULT_CANDIDATES",
-    "PRESETS",
-    "ItemsSource",
-    "Source",
-    "TableSource",
-    "expand_inputs",
-    "image_ref_of",
-    "is_synth_folder",
-    "item_key",
-    "open_source",
-    "synthetic_source",
-]
+    preset = "mmpr" if kind == "mmpr" else None
+    return TableSource(
+        inputs, mapping, image_root, preset, bool(allow_text_only), name=preset, prefix_map=prefix_map
+    )

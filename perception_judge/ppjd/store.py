@@ -1,24 +1,10 @@
-"""The PPJD output folder: append-only JSONL shards, a failures log, content-addressed images, a manifest.
+"""The PPJD output folder (docs/ppjd.md §5): ``records-NNNNN.jsonl`` shards (one ``PPJDRecord`` per line),
+``failures.jsonl`` (the last line of a key is its state; a key with a record is done), ``images/<sha256>.<ext>``,
+``manifest.json`` and ``.lock`` (flock: one builder per folder).
 
-Layout::
-
-    OUT/
-      records-00000.jsonl ...   one PPJDRecord.to_dict() per line; rotated every `shard_size` records
-      failures.jsonl            one Failure.to_dict() per line (a retried key may appear more than once;
-                                the last line of a key is its current state, and a key with a record is done)
-      images/<sha256>.<ext>     the original image bytes of every record (records point here)
-      manifest.json             settings, counts, shard list, token usage and the history of runs
-      .lock                     held (flock) by the one builder writing the folder
-
-Crash safety (``kill -9`` at any moment):
-
-* each line is written with a single ``os.write`` on an ``O_APPEND`` descriptor (fsync every
-  ``fsync_every`` lines and at the end), so a line is either whole or a torn tail;
-* an image is written to a temp file and renamed into place *before* the record line that names it;
-* on open, every shard and the failures log are scanned: a torn last line (no newline, or not JSON) is
-  truncated away, a repeated key is ignored, so resuming never duplicates and never reads half a record;
-* the manifest is rewritten atomically (temp file + ``os.replace``); the shards, not the manifest, are the
-  truth, so a manifest that lags behind a crash is simply rebuilt.
+Crash safety: a line is one ``os.write`` on an ``O_APPEND`` descriptor, so it is whole or a torn tail, which the
+next open truncates; an image is in place before the line that names it; the shards, not the manifest, are the
+truth.
 """
 
 from __future__ import annotations
@@ -50,8 +36,7 @@ def shard_name(index: int) -> str:
 
 
 def shard_paths(folder: str | os.PathLike[str]) -> list[Path]:
-    folder = Path(folder)
-    return sorted(p for p in folder.glob(f"{SHARD_PREFIX}*.jsonl") if p.is_file())
+    return sorted(p for p in Path(folder).glob(f"{SHARD_PREFIX}*.jsonl") if p.is_file())
 
 
 @dataclass
@@ -70,28 +55,21 @@ def _scan_jsonl(path: Path, repair: bool) -> Iterator[tuple[dict[str, Any] | Non
     """Yield (object or None for a corrupt line, is_torn_tail). With ``repair``, truncate a torn tail."""
     good_end = 0
     with open(path, "rb") as f:
-        while True:
-            line = f.readline()
-            if not line:
-                break
-            if not line.endswith(b"\n"):
-                # Torn tail: the process died mid-write (or mid-line). Drop it.
+        for line in f:
+            if not line.endswith(b"\n"):  # the process died mid-write: drop the torn tail
                 yield None, True
                 break
+            good_end += len(line)
             try:
                 obj = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                # A complete but unreadable line can only be a torn write followed by another run's append
-                # on a filesystem without O_APPEND atomicity; skip it rather than crash.
-                yield None, False
-                good_end += len(line)
-                continue
-            good_end += len(line)
+                # A complete but unreadable line can only be a torn write followed by another run's append on a
+                # file system without O_APPEND atomicity; skip it rather than crash.
+                obj = None
             yield (obj if isinstance(obj, dict) else None), False
     if repair and good_end < path.stat().st_size:
         with open(path, "r+b") as f:
             f.truncate(good_end)
-            f.flush()
             os.fsync(f.fileno())
 
 
@@ -99,33 +77,40 @@ def iter_records(folder: str | os.PathLike[str]) -> Iterator[PPJDRecord]:
     """Every record of a PPJD folder, once per key, in shard order (read-only; torn tails skipped)."""
     seen: set[str] = set()
     for shard in shard_paths(folder):
-        for obj, _torn in _scan_jsonl(shard, repair=False):
-            if obj is None or obj.get("key") in seen:
-                continue
-            seen.add(obj["key"])
-            yield PPJDRecord.from_dict(obj)
+        for obj, _ in _scan_jsonl(shard, repair=False):
+            if obj is not None and obj.get("key") not in seen:
+                seen.add(obj["key"])
+                yield PPJDRecord.from_dict(obj)
 
 
 def read_failures(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """key -> the last failure line of that key (read-only)."""
     path = Path(folder) / FAILURES_FILE
-    out: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        for obj, _ in _scan_jsonl(path, repair=False):
-            if obj is not None and "key" in obj:
-                out[obj["key"]] = obj
-    return out
+    lines = _scan_jsonl(path, repair=False) if path.is_file() else ()
+    return {obj["key"]: obj for obj, _ in lines if obj is not None and "key" in obj}
 
 
 def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
     path = Path(folder) / MANIFEST_FILE
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 class FolderLocked(RuntimeError):
     pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 class PPJDStore:
@@ -143,17 +128,12 @@ class PPJDStore:
         self.manifest: dict[str, Any] = {}
         self._lock_fd: int | None = None
         self._shard_fd: int | None = None
-        self._shard_index = 0
-        self._shard_count = 0
         self._fail_fd: int | None = None
-        self._unsynced = 0
+        self._shard_index = self._shard_count = self._unsynced = 0
         self._shard_lines: dict[str, int] = {}
 
-    # -- open / close --------------------------------------------------------------------------------------
-
     def open(self) -> ScanReport:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / IMAGES_DIR).mkdir(exist_ok=True)
+        (self.folder / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
         fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -171,53 +151,45 @@ class PPJDStore:
                     stale.unlink()
         self._scan()
         self.manifest = read_manifest(self.folder) or {}
-        self._open_shard()
+        shards = shard_paths(self.folder)
+        index = int(shards[-1].stem[len(SHARD_PREFIX) :]) if shards else 0
+        count = self._shard_lines.get(shards[-1].name, 0) if shards else 0
+        if count >= self.shard_size:
+            index, count = index + 1, 0
+        self._switch_shard(index, count)
         self._fail_fd = os.open(self.folder / FAILURES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self.report
+
+    def _read(self, path: Path) -> Iterator[dict[str, Any] | None]:
+        """The complete lines of ``path`` (None for one without a readable key); the torn tail is truncated."""
+        for obj, torn in _scan_jsonl(path, repair=True):
+            if torn:
+                self.report.torn_lines_repaired += 1
+            elif obj is None or "key" not in obj:
+                self.report.corrupt_lines += 1
+                yield None
+            else:
+                yield obj
 
     def _scan(self) -> None:
         rep = self.report
         for shard in shard_paths(self.folder):
             lines = 0
-            for obj, torn in _scan_jsonl(shard, repair=True):
-                if torn:
-                    rep.torn_lines_repaired += 1
-                    continue
+            for obj in self._read(shard):
                 lines += 1
-                if obj is None or "key" not in obj:
-                    rep.corrupt_lines += 1
-                    continue
-                if obj["key"] in self.done:
+                if obj is not None and obj["key"] in self.done:
                     rep.duplicate_records += 1
-                    continue
-                self.done.add(obj["key"])
-                rep.records += 1
+                elif obj is not None:
+                    self.done.add(obj["key"])
+                    rep.records += 1
             self._shard_lines[shard.name] = lines
         rep.shard_lines = dict(self._shard_lines)
         fpath = self.folder / FAILURES_FILE
-        if fpath.is_file():
-            for obj, torn in _scan_jsonl(fpath, repair=True):
-                if torn:
-                    rep.torn_lines_repaired += 1
-                    continue
-                if obj is None or "key" not in obj:
-                    rep.corrupt_lines += 1
-                    continue
+        for obj in self._read(fpath) if fpath.is_file() else ():
+            if obj is not None:
                 rep.failures_lines += 1
                 if obj["key"] not in self.done:  # a key retried into a record is done, not failed
                     self.failed[obj["key"]] = (str(obj.get("stage", "")), str(obj.get("reason", "")))
-
-    def _open_shard(self) -> None:
-        shards = shard_paths(self.folder)
-        if shards:
-            last = shards[-1]
-            index = int(last.stem[len(SHARD_PREFIX) :])
-            count = self._shard_lines.get(last.name, 0)
-            if count >= self.shard_size:
-                index, count = index + 1, 0
-        else:
-            index, count = 0, 0
-        self._switch_shard(index, count)
 
     def _switch_shard(self, index: int, count: int) -> None:
         if self._shard_fd is not None:
@@ -247,18 +219,6 @@ class PPJDStore:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- writing -------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _write_all(fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-
-    def _line(self, obj: dict[str, Any]) -> bytes:
-        return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-
     def _maybe_sync(self) -> None:
         self._unsynced += 1
         if self._unsynced >= self.fsync_every:
@@ -273,8 +233,7 @@ class PPJDStore:
     def put_image(self, data: bytes, ext: str) -> tuple[str, str]:
         """Store image bytes under ``images/<sha256>.<ext>`` (idempotent); returns (relative path, sha256)."""
         sha = sha256_hex(data)
-        ext = ext.lower().lstrip(".") or "bin"
-        rel = f"{IMAGES_DIR}/{sha}.{ext}"
+        rel = f"{IMAGES_DIR}/{sha}.{ext.lower().lstrip('.') or 'bin'}"
         path = self.folder / rel
         if not (path.is_file() and path.stat().st_size == len(data)):
             atomic_write_bytes(path, data)
@@ -287,7 +246,7 @@ class PPJDStore:
         if self._shard_count >= self.shard_size:
             self._switch_shard(self._shard_index + 1, 0)
         assert self._shard_fd is not None, "store not open"
-        self._write_all(self._shard_fd, self._line(record.to_dict()))
+        _write_all(self._shard_fd, _line(record.to_dict()))
         self._shard_count += 1
         self._shard_lines[shard_name(self._shard_index)] = self._shard_count
         self.done.add(record.key)
@@ -297,26 +256,17 @@ class PPJDStore:
 
     def append_failure(self, failure: Failure) -> None:
         assert self._fail_fd is not None, "store not open"
-        self._write_all(self._fail_fd, self._line(failure.to_dict()))
+        _write_all(self._fail_fd, _line(failure.to_dict()))
         self.failed[failure.key] = (failure.stage, failure.reason)
         self._maybe_sync()
 
-    # -- manifest ------------------------------------------------------------------------------------------
-
     def counts(self) -> dict[str, Any]:
         reasons = Counter(f"{stage}/{reason}" for stage, reason in self.failed.values())
-        return {
-            "records": len(self.done),
-            "failed": len(self.failed),
-            "failed_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
-        }
+        by_reason = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        return {"records": len(self.done), "failed": len(self.failed), "failed_by_reason": by_reason}
 
     def write_manifest(self, **updates: Any) -> dict[str, Any]:
-        m = dict(self.manifest)
-        m.setdefault("format", MANIFEST_FORMAT)
-        m.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        m.update(updates)
-        m["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        m = {"format": MANIFEST_FORMAT, "created": _now(), **self.manifest, **updates, "updated": _now()}
         m["counts"] = self.counts()
         m["shards"] = [
             {"file": name, "records": n}
@@ -327,18 +277,3 @@ class PPJDStore:
         self.manifest = m
         atomic_write_text(self.folder / MANIFEST_FILE, json.dumps(m, indent=2, ensure_ascii=False) + "\n")
         return m
-
-
-__all__ = [
-    "FAILURES_FILE",
-    "IMAGES_DIR",
-    "MANIFEST_FILE",
-    "FolderLocked",
-    "PPJDStore",
-    "ScanReport",
-    "atomic_write_text",
-    "iter_records",
-    "read_failures",
-    "read_manifest",
-    "shard_paths",
-]

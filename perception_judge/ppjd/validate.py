@@ -1,17 +1,8 @@
-"""The teacher-independent stages: pre-checks before the teacher, answer extraction and validation after it.
+"""The teacher-independent stages: pre-checks before the teacher, answers and validation after it.
 
-Validation keeps a record only when
-
-* both counterfactuals state a final answer (``no_answer_rp`` / ``no_answer_rp_r``);
-* **both** answers differ from the ground truth (``rp_matches_gt`` / ``rp_r_matches_gt``) -- the published
-  release kept a record when *either* did, and counted a missing answer as "different";
-* the two counterfactuals differ from each other, in text and in final answer (``counterfactuals_identical``
-  / ``counterfactual_answers_equal``);
-* r_rp stays close to r_c: word-level ``difflib`` similarity at least ``min_rp_similarity``
-  (``rp_too_far_from_rc``);
-* r_c's answer format is kept: when r_c uses ``\\boxed{}``, both counterfactuals do (``format_changed``);
-* no prompt scaffolding leaked into either text (``scaffolding_leak``): our prompt tags and JSON keys, the
-  published release's leaked keys, think tags, "r_rp"-style identifiers, or a JSON object instead of prose.
+A record is kept only when both counterfactuals state a final answer, **both** differ from the ground truth (the
+published release kept a record when *either* did), they differ from each other, r_rp stays close to r_c, r_c's
+``\\boxed{}`` format is kept and no prompt scaffolding leaked (reasons: docs/ppjd.md §3).
 """
 
 from __future__ import annotations
@@ -22,19 +13,15 @@ from dataclasses import dataclass
 
 from perception_judge.core.answers import answers_match, extract_final_answer, find_boxed
 from perception_judge.core.schema import SourceItem
-from perception_judge.ppjd.teacher import (
-    SCAFFOLDING_TOKENS,
-    STAGE_ANSWERS,
-    STAGE_PRECHECK,
-    STAGE_VALIDATE,
-    Counterfactuals,
-    StageError,
-)
+from perception_judge.ppjd.teacher import SCAFFOLDING_TOKENS, Counterfactuals, StageError
 
 _THINK_RE = re.compile(r"</?think(?:ing)?>", re.IGNORECASE)
-_IDENT_RE = re.compile(r"\b(?:r_rp_r|r_rp|rp_r|r_c|r_rp\+r)\b")
-_JSON_KEY_RE = re.compile(r'(?m)^\s*[{\[]?\s*"[A-Za-z_][A-Za-z0-9_ ]{0,40}"\s*:')
-_VERSION_HEADING_RE = re.compile(r"(?im)^\s*(?:version|solution|response)\s*[12]\s*[:.)]")
+_LEAK_PATTERNS = (
+    _THINK_RE,
+    re.compile(r"\b(?:r_rp_r|r_rp|rp_r|r_c|r_rp\+r)\b"),  # our identifiers
+    re.compile(r'(?m)^\s*[{\[]?\s*"[A-Za-z_][A-Za-z0-9_ ]{0,40}"\s*:'),  # a JSON object instead of prose
+    re.compile(r"(?im)^\s*(?:version|solution|response)\s*[12]\s*[:.)]"),  # "Version 1:" headings
+)
 
 
 @dataclass
@@ -60,44 +47,32 @@ def precheck(item: SourceItem, has_image: bool, config: PrecheckConfig) -> None:
         name for name in ("question", "answer", "response") if not str(getattr(item, name) or "").strip()
     ]
     if missing:
-        raise StageError(
-            STAGE_PRECHECK, "missing_fields", f"item {item.item_id!r} has no {', '.join(missing)}"
-        )
+        raise StageError("precheck", "missing_fields", f"item {item.item_id!r} has no {', '.join(missing)}")
     if _THINK_RE.search(item.response):
-        raise StageError(STAGE_PRECHECK, "response_has_think", "r_c contains <think>/<thinking> tags")
-    if len(item.question) > config.max_question_chars:
-        raise StageError(
-            STAGE_PRECHECK,
-            "question_too_long",
-            f"the question has {len(item.question)} characters (limit {config.max_question_chars})",
-        )
-    if len(item.response) > config.max_response_chars:
-        raise StageError(
-            STAGE_PRECHECK,
-            "response_too_long",
-            f"r_c has {len(item.response)} characters (limit {config.max_response_chars})",
-        )
+        raise StageError("precheck", "response_has_think", "r_c contains <think>/<thinking> tags")
+    for reason, what, text, limit in (
+        ("question_too_long", "the question", item.question, config.max_question_chars),
+        ("response_too_long", "r_c", item.response, config.max_response_chars),
+    ):
+        if len(text) > limit:
+            raise StageError("precheck", reason, f"{what} has {len(text)} characters (limit {limit})")
     if not has_image and config.text_only == "skip":
-        raise StageError(STAGE_PRECHECK, "text_only_skipped", "the item has no image (--text-only skip)")
+        raise StageError("precheck", "text_only_skipped", "the item has no image (--text-only skip)")
 
 
 def similarity(a: str, b: str) -> float:
     """Word-level edit similarity in [0, 1] (difflib ratio over whitespace tokens)."""
     wa, wb = a.split(), b.split()
-    if not wa and not wb:
-        return 1.0
-    return difflib.SequenceMatcher(None, wa, wb, autojunk=False).ratio()
+    return difflib.SequenceMatcher(None, wa, wb, autojunk=False).ratio() if wa or wb else 1.0
 
 
 def find_leak(text: str, reference: str = "") -> str | None:
     """The first piece of prompt scaffolding in ``text`` that is not already in ``reference`` (r_c), or None.
-
-    (A physics solution may legitimately write ``r_c``; it only counts as a leak when r_c does not.)
-    """
+    (A physics solution may legitimately write ``r_c``; it only counts as a leak when r_c does not.)"""
     for token in SCAFFOLDING_TOKENS:
         if token in text and token not in reference:
             return token
-    for pattern in (_THINK_RE, _IDENT_RE, _JSON_KEY_RE, _VERSION_HEADING_RE):
+    for pattern in _LEAK_PATTERNS:
         for m in pattern.finditer(text):
             if m.group(0) not in reference:
                 return m.group(0).strip()
@@ -114,56 +89,34 @@ class Validated:
 def extract_answers(cf: Counterfactuals) -> tuple[str, str]:
     a1, a2 = extract_final_answer(cf.r_rp), extract_final_answer(cf.r_rp_r)
     if not a1:
-        raise StageError(STAGE_ANSWERS, "no_answer_rp", "r_rp states no final answer")
+        raise StageError("answers", "no_answer_rp", "r_rp states no final answer")
     if not a2:
-        raise StageError(STAGE_ANSWERS, "no_answer_rp_r", "r_rp+r states no final answer")
+        raise StageError("answers", "no_answer_rp_r", "r_rp+r states no final answer")
     return a1, a2
 
 
 def validate(item: SourceItem, cf: Counterfactuals, config: ValidationConfig) -> Validated:
     """Answers and checks (see the module docstring); raises StageError(answers|validate, reason)."""
     a1, a2 = extract_answers(cf)
-    if answers_match(a1, item.answer):
-        raise StageError(
-            STAGE_VALIDATE, "rp_matches_gt", f"r_rp answers {a1!r}, the ground truth is {item.answer!r}"
-        )
-    if answers_match(a2, item.answer):
-        raise StageError(
-            STAGE_VALIDATE, "rp_r_matches_gt", f"r_rp+r answers {a2!r}, the ground truth is {item.answer!r}"
-        )
+    texts = (("r_rp", cf.r_rp), ("r_rp+r", cf.r_rp_r))
+    for (name, _), answer, reason in zip(texts, (a1, a2), ("rp_matches_gt", "rp_r_matches_gt"), strict=True):
+        if answers_match(answer, item.answer):
+            raise StageError(
+                "validate", reason, f"{name} answers {answer!r}, the ground truth is {item.answer!r}"
+            )
     if cf.r_rp.strip() == cf.r_rp_r.strip():
-        raise StageError(STAGE_VALIDATE, "counterfactuals_identical", "r_rp and r_rp+r are the same text")
+        raise StageError("validate", "counterfactuals_identical", "r_rp and r_rp+r are the same text")
     if answers_match(a1, a2):
-        raise StageError(
-            STAGE_VALIDATE, "counterfactual_answers_equal", f"r_rp and r_rp+r both answer {a1!r}"
-        )
-    for name, text in (("r_rp", cf.r_rp), ("r_rp+r", cf.r_rp_r)):
-        leak = find_leak(text, item.response)
-        if leak is not None:
-            raise StageError(STAGE_VALIDATE, "scaffolding_leak", f"{name} contains {leak[:60]!r}")
+        raise StageError("validate", "counterfactual_answers_equal", f"r_rp and r_rp+r both answer {a1!r}")
+    for name, text in texts:
+        if (leak := find_leak(text, item.response)) is not None:
+            raise StageError("validate", "scaffolding_leak", f"{name} contains {leak[:60]!r}")
     if config.require_boxed and find_boxed(item.response):
-        for name, text in (("r_rp", cf.r_rp), ("r_rp+r", cf.r_rp_r)):
+        for name, text in texts:
             if not find_boxed(text):
-                raise StageError(
-                    STAGE_VALIDATE, "format_changed", f"r_c uses \\boxed{{}} but {name} does not"
-                )
+                raise StageError("validate", "format_changed", f"r_c uses \\boxed{{}} but {name} does not")
     sim = similarity(item.response, cf.r_rp)
     if sim < config.min_rp_similarity:
-        raise StageError(
-            STAGE_VALIDATE,
-            "rp_too_far_from_rc",
-            f"similarity(r_c, r_rp) = {sim:.3f} < {config.min_rp_similarity}",
-        )
+        detail = f"similarity(r_c, r_rp) = {sim:.3f} < {config.min_rp_similarity}"
+        raise StageError("validate", "rp_too_far_from_rc", detail)
     return Validated(a1, a2, round(sim, 4))
-
-
-__all__ = [
-    "PrecheckConfig",
-    "Validated",
-    "ValidationConfig",
-    "extract_answers",
-    "find_leak",
-    "precheck",
-    "similarity",
-    "validate",
-]

@@ -2,7 +2,7 @@
 synthetic world so that the PPJD builder, the tiny models and the bias suite share it.
 
 For an item's scene spec, r_rp re-renders r_c's template from the attributes with one perceptual fact misread
-(:func:`~perception_judge.synth.world.perturb`), so only that fact and what follows from it change; r_rp+r
+(:func:`~perception_judge.synth.perturb`), so only that fact and what follows from it change; r_rp+r
 misreads a fact *and* makes a reasoning slip. Both answers differ from the ground truth and from each other.
 Randomness is seeded per record key, so results depend neither on concurrency nor on resuming.
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perception_judge.core.answers import answers_match
-from perception_judge.synth.world import FACTS, SLIPS, SOLVERS, Unsolvable, perturb, solve
+from perception_judge.synth.base import Unsolvable
+from perception_judge.synth.world import SLIPS, facts, perturb, solve
 
 MAX_TRIES = 64
 MIN_FACTS = 3
@@ -37,9 +38,16 @@ class Counterfactual:
 
 
 def _changed_facts(spec: dict[str, Any], attrs: dict[str, Any]) -> list[str]:
-    before = FACTS[spec["family"]](spec["attributes"])
-    after = FACTS[spec["family"]](attrs)
-    return [f"{a} -> {b}" for a, b in zip(before, after) if a != b]
+    return [f"{a} -> {b}" for a, b in zip(facts(spec), facts(spec, attrs)) if a != b]
+
+
+def _solve(
+    spec: dict[str, Any], attrs: dict[str, Any], slip: dict[str, Any] | None = None
+) -> tuple[str, str] | None:
+    try:
+        return solve(spec, attrs, slip)
+    except Unsolvable:
+        return None
 
 
 def counterfactuals(
@@ -55,7 +63,7 @@ def counterfactuals(
             "`perception-judge synth` items (use --teacher llm for other sources)",
         )
     family_q = (spec["family"], spec["qtype"])
-    if family_q not in SOLVERS:
+    if family_q not in SLIPS:
         raise NoCounterfactual("verify", "unknown_qtype", f"no solver for {family_q}")
     try:
         r_c, solved = solve(spec)
@@ -65,53 +73,36 @@ def counterfactuals(
         raise NoCounterfactual(
             "verify", "rc_mismatch", "r_c or the answer differs from what the scene spec renders"
         )
-    facts = list(spec.get("facts") or [])
-    if len(facts) < MIN_FACTS:
-        raise NoCounterfactual("attributes", "too_few_attributes", f"{len(facts)} facts in the spec")
+    spec_facts = list(spec.get("facts") or [])
+    if len(spec_facts) < MIN_FACTS:
+        raise NoCounterfactual("attributes", "too_few_attributes", f"{len(spec_facts)} facts in the spec")
 
     rng = random.Random(f"ppjd/programmatic/{seed}/{key}")
-    perceived: dict[str, Any] | None = None
-    r_rp = a_rp = ""
     for _ in range(MAX_TRIES):
-        attrs = perturb(spec, spec["attributes"], rng)
-        try:
-            text, ans = solve(spec, attrs)
-        except Unsolvable:
-            continue
-        if not answers_match(ans, answer):
-            perceived, r_rp, a_rp = attrs, text, ans
+        perceived = perturb(spec, spec["attributes"], rng)
+        solved_rp = _solve(spec, perceived)
+        if solved_rp is not None and not answers_match(solved_rp[1], answer):
+            r_rp, a_rp = solved_rp
             break
-    if perceived is None:
+    else:
         raise NoCounterfactual("rewrite", "no_perturbation", "no misread fact changes the answer")
 
-    slips = SLIPS[family_q]
-    r_rp_r = ""
-    slip_used: dict[str, Any] | None = None
-    attrs_r: dict[str, Any] | None = None
     for _ in range(MAX_TRIES):
-        attrs2 = perceived if rng.random() < 0.5 else perturb(spec, spec["attributes"], rng)
-        if attrs2 == spec["attributes"]:
+        attrs = perceived if rng.random() < 0.5 else perturb(spec, spec["attributes"], rng)
+        if attrs == spec["attributes"]:
             continue
-        slip = {"kind": rng.choice(slips), "delta": rng.choice((-2, -1, 1, 2))}
-        try:
-            text, ans = solve(spec, attrs2, slip)
-        except Unsolvable:
+        slip = {"kind": rng.choice(SLIPS[family_q]), "delta": rng.choice((-2, -1, 1, 2))}
+        solved_r = _solve(spec, attrs, slip)
+        if solved_r is None or answers_match(solved_r[1], answer) or answers_match(solved_r[1], a_rp):
             continue
-        if answers_match(ans, answer) or answers_match(ans, a_rp) or text == r_rp:
-            continue
-        try:  # the perceptual error must show in the text, not only the reasoning slip
-            plain, _ = solve(spec, attrs2)
-        except Unsolvable:
-            continue
-        if plain == r_c:
-            continue
-        r_rp_r, slip_used, attrs_r = text, slip, attrs2
-        break
-    if slip_used is None or attrs_r is None:
+        plain = _solve(spec, attrs)  # the perceptual error must show in the text, not only the reasoning slip
+        if solved_r[0] != r_rp and plain is not None and plain[0] != r_c:
+            break
+    else:
         raise NoCounterfactual("rewrite", "no_reasoning_slip", "no slip gives a third distinct answer")
     meta = {
         "perturbed_rp": _changed_facts(spec, perceived),
-        "perturbed_rp_r": _changed_facts(spec, attrs_r),
-        "slip": slip_used["kind"],
+        "perturbed_rp_r": _changed_facts(spec, attrs),
+        "slip": slip["kind"],
     }
-    return Counterfactual(r_rp=r_rp, r_rp_r=r_rp_r, facts=facts[:6], meta=meta)
+    return Counterfactual(r_rp=r_rp, r_rp_r=solved_r[0], facts=spec_facts[:6], meta=meta)

@@ -1,18 +1,13 @@
-"""Test helpers that ship with the package (importable by tests and benchmarks): the fake OpenAI server.
+"""Test helpers that ship with the package: the fake OpenAI server (imported lazily, so ``python -m
+perception_judge.testing.fake_openai`` runs without a runpy warning)."""
 
-Imported lazily, so ``python -m perception_judge.testing.fake_openai`` runs without a runpy warning.
-"""
-
-from __future__ import annotations
-
+import importlib
 from typing import Any
 
 __all__ = ["FakeOpenAIServer", "Faults"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from perception_judge.testing import fake_openai
-
-        return getattr(fake_openai, name)
-    raise AttributeError(f"module 'perception_judge.testing' has no attribute {name!r}")
+    if name not in __all__:
+        raise AttributeError(f"module 'perception_judge.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module("perception_judge.testing.fake_openai"), name)

@@ -1,20 +1,9 @@
 """A local OpenAI-compatible server for tests and benchmarks: plausible teacher replies, latency and faults.
 
-Runs in a background thread on 127.0.0.1 with an ephemeral port (or as a process:
-``python -m perception_judge.testing.fake_openai --latency 0.2``, which prints ``READY <base_url>``).
-
-* ``POST /v1/chat/completions`` answers like a teacher for our PPJD stage prompts (recognised by
-  :func:`perception_judge.ppjd.teacher.stage_of_messages`): verify -> ``{"correct": true}``; attributes ->
-  facts taken from the solution's clauses with numbers; rewrite -> the solution with every number (except
-  step labels) shifted by +1 (r_rp) and +2 plus one extra wrong sentence (r_rp+r). Judge prompts get one
-  ``<answer>`` tag per "Answer of Assistant" heading. Replies depend only on the request, so runs are
-  reproducible.
-* ``GET /v1/models`` lists the model.
-* Faults, each with its own rate (:class:`Faults`): 429 with ``Retry-After``, 500, a hang (no reply until
-  ``hang_s``, then the connection closes), an unreadable body, malformed JSON content, truncated content
-  (``finish_reason="length"``), and "sloppy LaTeX" JSON (single backslashes, as models often write it).
-* Thread-safe counters (:meth:`FakeOpenAIServer.stats`): requests, per status, per stage, per fault, the peak
-  number of requests in flight. Optionally every request body is kept (``record_requests=True``).
+In a thread (``with FakeOpenAIServer() as srv``) or a process (``python -m perception_judge.testing.fake_openai``
+prints ``READY <base_url>``). It answers our PPJD stage prompts like a teacher (rewrite: every number but step
+labels +1 for r_rp, +2 and a wrong sentence for r_rp+r) and judge prompts with ``<answer>`` tags, deterministically;
+faults come at the rates of :class:`Faults` or scripted by :meth:`FakeOpenAIServer.force`.
 """
 
 from __future__ import annotations
@@ -27,18 +16,19 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from perception_judge.core.protocol import count_image_placeholders
-from perception_judge.ppjd.teacher import (
-    STAGE_ATTRIBUTES,
-    STAGE_REWRITE,
-    STAGE_VERIFY,
-    extract_block,
-    stage_of_messages,
-)
+from perception_judge.ppjd.teacher import extract_block, stage_of_messages
+
+_TRANSPORT = ("429", "500", "hang", "bad_body")
+FAULTS = (*_TRANSPORT, "malformed_json", "truncated", "sloppy_latex", "verify_reject")
+_ERRORS = {
+    "429": {"message": "Rate limit reached, slow down.", "type": "rate_limit_exceeded"},
+    "500": {"message": "internal error", "type": "server_error"},
+}
 
 
 @dataclass
@@ -47,32 +37,27 @@ class Faults:
 
     rate_429: float = 0.0
     rate_500: float = 0.0
-    rate_hang: float = 0.0
+    rate_hang: float = 0.0  # no reply until hang_s, then the connection closes
     rate_bad_body: float = 0.0  # HTTP 200 whose body is not JSON
     rate_malformed_json: float = 0.0  # message content whose JSON cannot be parsed
     rate_truncated: float = 0.0  # content cut in half, finish_reason "length"
-    rate_sloppy_latex: float = 0.0  # JSON strings with single (unescaped) LaTeX backslashes
+    rate_sloppy_latex: float = (
+        0.0  # JSON strings with single (unescaped) LaTeX backslashes, as models write them
+    )
     rate_verify_reject: float = 0.0  # the verify stage answers "correct": false
     retry_after_s: float = 0.05
     hang_s: float = 3.0
-
-    def total_transport(self) -> float:
-        return self.rate_429 + self.rate_500 + self.rate_hang + self.rate_bad_body
-
-
-_STEP_RE = re.compile(r"(?<![\w.])(\d+)(?![\w])")
 
 
 def shift_numbers(text: str, by: int) -> str:
     """Every integer in ``text`` plus ``by``, except step labels ("Step 2")."""
 
     def repl(m: re.Match[str]) -> str:
-        start = m.start()
-        if text[max(0, start - 5) : start].lower() == "step ":
+        if text[max(0, m.start() - 5) : m.start()].lower() == "step ":
             return m.group(0)
         return str(int(m.group(1)) + by)
 
-    return _STEP_RE.sub(repl, text)
+    return re.sub(r"(?<![\w.])(\d+)(?![\w])", repl, text)
 
 
 def _facts_from(solution: str, question: str) -> list[str]:
@@ -86,19 +71,14 @@ def _facts_from(solution: str, question: str) -> list[str]:
         fact = " ".join(words[-8:]) if len(words) > 8 else clause
         if fact.lower() not in question.lower() and fact not in facts:
             facts.append(fact)
-    for filler in ("the background is plain white", "the drawing is flat", "no other text is shown"):
-        if len(facts) >= 3:
-            break
-        facts.append(filler)
-    return facts[:6]
+    fillers = ("the background is plain white", "the drawing is flat", "no other text is shown")
+    return [*facts, *fillers[: max(0, 3 - len(facts))]][:6]
 
 
 def _text_of(messages: list[dict[str, Any]], role: str) -> str:
     out = []
     for m in messages:
-        if m.get("role") != role:
-            continue
-        c = m.get("content")
+        c = m.get("content") if m.get("role") == role else None
         if isinstance(c, str):
             out.append(c)
         elif isinstance(c, list):
@@ -112,29 +92,21 @@ def teacher_reply(body: dict[str, Any], verify_ok: bool = True) -> dict[str, Any
     stage = stage_of_messages(messages)
     user = _text_of(messages, "user")
     solution = extract_block(user, "solution") or ""
-    question = extract_block(user, "question") or ""
-    if stage == STAGE_VERIFY:
+    if stage == "verify":
         note = "The solution agrees with the evidence." if verify_ok else "The solution misreads the image."
         return {"correct": verify_ok, "note": note}
-    if stage == STAGE_ATTRIBUTES:
-        return {"facts": _facts_from(solution, question)}
-    if stage == STAGE_REWRITE:
-        r_rp = shift_numbers(solution, 1)
-        r_rp_r = shift_numbers(solution, 2)
-        lines = r_rp_r.split("\n")
-        lines.insert(
-            max(1, len(lines) - 2), "Since every count here was already doubled, no further check is needed."
-        )
-        return {"misread": r_rp, "misread_and_misreasoned": "\n".join(lines)}
+    if stage == "attributes":
+        return {"facts": _facts_from(solution, extract_block(user, "question") or "")}
+    if stage == "rewrite":
+        lines = shift_numbers(solution, 2).split("\n")
+        wrong = "Since every count here was already doubled, no further check is needed."
+        lines.insert(max(1, len(lines) - 2), wrong)
+        return {"misread": shift_numbers(solution, 1), "misread_and_misreasoned": "\n".join(lines)}
     n = max(1, len(re.findall(r"Answer of Assistant \d+", user)))
+    scores = (8, 5, 2, 7, 4, 9, 3, 6, 1, 10)[:n]
     return "<think>Comparing the answers with the image.</think>" + "".join(
-        f"<answer>{s}</answer>" for s in (8, 5, 2, 7, 4, 9, 3, 6, 1, 10)[:n]
+        f"<answer>{s}</answer>" for s in scores
     )
-
-
-def _sloppy(json_text: str) -> str:
-    """JSON with LaTeX backslashes written once (as models do): ``\\\\boxed`` -> ``\\boxed``."""
-    return json_text.replace("\\\\", "\\")
 
 
 class FakeOpenAIServer:
@@ -156,39 +128,23 @@ class FakeOpenAIServer:
         self.faults = faults or Faults()
         self.model = model
         self.api_key = api_key
-        self.record_requests = record_requests
-        self.reasoning = reasoning
+        self.record_requests = record_requests  # keep every request body and its headers
+        self.reasoning = reasoning  # replies carry a reasoning_content
         self.requests: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
         self._rng = random.Random(seed)
         self._forced: list[str | None] = []
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._in_flight = 0
-        self._peak = 0
-        self._host, self._port = host, port
+        self._in_flight = self._peak = 0
+        self._address = (host, port)
         self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle -----------------------------------------------------------------------------------------
 
     def start(self) -> FakeOpenAIServer:
-        server = self
-
-        class Handler(_Handler):
-            owner = server
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            block_on_close = False
-            request_queue_size = 256
-            allow_reuse_address = True
-
-        self._httpd = Server((self._host, self._port), Handler)
-        self._thread = threading.Thread(
+        self._httpd = _Server(self._address, type("Handler", (_Handler,), {"owner": self}))
+        threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -210,9 +166,7 @@ class FakeOpenAIServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self._host}:{self.port}/v1"
-
-    # -- counters ------------------------------------------------------------------------------------------
+        return f"http://{self._address[0]}:{self.port}/v1"
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -220,90 +174,53 @@ class FakeOpenAIServer:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            out: dict[str, Any] = dict(self._counts)
-            out["peak_in_flight"] = self._peak
-            out["in_flight"] = self._in_flight
-            return out
-
-    def reset_stats(self) -> None:
-        with self._lock:
-            self._counts.clear()
-            self._peak = 0
-            self.requests.clear()
-            self.headers_seen.clear()
+            return {**self._counts, "peak_in_flight": self._peak, "in_flight": self._in_flight}
 
     def set_faults(self, faults: Faults) -> None:
         with self._lock:
             self.faults = faults
 
-    def _enter(self) -> None:
-        with self._lock:
-            self._in_flight += 1
-            self._peak = max(self._peak, self._in_flight)
-
-    def _leave(self) -> None:
-        with self._lock:
-            self._in_flight -= 1
-
     def force(self, *faults: str | None) -> None:
-        """Script the next requests: each gets one of ``429``, ``500``, ``hang``, ``bad_body``,
-        ``malformed_json``, ``truncated``, ``sloppy_latex``, ``verify_reject`` or None (a normal reply), in order;
-        after the script runs out, the random rates apply again."""
-        allowed = {
-            "429",
-            "500",
-            "hang",
-            "bad_body",
-            "malformed_json",
-            "truncated",
-            "sloppy_latex",
-            "verify_reject",
-            None,
-        }
-        bad = [f for f in faults if f not in allowed]
-        if bad:
+        """Script the next requests: each gets one of :data:`FAULTS` or None (a normal reply), in order; after the
+        script runs out, the random rates apply again."""
+        if bad := [f for f in faults if f is not None and f not in FAULTS]:
             raise ValueError(f"unknown forced faults {bad}")
         with self._lock:
             self._forced.extend(faults)
 
-    def _plan(self) -> dict[str, Any]:
-        """What to do with the next request: transport fault, sloppy LaTeX, content fault, verify verdict."""
+    def _plan(self) -> set[str]:
+        """The faults of the next request: the scripted one, or drawn at the rates of :attr:`faults` (at most one
+        transport fault and one content fault, sloppy LaTeX and a verify rejection independently)."""
         with self._lock:
             if self._forced:
-                f = self._forced.pop(0)
-                transport = f if f in ("429", "500", "hang", "bad_body") else None
-                return {
-                    "transport": transport,
-                    "sloppy": f == "sloppy_latex",
-                    "content": f if f in ("malformed_json", "truncated") else None,
-                    "verify_ok": f != "verify_reject",
-                }
-            f = self.faults
-            r = self._rng.random()
-            transport = None
-            edge = 0.0
-            for name, rate in (
-                ("429", f.rate_429),
-                ("500", f.rate_500),
-                ("hang", f.rate_hang),
-                ("bad_body", f.rate_bad_body),
-            ):
-                edge += rate
+                return {self._forced.pop(0)} - {None}
+            f, rng, plan = self.faults, self._rng, set()
+            r, edge = rng.random(), 0.0
+            for name in _TRANSPORT:
+                edge += getattr(f, f"rate_{name}")
                 if r < edge:
-                    transport = name
+                    plan.add(name)
                     break
-            v = self._rng.random()
-            content = None
-            if v < f.rate_malformed_json:
-                content = "malformed_json"
-            elif v < f.rate_malformed_json + f.rate_truncated:
-                content = "truncated"
-            return {
-                "transport": transport,
-                "sloppy": self._rng.random() < f.rate_sloppy_latex,
-                "content": content,
-                "verify_ok": self._rng.random() >= f.rate_verify_reject,
-            }
+            v = rng.random()
+            if v < f.rate_malformed_json + f.rate_truncated:
+                plan.add("malformed_json" if v < f.rate_malformed_json else "truncated")
+            if rng.random() < f.rate_sloppy_latex:
+                plan.add("sloppy_latex")
+            if rng.random() < f.rate_verify_reject:
+                plan.add("verify_reject")
+            return plan
+
+    def _in_flight_delta(self, n: int) -> None:
+        with self._lock:
+            self._in_flight += n
+            self._peak = max(self._peak, self._in_flight)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 256
+    allow_reuse_address = True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -326,6 +243,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode("utf-8"), headers)
 
+    def _error(self, status: int, message: str, kind: str) -> None:
+        self.owner.count(f"status_{status}")
+        self._json(status, {"error": {"message": message, "type": kind}})
+
     def do_GET(self) -> None:
         srv = self.owner
         srv.count("requests")
@@ -338,8 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         srv = self.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         srv.count("requests")
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -348,85 +268,68 @@ class _Handler(BaseHTTPRequestHandler):
             with srv._lock:
                 srv.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
         if srv.api_key is not None and self.headers.get("Authorization") != f"Bearer {srv.api_key}":
-            srv.count("status_401")
-            self._json(
-                401, {"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error"}}
-            )
+            self._error(401, "Incorrect API key provided.", "invalid_request_error")
             return
         try:
             body = json.loads(raw)
         except json.JSONDecodeError:
-            srv.count("status_400")
-            self._json(
-                400, {"error": {"message": "request body is not JSON", "type": "invalid_request_error"}}
-            )
+            self._error(400, "request body is not JSON", "invalid_request_error")
             return
         if srv.record_requests:
             with srv._lock:
                 srv.requests.append(body)
-        srv._enter()
+        srv._in_flight_delta(1)
         try:
             self._complete(srv, body)
         finally:
-            srv._leave()
+            srv._in_flight_delta(-1)
 
     def _complete(self, srv: FakeOpenAIServer, body: dict[str, Any]) -> None:
-        stage = stage_of_messages(body.get("messages") or []) or "judge"
-        srv.count(f"stage_{stage}")
+        messages = body.get("messages") or []
+        srv.count(f"stage_{stage_of_messages(messages) or 'judge'}")
         plan = srv._plan()
-        fault = plan["transport"]
         if srv.latency_s:
             time.sleep(srv.latency_s)
-        faults = srv.faults
-        if fault == "429":
-            srv.count("fault_429")
-            self._json(
-                429,
-                {"error": {"message": "Rate limit reached, slow down.", "type": "rate_limit_exceeded"}},
-                {"Retry-After": f"{faults.retry_after_s:g}"},
-            )
+        if transport := next(iter(plan & set(_TRANSPORT)), None):
+            srv.count(f"fault_{transport}")
+        if transport in _ERRORS:
+            retry_after = {"Retry-After": f"{srv.faults.retry_after_s:g}"} if transport == "429" else None
+            self._json(int(transport), {"error": _ERRORS[transport]}, retry_after)
             return
-        if fault == "500":
-            srv.count("fault_500")
-            self._json(500, {"error": {"message": "internal error", "type": "server_error"}})
-            return
-        if fault == "hang":
-            srv.count("fault_hang")
-            time.sleep(faults.hang_s)
+        if "hang" in plan:
+            time.sleep(srv.faults.hang_s)
             self.close_connection = True
             return
-        if fault == "bad_body":
-            srv.count("fault_bad_body")
+        if "bad_body" in plan:
             self._send(200, b'{"id": "x", "choices": [ this is not json')
             return
-        reply = teacher_reply(body, plan["verify_ok"])
-        finish = "stop"
-        if isinstance(reply, str):
-            content = reply
-        else:
-            content = json.dumps(reply, ensure_ascii=False)
-            if plan["sloppy"]:
+        content = teacher_reply(body, "verify_reject" not in plan)
+        if not isinstance(content, str):
+            content = json.dumps(content, ensure_ascii=False)
+            if "sloppy_latex" in plan:
                 srv.count("fault_sloppy_latex")
-                content = _sloppy(content)
+                content = content.replace("\\\\", "\\")  # LaTeX backslashes written once
             content = "```json\n" + content + "\n```" if len(content) % 3 == 0 else content
-        if plan["content"] == "malformed_json":
+        finish = "stop"
+        if "malformed_json" in plan:
             srv.count("fault_malformed_json")
             content = 'Here is the JSON you asked for: {"facts": [oops, 3]} -- hope it helps'
-        elif plan["content"] == "truncated":
+        elif "truncated" in plan:
             srv.count("fault_truncated")
-            content = content[: max(1, len(content) // 2)]
-            finish = "length"
+            content, finish = content[: max(1, len(content) // 2)], "length"
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if srv.reasoning:
             message["reasoning_content"] = "Let me look at the request carefully."
-        text_chars = sum(len(_text_of(body.get("messages") or [], r)) for r in ("system", "user"))
-        prompt_tokens = text_chars // 4 + 256 * count_image_placeholders(
-            body.get("messages") or [], "image_url"
-        )
+        text_chars = sum(len(_text_of(messages, r)) for r in ("system", "user"))
+        prompt_tokens = text_chars // 4 + 256 * count_image_placeholders(messages, "image_url")
         completion_tokens = max(1, len(content) // 4)
-        srv.count("status_200")
-        srv.count("prompt_tokens", prompt_tokens)
-        srv.count("completion_tokens", completion_tokens)
+        for name, n in (
+            ("status_200", 1),
+            ("prompt_tokens", prompt_tokens),
+            ("completion_tokens", completion_tokens),
+        ):
+            srv.count(name, n)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
         self._json(
             200,
             {
@@ -435,11 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "created": int(time.time()),
                 "model": body.get("model", srv.model),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
+                "usage": {**usage, "total_tokens": prompt_tokens + completion_tokens},
             },
         )
 
@@ -451,11 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every chat completion")
     p.add_argument("--model", default="fake-teacher")
     p.add_argument("--seed", type=int, default=0)
-    for name in Faults.__dataclass_fields__:
-        if name.startswith("rate_"):
-            p.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, dest=name)
-    p.add_argument("--retry-after-s", type=float, default=0.05)
-    p.add_argument("--hang-s", type=float, default=3.0)
+    for f in fields(Faults):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
     args = p.parse_args(argv)
     faults = Faults(**{k: getattr(args, k) for k in asdict(Faults())})
     server = FakeOpenAIServer(
@@ -474,6 +370,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-
-
-__all__ = ["FakeOpenAIServer", "Faults", "shift_numbers", "teacher_reply"]

@@ -11,7 +11,6 @@ adapter folder when it has one (trainer checkpoints do), else from the base.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,9 +20,7 @@ from perception_judge.cli import Command
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", required=True, help="LoRA adapter folder or hub id")
     parser.add_argument(
-        "--base",
-        default=None,
-        help="base model folder or hub id (default: base_model of the run the adapter belongs to)",
+        "--base", help="base model folder or hub id (default: base_model of the run the adapter belongs to)"
     )
     parser.add_argument("--out", required=True, help="output folder for the merged model and its processor")
     parser.add_argument(
@@ -37,14 +34,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def base_from_run(adapter: str) -> str | None:
     """The ``base_model`` of the run an adapter folder (or checkpoint folder inside it) belongs to."""
-    from perception_judge.core.runinfo import RUN_FILE
+    from perception_judge.core.runinfo import RUN_FILE, read_run_info
 
-    folder = Path(adapter)
-    for candidate in (folder, folder.parent):
-        run_file = candidate / RUN_FILE
-        if run_file.is_file():
-            return json.loads(run_file.read_text()).get("base_model")
-    return None
+    runs = [folder for folder in (Path(adapter), Path(adapter).parent) if (folder / RUN_FILE).is_file()]
+    return read_run_info(runs[0]).get("base_model") if runs else None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -62,8 +55,4 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-MERGE_LORA = Command(
-    add_arguments=_add_arguments,
-    run=_run,
-    description=__doc__,
-)
+MERGE_LORA = Command(add_arguments=_add_arguments, run=_run, description=__doc__)

@@ -1,16 +1,8 @@
-"""Training data for the GRPO trainer: load the exported set, check it, filter it, and apply the pixel policy.
-
-Steps (each counted in a :class:`SplitReport`, nothing is dropped silently):
-
-1. :func:`perception_judge.core.trainset.load_training_set` reads ``train.parquet`` / ``validation.parquet``;
-2. every row is checked: known protocol, a ground truth that fits it, as many images as ``{"type": "image"}``
-   placeholders (a data bug fails the run before training, naming the row);
-3. the protocol mix keeps the chosen protocols in the chosen proportions (subsampling, never oversampling);
-4. prompts longer than ``max_prompt_tokens`` (rendered exactly as the trainer renders them, image tokens
-   included) are dropped and counted, or fail the run (``overlong_prompts: error``);
-5. the :class:`~perception_judge.core.images.PixelPolicy` is applied lazily to every image as rows are read, so the
-   trainer, HF generation and vLLM all see images of the policy's size (one fixed size by default: vLLM colocate
-   mode never sees mixed sizes).
+"""Training data for the GRPO trainer: load the exported set, check every row (protocol, ground truth, images vs
+placeholders), keep the protocol mix (subsampling, never oversampling), drop or refuse prompts over
+``max_prompt_tokens`` (measured as the trainer renders them, image tokens included), and apply the pixel policy
+lazily as rows are read, so the trainer, HF generation and vLLM all see images of one policy (one fixed size by
+default: vLLM colocate mode never sees mixed sizes). Each step is counted in a :class:`SplitReport`.
 """
 
 from __future__ import annotations
@@ -54,9 +46,6 @@ class SplitReport:
     prompt_tokens_mean: float = 0.0
     overlong_examples: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def summary(self) -> str:
         parts = [f"{self.split}: {self.rows_in} rows in"]
         if self.dropped_by_protocol_mix:
@@ -72,58 +61,36 @@ class SplitReport:
         return "; ".join(parts)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Pixel policy
-# ----------------------------------------------------------------------------------------------------------
-
-
 def pixel_policy_for(judge_args: Any, model_config: Any = None) -> PixelPolicy:
     """The run's pixel policy; ``image_factor: 0`` takes patch × merge from the model config (28 / 32)."""
     from perception_judge.tiny_models import patch_factor
 
-    factor = judge_args.image_factor or (patch_factor(model_config) if model_config is not None else 28)
+    j = judge_args
+    factor = j.image_factor or (patch_factor(model_config) if model_config is not None else 28)
     try:
-        return PixelPolicy(
-            mode=judge_args.image_mode,
-            size=judge_args.image_size,
-            min_pixels=judge_args.image_min_pixels,
-            max_pixels=judge_args.image_max_pixels,
-            factor=factor,
-        )
+        return PixelPolicy(j.image_mode, j.image_size, j.image_min_pixels, j.image_max_pixels, factor=factor)
     except ValueError as e:
         raise DataError(f"pixel policy for this model (patch factor {factor}): {e}") from None
 
 
 class PixelPolicyTransform:
-    """``datasets`` transform applying a pixel policy to the ``images`` column as rows are read.
-
-    ``seconds`` accumulates the time spent (reported as ``timing/data_s``).
-    """
+    """``datasets`` transform applying a pixel policy to the ``images`` column as rows are read; ``seconds``
+    accumulates the time spent (reported as ``timing/data_s``)."""
 
     def __init__(self, policy: PixelPolicy) -> None:
         self.policy = policy
         self.seconds = 0.0
-        self.images = 0
 
     def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         start = time.perf_counter()
         if COL_IMAGES in batch:
-            out = []
-            for images in batch[COL_IMAGES]:
-                out.append([self.policy.apply(im) for im in (images or [])])
-                self.images += len(images or [])
-            batch[COL_IMAGES] = out
+            batch[COL_IMAGES] = [[self.policy.apply(im) for im in row or []] for row in batch[COL_IMAGES]]
         self.seconds += time.perf_counter() - start
         return batch
 
     def pop_seconds(self) -> float:
         s, self.seconds = self.seconds, 0.0
         return s
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Row checks, protocol mix, prompt lengths
-# ----------------------------------------------------------------------------------------------------------
 
 
 def _undecoded_images(ds: Any) -> Any:
@@ -135,19 +102,14 @@ def _undecoded_images(ds: Any) -> Any:
 
 def check_rows(ds: Any, split: str) -> None:
     """Fail on the first malformed row: protocol, ground truth, image count vs placeholders."""
-    prompts = ds[COL_PROMPT]
-    protocols = ds[COL_PROTOCOL]
-    truths = ds[COL_GROUND_TRUTH]
-    keys = ds[COL_RECORD_KEY]
-    images = _undecoded_images(ds)
-    for i, (prompt, protocol, truth, key, imgs) in enumerate(zip(prompts, protocols, truths, keys, images)):
+    columns = [ds[column] for column in (COL_PROMPT, COL_PROTOCOL, COL_GROUND_TRUTH, COL_RECORD_KEY)]
+    for i, (prompt, protocol, truth, key, images) in enumerate(zip(*columns, _undecoded_images(ds))):
         where = f"{split} row {i} ({key})"
         try:
             validate_ground_truth(protocol, truth)
         except ValueError as e:
             raise DataError(f"{where}: {e}") from None
-        n_placeholders = count_image_placeholders(prompt)
-        n_images = len(imgs or [])
+        n_placeholders, n_images = count_image_placeholders(prompt), len(images or [])
         if n_placeholders != n_images:
             raise DataError(
                 f"{where}: {n_placeholders} image placeholder(s) in the prompt but {n_images} image(s)"
@@ -179,15 +141,12 @@ def protocol_mix_indices(
     weights = {p: w for p, w in weights.items() if p not in missing}
     if not weights:
         return []
-    total_w = sum(weights.values())
-    shares = {p: w / total_w for p, w in weights.items()}
-    available = {p: len(by_protocol[p]) for p in shares}
-    # Largest total N with share * N <= available for every protocol.
-    n_total = min(available[p] / shares[p] for p in shares)
+    shares = {p: w / sum(weights.values()) for p, w in weights.items()}
+    n_total = min(len(by_protocol[p]) / share for p, share in shares.items())  # no protocol oversampled
     rng = random.Random(seed)
     keep: list[int] = []
     for p, share in shares.items():
-        rows = list(by_protocol.get(p, []))
+        rows = list(by_protocol[p])
         rng.shuffle(rows)
         keep += rows[: min(len(rows), round(share * n_total))]
     return sorted(keep)
@@ -206,68 +165,60 @@ class PromptLengths:
     def image_tokens(self, width: int, height: int) -> int:
         """Tokens one image of this *original* size becomes after the policy and the image processor."""
         size = self.policy.target_size(width, height)
-        if size not in self._image_tokens:
+        image_processor = getattr(self.processor, "image_processor", None)
+        if image_processor is not None and size not in self._image_tokens:
             from PIL import Image
 
-            image_processor = getattr(self.processor, "image_processor", None)
-            if image_processor is None:
-                self._image_tokens[size] = 1
-            else:
-                out = image_processor(images=[Image.new("RGB", size)], return_tensors="pt")
-                grid = out["image_grid_thw"][0]
-                merge = int(getattr(image_processor, "merge_size", 2) or 1)
-                self._image_tokens[size] = int(grid.prod().item()) // (merge * merge)
-        return self._image_tokens[size]
+            grid = image_processor(images=[Image.new("RGB", size)], return_tensors="pt")["image_grid_thw"][0]
+            merge = int(getattr(image_processor, "merge_size", 2) or 1)
+            self._image_tokens[size] = int(grid.prod().item()) // (merge * merge)
+        return self._image_tokens.get(size, 1)
+
+    def resize_warning(self) -> str | None:
+        """A warning when the model's image processor would resize the policy's (fixed) images again."""
+        if self.policy.mode != "fixed":
+            return None
+        size, expected = self.policy.size, (self.policy.size // self.policy.factor) ** 2
+        if (actual := self.image_tokens(size, size)) == expected:
+            return None
+        return (
+            f"the image processor turns {size}x{size} images into {actual} tokens, not {expected}: its min/max "
+            "pixel bounds resize them again (sizes stay uniform; set image_size inside its bounds)"
+        )
 
     def __call__(self, prompts: list[Any], image_sizes: list[list[tuple[int, int]]]) -> list[int]:
         texts = [render_generation_prompt(self.processor, p, self.think_prefix) for p in prompts]
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        out = []
-        for toks, sizes in zip(ids, image_sizes):
-            # each image placeholder renders as one image-pad token that the processor expands
-            out.append(len(toks) + sum(self.image_tokens(w, h) - 1 for w, h in sizes))
-        return out
+        # each image placeholder renders as one image-pad token that the processor expands
+        return [
+            len(t) + sum(self.image_tokens(w, h) - 1 for w, h in sizes) for t, sizes in zip(ids, image_sizes)
+        ]
 
 
 def _image_sizes(ds: Any, policy: PixelPolicy) -> list[list[tuple[int, int]]]:
     """Original (width, height) of every image per row; only image headers are read (not for ``fixed``)."""
     from PIL import Image
 
-    cells = _undecoded_images(ds)
-    out = []
-    for row in cells:
-        sizes = []
-        for cell in row or []:
-            if policy.mode == "fixed":
-                sizes.append((policy.size, policy.size))
-                continue
-            if cell.get("bytes"):
-                with Image.open(io.BytesIO(cell["bytes"])) as im:
-                    sizes.append(im.size)
-            else:
-                with Image.open(cell["path"]) as im:
-                    sizes.append(im.size)
-        out.append(sizes)
-    return out
+    def size(cell: dict[str, Any]) -> tuple[int, int]:
+        if policy.mode == "fixed":
+            return policy.size, policy.size
+        with Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]) as im:
+            return im.size
+
+    return [[size(cell) for cell in row or []] for row in _undecoded_images(ds)]
 
 
 def prepare_split(
-    ds: Any,
-    split: str,
-    *,
-    mix: dict[str, float] | None,
-    lengths: PromptLengths | None,
-    max_prompt_tokens: int | None,
-    overlong: str,
-    max_samples: int | None,
-    seed: int,
+    ds: Any, split: str, judge_args: Any, lengths: PromptLengths, max_samples: int | None, seed: int
 ) -> tuple[Any, SplitReport]:
     """Check, mix-filter, length-filter and cap one split; returns the selected dataset and its report."""
-    report = SplitReport(split=split, rows_in=len(ds))
-    report.protocols_in = dict(Counter(ds[COL_PROTOCOL]))
-    check_rows(ds, split)
+    from perception_judge.train.args import protocol_mix_dict
 
+    limit = judge_args.max_prompt_tokens
+    report = SplitReport(split=split, rows_in=len(ds), protocols_in=dict(Counter(ds[COL_PROTOCOL])))
+    check_rows(ds, split)
     try:
+        mix = protocol_mix_dict(judge_args.protocol_mix)
         keep = protocol_mix_indices(ds[COL_PROTOCOL], mix, seed, strict=split == "train")
     except ValueError as e:
         raise DataError(f"{split}: {e}") from None
@@ -275,27 +226,23 @@ def prepare_split(
     if len(keep) != len(ds):
         ds = ds.select(keep)
 
-    if lengths is not None and len(ds):
+    if len(ds):
         n_tokens = lengths(ds[COL_PROMPT], _image_sizes(ds, lengths.policy))
-        report.prompt_tokens_max = max(n_tokens)
-        report.prompt_tokens_mean = sum(n_tokens) / len(n_tokens)
-        if max_prompt_tokens is not None:
-            over = [i for i, n in enumerate(n_tokens) if n > max_prompt_tokens]
-            if over:
-                keys = ds[COL_RECORD_KEY]
-                report.overlong_examples = [f"{keys[i]} ({n_tokens[i]} tokens)" for i in over[:5]]
-                if overlong == "error":
-                    raise DataError(
-                        f"{split}: {len(over)} prompt(s) longer than max_prompt_tokens={max_prompt_tokens}, e.g. "
-                        f"{', '.join(report.overlong_examples)}; raise the limit, shrink the images, or set "
-                        "overlong_prompts: drop"
-                    )
-                report.dropped_overlong = len(over)
-                overset = set(over)
-                ds = ds.select([i for i in range(len(ds)) if i not in overset])
-                kept = [n for i, n in enumerate(n_tokens) if i not in overset]
-                report.prompt_tokens_max = max(kept) if kept else 0
-                report.prompt_tokens_mean = sum(kept) / len(kept) if kept else 0.0
+        over = {i for i, n in enumerate(n_tokens) if limit is not None and n > limit}
+        if over:
+            keys = ds[COL_RECORD_KEY]
+            report.overlong_examples = [f"{keys[i]} ({n_tokens[i]} tokens)" for i in sorted(over)[:5]]
+            if judge_args.overlong_prompts == "error":
+                raise DataError(
+                    f"{split}: {len(over)} prompt(s) longer than max_prompt_tokens={limit}, e.g. "
+                    f"{', '.join(report.overlong_examples)}; raise the limit, shrink the images, or set "
+                    "overlong_prompts: drop"
+                )
+            report.dropped_overlong = len(over)
+            ds = ds.select([i for i in range(len(ds)) if i not in over])
+            n_tokens = [n for i, n in enumerate(n_tokens) if i not in over]
+        report.prompt_tokens_max = max(n_tokens, default=0)
+        report.prompt_tokens_mean = sum(n_tokens) / len(n_tokens) if n_tokens else 0.0
 
     if max_samples is not None and len(ds) > max_samples:
         report.dropped_by_max_samples = len(ds) - max_samples
@@ -310,14 +257,14 @@ class JudgeData:
     train: Any
     validation: Any | None
     reports: dict[str, SplitReport]
-    policy: PixelPolicy
-    transforms: list[PixelPolicyTransform]
+    transform: PixelPolicyTransform
+    lengths: PromptLengths
 
     def report_dict(self) -> dict[str, Any]:
-        return {k: v.to_dict() for k, v in self.reports.items()}
+        return {k: asdict(v) for k, v in self.reports.items()}
 
     def pop_transform_seconds(self) -> float:
-        return sum(t.pop_seconds() for t in self.transforms)
+        return self.transform.pop_seconds()
 
 
 def load_judge_data(
@@ -330,44 +277,30 @@ def load_judge_data(
 ) -> JudgeData:
     """Load, check and filter the training set named by ``dataset_name``; apply the pixel policy lazily."""
     from perception_judge.core.trainset import load_training_set
-    from perception_judge.train.args import protocol_mix_dict
 
+    name = script_args.dataset_name
+    train_split, test_split = script_args.dataset_train_split, script_args.dataset_test_split
     try:
-        dsd = load_training_set(script_args.dataset_name)
+        dsd = load_training_set(name)
     except (FileNotFoundError, ValueError) as e:
         raise DataError(str(e)) from None
-    train_split = script_args.dataset_train_split
     if train_split not in dsd:
-        raise DataError(
-            f"{script_args.dataset_name}: no {train_split!r} split (found {', '.join(dsd) or 'none'})"
-        )
-    mix = protocol_mix_dict(judge_args.protocol_mix)
-    lengths = PromptLengths(processor, policy, judge_args.think_prefix)
-    common = dict(
-        mix=mix,
-        lengths=lengths,
-        max_prompt_tokens=judge_args.max_prompt_tokens,
-        overlong=judge_args.overlong_prompts,
-        seed=seed,
+        raise DataError(f"{name}: no {train_split!r} split (found {', '.join(dsd) or 'none'})")
+
+    lengths, transform = (
+        PromptLengths(processor, policy, judge_args.think_prefix),
+        PixelPolicyTransform(policy),
     )
     reports: dict[str, SplitReport] = {}
     train, reports["train"] = prepare_split(
-        dsd[train_split], "train", max_samples=judge_args.max_train_samples, **common
+        dsd[train_split], "train", judge_args, lengths, judge_args.max_train_samples, seed
     )
     if len(train) == 0:
-        raise DataError(f"{script_args.dataset_name}: no training rows left ({reports['train'].summary()})")
-    transforms = [PixelPolicyTransform(policy)]
-    train = train.with_transform(transforms[0])
-
+        raise DataError(f"{name}: no training rows left ({reports['train'].summary()})")
     validation = None
-    test_split = script_args.dataset_test_split
     if with_validation and test_split and test_split in dsd:
         validation, reports["validation"] = prepare_split(
-            dsd[test_split], "validation", max_samples=judge_args.max_eval_samples, **common
+            dsd[test_split], "validation", judge_args, lengths, judge_args.max_eval_samples, seed
         )
-        if len(validation):
-            transforms.append(PixelPolicyTransform(policy))
-            validation = validation.with_transform(transforms[-1])
-        else:
-            validation = None
-    return JudgeData(train, validation, reports, policy, transforms)
+    validation = validation.with_transform(transform) if validation is not None and len(validation) else None
+    return JudgeData(train.with_transform(transform), validation, reports, transform, lengths)

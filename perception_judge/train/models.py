@@ -1,48 +1,39 @@
-"""Models for the trainer: resolve the base (tiny build, base-adapter merge), load model and processor, LoRA.
+"""Models for the trainer: resolve the base (tiny build, base-adapter merge), LoRA, vision-tower freezing, weights.
 
-Qwen2.5-VL (Flex-VL) and Qwen3-VL (-Thinking) load through ``AutoModelForImageTextToText`` / ``AutoProcessor``
-with the recipe's dtype and attention implementation. LoRA uses peft with the vision tower excluded by default
-(``lora_exclude_modules: .*visual.*``), matching the published 32B run; full fine-tuning can freeze the vision
-tower. :func:`merge_lora` (also ``perception-judge merge-lora``) folds an adapter into its base and saves a full
-model folder with the processor.
+LoRA excludes the vision tower by default (``lora_exclude_modules: .*visual.*``), as the published 32B run did.
+:func:`merge_lora` (also ``perception-judge merge-lora``) folds an adapter into its base and saves a full model
+folder with the processor.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 MERGE_MARKER = "perception_judge_merge.json"
-DTYPES = ("auto", "bfloat16", "float16", "float32")
-
-
-def is_local(path: str | os.PathLike[str]) -> bool:
-    return Path(path).exists()
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "tokenizer_config.json")
+_LAUNCHER_VARIABLE = re.compile(
+    r"\w*RANK$|\w*WORLD_SIZE$|MASTER_|ACCELERATE_"
+)  # torchrun / accelerate launch
 
 
 def record_path(path: str) -> str:
     """How a model path is recorded in run files: absolute for local folders, as given for hub ids."""
-    return str(Path(path).resolve()) if is_local(path) else path
+    return str(Path(path).resolve()) if Path(path).exists() else path
 
 
-def main_process_first(desc: str = "") -> Any:
-    """``PartialState().main_process_first()``: the main process does the work, the others then reuse it."""
+def main_process_first() -> Any:
+    """The main process does the work, the others then reuse it."""
     from accelerate import PartialState
 
     return PartialState().main_process_first()
-
-
-_DIST_ENV = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "GROUP_RANK",
-)
 
 
 def _must_isolate() -> bool:
@@ -51,25 +42,16 @@ def _must_isolate() -> bool:
     Under ZeRO-3 every model construction enters ``deepspeed.zero.Init``, a collective: a model built by the main
     process while the other ranks wait at a barrier never finishes.
     """
-    try:
-        from transformers.integrations import is_deepspeed_zero3_enabled
+    from transformers.integrations import is_deepspeed_zero3_enabled
 
-        if is_deepspeed_zero3_enabled():
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    return is_deepspeed_zero3_enabled() or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
 
 
 def run_cli_isolated(args: list[str]) -> None:
     """Run ``perception-judge ARGS`` in a fresh Python process (no distributed or DeepSpeed state)."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV and not k.startswith("ACCELERATE_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "perception_judge.cli", *args], env=env, capture_output=True, text=True
-    )
+    env = {k: v for k, v in os.environ.items() if not _LAUNCHER_VARIABLE.match(k)}
+    cmd = [sys.executable, "-m", "perception_judge.cli", *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"perception-judge {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
 
@@ -81,8 +63,6 @@ def ensure_tiny_model(path: str, arch: str, seed: int = 0, warm_start_steps: int
     The model is built in a sibling temporary folder and renamed into place, so a crash never leaves a
     half-built (e.g. not yet warm-started) model that a re-run would take for a finished one.
     """
-    import shutil
-
     from perception_judge.tiny_models import make_tiny_model, warm_start_format
 
     target = Path(path)
@@ -103,25 +83,6 @@ def ensure_tiny_model(path: str, arch: str, seed: int = 0, warm_start_steps: int
     return True
 
 
-def torch_dtype(name: str | None) -> Any:
-    import torch
-
-    if name in (None, "auto"):
-        return "auto"
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
-    return getattr(torch, name)
-
-
-def _processor_source(adapter: str, base: str) -> str:
-    """Adapters saved by the trainer carry the processor; fall back to the base otherwise."""
-    a = Path(adapter)
-    for name in ("preprocessor_config.json", "processor_config.json", "tokenizer_config.json"):
-        if (a / name).is_file():
-            return adapter
-    return base
-
-
 def merge_lora(
     base: str,
     adapter: str,
@@ -130,25 +91,19 @@ def merge_lora(
     trust_remote_code: bool = False,
     revision: str | None = None,
 ) -> Path:
-    """Load ``base``, apply the LoRA ``adapter``, merge it into the weights and save model + processor to ``out``.
-
-    Writes ``perception_judge_merge.json`` (base, adapter, dtype) next to the weights.
-    """
+    """Load ``base``, apply the LoRA ``adapter``, merge it into the weights and save model + processor to ``out``,
+    with ``perception_judge_merge.json`` (base, adapter, dtype) next to the weights. The processor comes from the
+    adapter when it carries one (the trainer's adapters do), else from the base."""
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     out = Path(out)
     model = AutoModelForImageTextToText.from_pretrained(
-        base, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code, revision=revision
+        base, dtype=dtype, trust_remote_code=trust_remote_code, revision=revision
     )
-    model = PeftModel.from_pretrained(model, adapter)
-    model = model.merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    processor = AutoProcessor.from_pretrained(
-        _processor_source(adapter, base), trust_remote_code=trust_remote_code
-    )
-    processor.save_pretrained(out)
+    PeftModel.from_pretrained(model, adapter).merge_and_unload().save_pretrained(out)
+    source = adapter if any((Path(adapter) / name).is_file() for name in PROCESSOR_FILES) else base
+    AutoProcessor.from_pretrained(source, trust_remote_code=trust_remote_code).save_pretrained(out)
     marker = {"base": record_path(base), "adapter": record_path(adapter), "dtype": dtype}
     (out / MERGE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return out
@@ -184,56 +139,15 @@ def resolve_model_path(
     model_args: Any, judge_args: Any, output_dir: str, trust_remote_code: bool = False
 ) -> str:
     """The folder (or hub id) the run loads: builds a tiny model or merges a base adapter when asked to."""
-    path = model_args.model_name_or_path
-    if judge_args.tiny_model_arch:
+    path, j = model_args.model_name_or_path, judge_args
+    if j.tiny_model_arch:
         with main_process_first():
-            ensure_tiny_model(
-                path,
-                judge_args.tiny_model_arch,
-                judge_args.tiny_model_seed,
-                judge_args.tiny_model_warm_start_steps,
-            )
-    if judge_args.base_adapter:
-        out = judge_args.merged_base_dir or os.path.join(output_dir, "merged_base")
-        dtype = model_args.dtype if model_args.dtype in DTYPES else "bfloat16"
-        path = merged_base(
-            path, judge_args.base_adapter, out, dtype=dtype, trust_remote_code=trust_remote_code
-        )
+            ensure_tiny_model(path, j.tiny_model_arch, j.tiny_model_seed, j.tiny_model_warm_start_steps)
+    if j.base_adapter:
+        out = j.merged_base_dir or os.path.join(output_dir, "merged_base")
+        dtype = model_args.dtype or "bfloat16"
+        path = merged_base(path, j.base_adapter, out, dtype=dtype, trust_remote_code=trust_remote_code)
     return path
-
-
-def load_processor(path: str, model_args: Any, trust_remote_code: bool = False) -> Any:
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(
-        path,
-        revision=model_args.model_revision,
-        trust_remote_code=trust_remote_code,
-        padding_side="left",
-        truncation_side="left",
-    )
-
-
-def load_config(path: str, model_args: Any, trust_remote_code: bool = False) -> Any:
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(
-        path, revision=model_args.model_revision, trust_remote_code=trust_remote_code
-    )
-
-
-def load_model(path: str, model_args: Any, trust_remote_code: bool = False) -> Any:
-    """The policy model with the recipe's dtype and attention implementation (no device map: the trainer places it)."""
-    from transformers import AutoModelForImageTextToText
-
-    kwargs: dict[str, Any] = {
-        "revision": model_args.model_revision,
-        "trust_remote_code": trust_remote_code,
-        "dtype": torch_dtype(model_args.dtype),
-    }
-    if model_args.attn_implementation:
-        kwargs["attn_implementation"] = model_args.attn_implementation
-    return AutoModelForImageTextToText.from_pretrained(path, **kwargs)
 
 
 def vision_tower(model: Any) -> Any:
@@ -249,46 +163,34 @@ def freeze_vision_tower(model: Any) -> int:
     tower = vision_tower(model)
     if tower is None:
         raise ValueError(f"{type(model).__name__} has no vision tower (`visual`) to freeze")
-    n = 0
-    for p in tower.parameters():
+    params = list(tower.parameters())
+    for p in params:
         p.requires_grad_(False)
-        n += 1
-    return n
+    return len(params)
 
 
 def build_lora_config(model_args: Any, judge_args: Any) -> Any:
-    """A peft ``LoraConfig`` from ModelConfig's LoRA fields, excluding ``lora_exclude_modules`` (the vision tower)."""
-    from peft import LoraConfig
+    """trl's LoRA config of the ModelConfig fields (all linear layers unless ``lora_target_modules`` says
+    otherwise), excluding ``lora_exclude_modules`` (the vision tower)."""
+    from trl import get_peft_config
 
     targets = model_args.lora_target_modules or "all-linear"
-    if isinstance(targets, list) and len(targets) == 1 and targets[0] == "all-linear":
-        targets = "all-linear"
-    kwargs: dict[str, Any] = dict(
-        r=model_args.lora_r,
-        lora_alpha=model_args.lora_alpha,
-        lora_dropout=model_args.lora_dropout,
-        target_modules=targets,
-        modules_to_save=model_args.lora_modules_to_save,
-        task_type=model_args.lora_task_type,
-        use_rslora=model_args.use_rslora,
-        use_dora=model_args.use_dora,
-    )
+    config = get_peft_config(dataclasses.replace(model_args, use_peft=True, lora_target_modules=targets))
     if judge_args.lora_exclude_modules:
-        kwargs["exclude_modules"] = judge_args.lora_exclude_modules
-    return LoraConfig(**kwargs)
+        config.exclude_modules = judge_args.lora_exclude_modules
+    return config
 
 
 def has_full_weights(folder: str | os.PathLike[str]) -> bool:
-    f = Path(folder)
-    return any(
-        (f / name).is_file()
-        for name in (
-            "model.safetensors",
-            "model.safetensors.index.json",
-            "pytorch_model.bin",
-            "pytorch_model.bin.index.json",
-        )
+    from transformers import utils
+
+    names = (
+        utils.SAFE_WEIGHTS_NAME,
+        utils.SAFE_WEIGHTS_INDEX_NAME,
+        utils.WEIGHTS_NAME,
+        utils.WEIGHTS_INDEX_NAME,
     )
+    return any((Path(folder) / name).is_file() for name in names)
 
 
 def load_weights_into(model: Any, folder: str | os.PathLike[str]) -> None:
@@ -301,8 +203,7 @@ def load_weights_into(model: Any, folder: str | os.PathLike[str]) -> None:
     """
     import torch
 
-    dtype = next(model.parameters()).dtype
-    loaded = type(model).from_pretrained(folder, dtype=dtype, device_map="cpu")
+    loaded = type(model).from_pretrained(folder, dtype=next(model.parameters()).dtype, device_map="cpu")
     with torch.no_grad():
         result = model.load_state_dict(loaded.state_dict(), strict=False)
     del loaded
@@ -311,13 +212,3 @@ def load_weights_into(model: Any, folder: str | os.PathLike[str]) -> None:
             f"checkpoint {str(folder)!r} does not match the model: missing {result.missing_keys[:5]}, "
             f"unexpected {result.unexpected_keys[:5]}"
         )
-
-
-def count_parameters(model: Any) -> dict[str, int]:
-    total = trainable = 0
-    for p in model.parameters():
-        n = p.numel()
-        total += n
-        if p.requires_grad:
-            trainable += n
-    return {"total": total, "trainable": trainable}

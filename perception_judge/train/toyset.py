@@ -1,27 +1,19 @@
-"""A small synthetic training set in the exported format, for tests, benchmarks and trainer smoke runs.
-
-It is written exactly like ``perception-judge export`` output (``train.parquet`` / ``validation.parquet`` with the
-columns of :data:`perception_judge.core.schema.TRAIN_COLUMNS`), built through the shared
-:func:`perception_judge.core.protocol.build_messages`, so the trainer is tested against the real format without
-depending on the PPJD builder. Every item is a procedurally drawn counting scene with a known answer and three
-responses of the PPJD kinds (r_c correct; r_rp wrong count, logic kept; r_rp_r wrong count and wrong logic).
+"""A small synthetic training set in the exported format (``train.parquet`` / ``validation.parquet`` built with
+:func:`perception_judge.core.trainset.training_row`), for tests, benchmarks and trainer smoke runs: the trainer is
+tested against the real format without the PPJD builder. Each item is a drawn counting scene with a known answer
+and the three PPJD responses (r_c correct; r_rp wrong count, logic kept; r_rp_r wrong count and wrong logic).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageDraw
 
-from perception_judge.core.schema import (
-    RESPONSE_KINDS,
-    SLOTS,
-    content_key,
-    sha256_hex,
-)
+from perception_judge.core.io import atomic_write_json
+from perception_judge.core.schema import RESPONSE_KINDS, content_key, sha256_hex
 from perception_judge.core.trainset import rows_to_dataset, split_path, training_row
 
 _COLORS = {"red": (220, 40, 40), "blue": (40, 80, 220), "green": (40, 170, 60), "yellow": (230, 200, 30)}
@@ -79,18 +71,8 @@ def toy_rows(
         text_only = bool(text_only_every) and (i + 1) % text_only_every == 0
         if text_only:
             question = question.replace("in the image", f"in a picture that shows {counts[colour]} of them")
-        rows.append(
-            training_row(
-                protocol,
-                question,
-                texts,
-                kinds,
-                [] if text_only else [image],
-                content_key("toy", seed, i, protocol),
-                sha256_hex(image.tobytes()),
-            )
-        )
-    assert all(len(r["ground_truth"]) <= len(SLOTS) for r in rows)
+        images, key = [] if text_only else [image], content_key("toy", seed, i, protocol)
+        rows.append(training_row(protocol, question, texts, kinds, images, key, sha256_hex(image.tobytes())))
     return rows
 
 
@@ -110,13 +92,13 @@ def write_toy_training_set(
     rows_to_dataset(rows[:n_train]).to_parquet(str(split_path(folder, "train")))
     if n_validation:
         rows_to_dataset(rows[n_train:]).to_parquet(str(split_path(folder, "validation")))
-    info = {
-        "source": "perception_judge.train.toyset",
-        "counts": {"train": n_train, "validation": n_validation},
-        "protocols": list(protocols),
-        "image_size": image_size,
-        "seed": seed,
-        "text_only_every": text_only_every,
-    }
-    (folder / "export_info.json").write_text(json.dumps(info, indent=2))
+    info = dict(
+        source="perception_judge.train.toyset",
+        counts={"train": n_train, "validation": n_validation},
+        protocols=list(protocols),
+        image_size=image_size,
+        seed=seed,
+        text_only_every=text_only_every,
+    )
+    atomic_write_json(folder / "export_info.json", info, indent=2)
     return folder

@@ -1,29 +1,36 @@
 """Judge backends behind one interface (:class:`perception_judge.evaluation.base.JudgeBackend`).
 
-``load_backend(spec)`` builds one from a spec:
+``load_backend(spec)`` builds one from a string ``KIND:TARGET`` (``hf:/path/to/model``, ``vllm:/path/to/model``,
+``openai:MODEL`` with the server from ``$OPENAI_BASE_URL``, ``scripted:constant`` / ``scripted:random`` /
+``scripted:package.module:function``) or from a mapping with ``kind`` (or ``backend``) and that kind's options,
+e.g. ``{"kind": "hf", "model": "runs/x/checkpoint-20", "batch_size": 8, "pixel_policy": {"size": 448}}``.
 
-* a string ``KIND:TARGET``: ``hf:/path/to/model``, ``vllm:/path/to/model``, ``openai:MODEL`` (server from
-  ``$OPENAI_BASE_URL``), ``scripted:constant`` / ``scripted:random`` / ``scripted:package.module:function``;
-* a mapping with ``kind`` (or ``backend``) and the keyword arguments of that backend's class, e.g.
-  ``{"kind": "hf", "model": "runs/x/checkpoint-20", "adapter": null, "batch_size": 8, "dtype": "float32",
-  "pixel_policy": {"mode": "fixed", "size": 448}, "think_prefix": "auto"}``.
-
-Backend modules import their heavy dependencies (torch, transformers, vLLM, the teacher client) only when
-built.
+A kind's options are the parameters of its class's constructor, checked as a typed
+:class:`~perception_judge.core.options.Options` model (:func:`backend_model`). Backend modules import their heavy
+dependencies (torch, transformers, vLLM) only when a backend is built.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import typing
 from collections.abc import Mapping
 from typing import Any
 
-from perception_judge.core.images import PixelPolicy
+from pydantic import create_model
+
+from perception_judge.core.options import Options
 from perception_judge.evaluation.base import JudgeBackend
 
-KINDS = ("hf", "vllm", "openai", "scripted")
-
-# the model-path argument of each kind, for the "KIND:TARGET" shorthand
-_TARGET_KEY = {"hf": "model", "vllm": "model", "openai": "model", "scripted": "fn"}
+_CLASSES = {
+    "hf": "perception_judge.evaluation.backends.hf:HFBackend",
+    "vllm": "perception_judge.evaluation.backends.vllm:VLLMBackend",
+    "openai": "perception_judge.evaluation.backends.openai:OpenAIBackend",
+    "scripted": "perception_judge.evaluation.backends.scripted:ScriptedBackend",
+}
+KINDS = tuple(_CLASSES)
 
 
 def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -35,7 +42,7 @@ def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
                 f"bad backend spec {spec!r}: expected KIND:TARGET with KIND one of {', '.join(KINDS)} "
                 "(e.g. hf:/path/to/model, openai:gpt-4o, scripted:constant)"
             )
-        return {"kind": kind, _TARGET_KEY[kind]: target}
+        return {"kind": kind, "fn" if kind == "scripted" else "model": target}
     d = dict(spec)
     kind = d.pop("kind", None) or d.pop("backend", None)
     if kind not in KINDS:
@@ -43,55 +50,50 @@ def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": kind, **d}
 
 
-_CLASSES = {
-    "hf": "perception_judge.evaluation.backends.hf:HFBackend",
-    "vllm": "perception_judge.evaluation.backends.vllm:VLLMBackend",
-    "openai": "perception_judge.evaluation.backends.openai:OpenAIBackend",
-    "scripted": "perception_judge.evaluation.backends.scripted:ScriptedBackend",
-}
-
-
 def backend_class(kind: str) -> type[JudgeBackend]:
     """The backend class of a kind (imported on first use; the engines themselves load only when it is built)."""
-    import importlib
-
     if kind not in _CLASSES:
         raise ValueError(f"unknown backend kind {kind!r}; choose one of {', '.join(KINDS)}")
     module, name = _CLASSES[kind].split(":")
     return getattr(importlib.import_module(module), name)
 
 
+@functools.cache
+def backend_model(kind: str) -> type[Options]:
+    """The typed options of a kind: one field per constructor parameter, with its type and default (a required
+    parameter defaults to None here; the constructor still asks for it)."""
+    init = backend_class(kind).__init__
+    hints = typing.get_type_hints(init)
+    fields = {
+        name: (hints.get(name, Any), None if p.default is p.empty else p.default)
+        for name, p in inspect.signature(init).parameters.items()
+        if name != "self" and p.kind is not p.VAR_KEYWORD
+    }
+    return create_model(f"{kind.capitalize()}BackendOptions", __base__=Options, **fields)
+
+
 def backend_options(kind: str) -> set[str]:
-    """The keys a backend kind's block may hold (its constructor's parameters; ``fn`` for ``scripted``)."""
-    import inspect
-
-    params = inspect.signature(backend_class(kind).__init__).parameters
-    return {n for n, p in params.items() if n != "self" and p.kind is not p.VAR_KEYWORD}
+    """The keys a backend kind's block may hold (its constructor's parameters)."""
+    return set(backend_model(kind).model_fields)
 
 
-def load_backend(spec: str | Mapping[str, Any], **overrides: Any) -> JudgeBackend:
-    """Build a backend from a spec; ``overrides`` win over the spec's keys (``None`` values are ignored). A key
-    the kind does not take is an error naming it (``scripted`` ignores other kinds' keys)."""
+def backend_kwargs(spec: str | Mapping[str, Any], **overrides: Any) -> tuple[str, dict[str, Any]]:
+    """(kind, checked constructor arguments) of a spec; ``overrides`` win over the spec's keys (``None`` values
+    are ignored). A key the kind does not take is an error naming it (``scripted`` ignores other kinds' keys); a
+    bad value is an error naming ``backend.KEY``."""
     d = parse_spec(spec)
     d.update({k: v for k, v in overrides.items() if v is not None})
     kind = d.pop("kind")
-    policy = d.get("pixel_policy")
-    if isinstance(policy, Mapping):
-        d["pixel_policy"] = PixelPolicy(**policy)
+    takes = backend_options(kind)
     if kind == "scripted":
-        from perception_judge.evaluation.backends.scripted import ScriptedBackend, scripted_fn
-
-        fn = d.pop("fn")
-        if isinstance(fn, str):
-            d.setdefault("label", f"scripted-{fn}")
-            fn = scripted_fn(fn)
-        return ScriptedBackend(fn, **{k: v for k, v in d.items() if k in ("pixel_policy", "label")})
-    unknown = set(d) - backend_options(kind)
-    if unknown:
-        raise ValueError(
-            f"backend {kind!r} has no option(s) {sorted(unknown)}; it takes {sorted(backend_options(kind))}"
-        )
-    return backend_class(kind)(**d)
+        d = {k: v for k, v in d.items() if k in takes}
+    elif unknown := sorted(set(d) - takes):
+        raise ValueError(f"backend {kind!r} has no option(s) {unknown}; it takes {sorted(takes)}")
+    opts = backend_model(kind).parse(d, "backend")
+    return kind, {k: getattr(opts, k) for k in opts.model_fields_set}
 
 
-__all__ = ["KINDS", "backend_class", "backend_options", "load_backend", "parse_spec"]
+def load_backend(spec: str | Mapping[str, Any], **overrides: Any) -> JudgeBackend:
+    """Build a backend from a spec (:func:`backend_kwargs`)."""
+    kind, kwargs = backend_kwargs(spec, **overrides)
+    return backend_class(kind)(**kwargs)

@@ -1,4 +1,5 @@
-"""Helpers shared by the local-model backends (hf, vllm): model folders, adapters, fingerprints, batching."""
+"""What the local-model backends (hf, vllm) share: model folders, adapters, weight fingerprints, the think
+prefill, batching."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.protocol import THINK_PREFIX, opens_think_block
 from perception_judge.core.schema import JudgeRequest, JudgeResult
-from perception_judge.evaluation.base import error_result
+from perception_judge.evaluation.base import JudgeBackend, error_result, parse_result
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +35,15 @@ def is_adapter_dir(path: str | Path) -> bool:
 def has_full_weights(path: str | Path) -> bool:
     p = Path(path)
     return (p / "config.json").is_file() and any(
-        f.suffix in WEIGHT_SUFFIXES
+        f.is_file()
+        and f.suffix in WEIGHT_SUFFIXES
         and not f.name.startswith(("adapter_", "optimizer", "scheduler", "rng_state"))
         for f in p.iterdir()
-        if f.is_file()
     )
 
 
 def has_processor(path: str | Path) -> bool:
-    p = Path(path)
-    return any((p / f).is_file() for f in PROCESSOR_FILES)
+    return any((Path(path) / f).is_file() for f in PROCESSOR_FILES)
 
 
 def processor_dir(model_path: str, adapter_path: str | None, processor: str | Path | None = None) -> str:
@@ -50,10 +52,15 @@ def processor_dir(model_path: str, adapter_path: str | None, processor: str | Pa
     return str(processor or (adapter_path if adapter_path and has_processor(adapter_path) else model_path))
 
 
-def adapter_base(adapter_dir: str | Path) -> str | None:
-    """``base_model_name_or_path`` recorded in an adapter's ``adapter_config.json``."""
-    cfg = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
-    return cfg.get("base_model_name_or_path")
+def adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
+    """A LoRA adapter's ``adapter_config.json`` (``base_model_name_or_path``, ``r``, ``target_modules``, ...)."""
+    return json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+
+
+def looks_local(name: str) -> bool:
+    """Whether a model name is meant as a local folder (absolute, relative with ./ or ../, or no org/name form);
+    anything else may be a Hub id that transformers resolves from its cache."""
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") != 1
 
 
 def resolve_model(
@@ -63,24 +70,16 @@ def resolve_model(
     becomes the adapter, with the base from ``base_model`` or its ``adapter_config.json``."""
     model = str(model)
     if adapter is None and Path(model).is_dir() and is_adapter_dir(model):
-        adapter, model = model, str(base_model or adapter_base(model) or "")
+        adapter, model = model, str(base_model or adapter_config(model).get("base_model_name_or_path") or "")
         if not model:
             raise ValueError(f"adapter {adapter!r} names no base model; pass base_model")
     elif base_model is not None and adapter is not None:
         model = str(base_model)
     if not Path(model).exists() and looks_local(model):
         raise FileNotFoundError(f"model folder {model!r} does not exist")
-    if adapter is not None:
-        if not is_adapter_dir(adapter):
-            raise FileNotFoundError(f"{str(adapter)!r} is not a LoRA adapter folder (no adapter_config.json)")
-        adapter = str(adapter)
-    return model, adapter
-
-
-def looks_local(name: str) -> bool:
-    """Whether a model name is meant as a local folder (absolute, relative with ./ or ../, or no org/name form);
-    anything else may be a Hub id that transformers resolves from its cache."""
-    return name.startswith(("/", "./", "../", "~")) or name.count("/") != 1
+    if adapter is not None and not is_adapter_dir(adapter):
+        raise FileNotFoundError(f"{str(adapter)!r} is not a LoRA adapter folder (no adapter_config.json)")
+    return model, None if adapter is None else str(adapter)
 
 
 def fingerprint(*folders: str | Path | None) -> str:
@@ -103,16 +102,66 @@ def fingerprint(*folders: str | Path | None) -> str:
     return h.hexdigest()[:16]
 
 
+class LocalBackend(JudgeBackend):
+    """A judge whose weights are local folders: ``model`` (a full model, or an adapter folder whose base comes from
+    ``base_model`` or its config) and an optional LoRA ``adapter``; the processor is read from ``processor``, else
+    the adapter folder when it holds processor files, else the model folder."""
+
+    seeding = ""
+
+    def __init__(
+        self,
+        model: str | Path,
+        adapter: str | Path | None,
+        base_model: str | Path | None,
+        processor: str | Path | None,
+        pixel_policy: PixelPolicy | dict | None,
+        think_prefix: str,
+        batch_size: int,
+        label: str | None,
+    ) -> None:
+        from transformers import AutoProcessor
+
+        super().__init__(pixel_policy)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model_path, self.adapter_path = resolve_model(model, adapter, base_model)
+        self.think_prefix = think_prefix
+        self.batch_size = int(batch_size)
+        self.label = label or Path(self.adapter_path or self.model_path).name
+        self.processor_path = processor_dir(self.model_path, self.adapter_path, processor)
+        self.processor = AutoProcessor.from_pretrained(self.processor_path)
+        self._fingerprint = fingerprint(self.model_path, self.adapter_path)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "label": self.label,
+            "model": self.model_path,
+            "adapter": self.adapter_path,
+            "processor": self.processor_path,
+            "think_prefix": self.think_prefix,
+            "weights_fingerprint": self._fingerprint,
+            "seeding": self.seeding,
+        }
+
+    @staticmethod
+    def result(
+        request: JudgeRequest, prompt: str, text: str, prompt_tokens: int, completion_tokens: int
+    ) -> JudgeResult:
+        """The parsed result of a completion; when the prompt opened a think block (the ``<think>\\n`` prefill),
+        the prefix is put back in front, so the stored text is what the model "said" and the parser sees a
+        complete block."""
+        text = THINK_PREFIX + text if opens_think_block(prompt) else text
+        return parse_result(request, text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+
+
 DEAD_AFTER = 8
 """Requests that fail one at a time in a row, after their batch failed, before the engine counts as dead."""
 
 
 class BackendDead(RuntimeError):
     """The engine fails every request: the cell stops at once instead of retrying each request alone."""
-
-
-def _looks_dead(e: BaseException) -> bool:
-    return "EngineDead" in type(e).__name__ or "engine is dead" in str(e).lower()
 
 
 def run_batches(
@@ -134,9 +183,14 @@ def run_batches(
         try:
             results = generate(batch)
         except Exception as e:  # isolate the failing request below
-            if _looks_dead(e):
+            if "EngineDead" in type(e).__name__ or "engine is dead" in str(e).lower():
                 raise BackendDead(f"the engine died: {type(e).__name__}: {e}") from e
-            if len(batch) == 1:
+            if len(batch) > 1:
+                log.warning(
+                    "a batch of %d failed (%s: %s); retrying one at a time", len(batch), type(e).__name__, e
+                )
+                out.update(run_batches(batch, 1, generate, _failed_in_a_row=streak))
+            else:
                 idx, req, _ = batch[0]
                 log.warning("request %s failed: %s: %s", req.request_id, type(e).__name__, e)
                 out[idx] = error_result(req, f"{type(e).__name__}: {e}")
@@ -146,17 +200,9 @@ def run_batches(
                         f"{streak[0]} requests failed one after another when run alone (last: "
                         f"{type(e).__name__}: {e}); the engine is probably dead"
                     ) from e
-                results = None
-            else:
-                log.warning(
-                    "a batch of %d failed (%s: %s); retrying one at a time", len(batch), type(e).__name__, e
-                )
-                out.update(run_batches(batch, 1, generate, _failed_in_a_row=streak))
-                results = None
-        if results is not None:
+        else:
             streak[0] = 0
-            for (idx, _, _), res in zip(batch, results):
-                out[idx] = res
+            out.update((idx, res) for (idx, _, _), res in zip(batch, results))
         if progress is not None:
             progress.update(len(batch))
     return out

@@ -1,16 +1,8 @@
 """The ``hf`` backend: transformers ``generate``, batched with left padding, full checkpoints or LoRA adapters.
 
-* Prompts come from :func:`perception_judge.core.protocol.render_generation_prompt` (the renderer training uses,
-  with the same ``think_prefix``); images go through the run's :class:`~perception_judge.core.images.PixelPolicy`.
-* Requests are sorted by prompt length and generated ``batch_size`` at a time with left padding; greedy when
-  ``temperature == 0``, else sampled with temperature / top_p / top_k; ``max_new_tokens``; stops at the model's
-  end-of-turn tokens.
-* Seeding: each batch runs under ``torch.manual_seed(request_seed(seed, batch ids))`` inside a forked RNG, so
-  results are reproducible for a given seed, request set and batch size (HF ``generate`` has no per-request
-  generator; vLLM and servers seed each request).
-* When the prompt opened a think block (the ``<think>\\n`` prefill), that prefix is put back in front of the
-  returned text, so the stored completion is what the model "said" and the parser sees a complete block.
-* One bad request (unreadable image, placeholder mismatch, an exception inside a batch) fails only itself.
+Requests are sorted by prompt length and generated ``batch_size`` at a time. HF ``generate`` has no per-request
+generator, so each batch runs under ``torch.manual_seed(request_seed(seed, batch ids))`` inside a forked RNG:
+results are reproducible for a given seed, request set and batch size (vLLM and servers seed each request).
 """
 
 from __future__ import annotations
@@ -21,17 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy
-from perception_judge.core.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
+from perception_judge.core.protocol import render_generation_prompt
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
-from perception_judge.evaluation.backends.common import fingerprint, processor_dir, resolve_model, run_batches
-from perception_judge.evaluation.base import (
-    JudgeBackend,
-    is_greedy,
-    parse_result,
-    prepare_each,
-    progress_bar,
-    request_seed,
-)
+from perception_judge.evaluation.backends.common import LocalBackend, run_batches
+from perception_judge.evaluation.base import is_greedy, prepare_each, progress_bar, request_seed
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +24,7 @@ log = logging.getLogger(__name__)
 def pick_device(device: str = "auto") -> str:
     import torch
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
 def pick_dtype(dtype: str, device: str) -> Any:
@@ -49,10 +32,9 @@ def pick_dtype(dtype: str, device: str) -> Any:
 
     if dtype == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    try:
-        return getattr(torch, dtype)
-    except AttributeError:
-        raise ValueError(f"unknown dtype {dtype!r}") from None
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return getattr(torch, dtype)
 
 
 def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) -> Any:
@@ -61,33 +43,28 @@ def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) 
     arguments) also skips a costly legacy-config check inside ``generate`` on every call."""
     from transformers import GenerationConfig
 
-    kw: dict[str, Any] = {
-        "max_new_tokens": int(sampling.max_new_tokens),
-        "eos_token_id": eos_token_id,
-        "pad_token_id": pad_token_id,
-    }
+    sampled = {}
     if not is_greedy(sampling):
-        kw.update(
-            do_sample=True,
-            temperature=float(sampling.temperature),
-            top_p=float(sampling.top_p) if sampling.top_p is not None else 1.0,
-            top_k=int(sampling.top_k) if sampling.top_k else 0,
-        )
-    else:
-        kw.update(do_sample=False)
-    return GenerationConfig(**kw)
+        sampled = {
+            "temperature": float(sampling.temperature),
+            "top_p": float(sampling.top_p) if sampling.top_p is not None else 1.0,
+            "top_k": int(sampling.top_k) if sampling.top_k else 0,
+        }
+    return GenerationConfig(
+        max_new_tokens=int(sampling.max_new_tokens),
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        do_sample=bool(sampled),
+        **sampled,
+    )
 
 
-class HFBackend(JudgeBackend):
-    """A local transformers judge.
-
-    ``model`` is a full model folder, or an adapter folder (then the base comes from ``base_model`` or the
-    adapter's config); ``adapter`` a LoRA adapter folder on top of ``model``. The processor is read from
-    ``processor``, else the adapter folder when it holds processor files, else the model folder.
-    ``merge_adapter`` merges the LoRA weights for faster generation (the numbers are the same up to rounding).
-    """
+class HFBackend(LocalBackend):
+    """A local transformers judge (see :class:`~perception_judge.evaluation.backends.common.LocalBackend` for the
+    folders). ``merge_adapter`` merges the LoRA weights for faster generation (the same numbers up to rounding)."""
 
     name = "hf"
+    seeding = "torch.manual_seed(request_seed(seed, batch request ids)) per batch"
 
     def __init__(
         self,
@@ -106,62 +83,38 @@ class HFBackend(JudgeBackend):
         attn_implementation: str | None = None,
     ) -> None:
         import torch
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+        from transformers import AutoModelForImageTextToText
 
-        super().__init__(pixel_policy)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.model_path, self.adapter_path = resolve_model(model, adapter, base_model)
-        self.think_prefix = think_prefix
-        self.batch_size = int(batch_size)
+        super().__init__(model, adapter, base_model, processor, pixel_policy, think_prefix, batch_size, label)
         self.device = pick_device(device)
         self.torch_dtype = pick_dtype(dtype, self.device)
-        self.label = label or Path(self.adapter_path or self.model_path).name
         self.progress = progress
-        self.processor_path = processor_dir(self.model_path, self.adapter_path, processor)
-        self.processor = AutoProcessor.from_pretrained(self.processor_path)
         tok = getattr(self.processor, "tokenizer", self.processor)
         tok.padding_side = "left"
-        kwargs: dict[str, Any] = {"dtype": self.torch_dtype}
-        if attn_implementation:
-            kwargs["attn_implementation"] = attn_implementation
-        net = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
+        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        net = AutoModelForImageTextToText.from_pretrained(self.model_path, dtype=self.torch_dtype, **extra)
         self.merged = False
         if self.adapter_path:
             from peft import PeftModel
 
             net = PeftModel.from_pretrained(net, self.adapter_path)
             if merge_adapter:
-                net = net.merge_and_unload()
-                self.merged = True
+                net, self.merged = net.merge_and_unload(), True
         self.model = net.to(self.device).eval()
         gen_cfg = getattr(self.model, "generation_config", None)
-        eos = getattr(gen_cfg, "eos_token_id", None) if gen_cfg is not None else None
+        eos = getattr(gen_cfg, "eos_token_id", None)
         self.eos_token_id = eos if eos is not None else tok.eos_token_id
-        pad = getattr(gen_cfg, "pad_token_id", None) if gen_cfg is not None else None
-        self.pad_token_id = (
-            pad
-            if pad is not None
-            else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-        )
-        self._fingerprint = fingerprint(self.model_path, self.adapter_path)
+        pad = getattr(gen_cfg, "pad_token_id", None)
+        self.pad_token_id = next((t for t in (pad, tok.pad_token_id) if t is not None), tok.eos_token_id)
         self._torch = torch
 
-    # ----------------------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         return {
             **super().describe(),
-            "label": self.label,
-            "model": self.model_path,
-            "adapter": self.adapter_path,
             "adapter_merged": self.merged,
-            "processor": self.processor_path,
-            "think_prefix": self.think_prefix,
             "dtype": str(self.torch_dtype).replace("torch.", ""),
             "device": self.device,
             "batch_size": self.batch_size,
-            "weights_fingerprint": self._fingerprint,
-            "seeding": "torch.manual_seed(request_seed(seed, batch request ids)) per batch",
         }
 
     def close(self) -> None:
@@ -169,13 +122,9 @@ class HFBackend(JudgeBackend):
         if self.device.startswith("cuda"):
             self._torch.cuda.empty_cache()
 
-    # ----------------------------------------------------------------------------------------------------------
-    def render(self, request: JudgeRequest) -> str:
-        return render_generation_prompt(self.processor, request.messages, self.think_prefix)
-
     def _prepare(self, request: JudgeRequest) -> tuple[str, list[Any]]:
         images = self.prepare_images(request)
-        return self.render(request), images
+        return render_generation_prompt(self.processor, request.messages, self.think_prefix), images
 
     def _generate(self, batch: list[tuple[int, JudgeRequest, Any]], sampling: Sampling) -> list[JudgeResult]:
         torch = self._torch
@@ -198,16 +147,7 @@ class HFBackend(JudgeBackend):
         for row, ((_, req, prep), text) in enumerate(zip(batch, texts)):
             toks = new[row].tolist()
             n_new = next((i + 1 for i, t in enumerate(toks) if t in stop_ids), len(toks))
-            if opens_think_block(prep[0]):
-                text = THINK_PREFIX + text
-            results.append(
-                parse_result(
-                    req,
-                    text,
-                    prompt_tokens=int(inputs["attention_mask"][row].sum()),
-                    completion_tokens=int(n_new),
-                )
-            )
+            results.append(self.result(req, prep[0], text, int(inputs["attention_mask"][row].sum()), n_new))
         return results
 
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
@@ -222,6 +162,3 @@ class HFBackend(JudgeBackend):
         finally:
             bar.close()
         return [results[i] for i in range(len(requests))]
-
-
-__all__ = ["HFBackend", "generation_config", "pick_device", "pick_dtype"]

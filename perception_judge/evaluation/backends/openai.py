@@ -1,20 +1,13 @@
-"""The ``openai`` backend: any OpenAI-compatible chat server (vLLM / SGLang / transformers serve / OpenAI).
-
-It wraps the teacher client of the PPJD builder (:class:`perception_judge.llm_client.ChatClient`), so judge calls
-get the same retries with exponential backoff, the same timeout and the same concurrency limit as teacher calls.
-The judge messages (with ``{"type": "image"}`` placeholders) are sent as they are; images go through the run's
-:class:`~perception_judge.core.images.PixelPolicy` first (the client then only downscales images larger than
-``image_max_side``). The server applies its own chat template; a ``reasoning_content`` it returns is kept
-separately and the parser reads the final answer only.
-
-Seeding: each request sends ``seed = request_seed(seed, request_id)``. ``top_k`` is not part of the OpenAI
-API: ``send_top_k=True`` adds it to the request body (vLLM and SGLang accept it).
+"""The ``openai`` backend: any OpenAI-compatible chat server (vLLM / SGLang / transformers serve / OpenAI) through
+the PPJD teacher client (:class:`perception_judge.llm_client.ChatClient`: the same retries, timeout and concurrency
+limit as teacher calls). The server applies its own chat template; a ``reasoning_content`` it returns is kept apart
+from the text the parser reads. Each request sends ``seed = request_seed(seed, request_id)``; ``send_top_k=True``
+adds ``top_k``, which the OpenAI API lacks, to the request body (vLLM and SGLang accept it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,23 +22,6 @@ from perception_judge.evaluation.base import (
     progress_bar,
     request_sampling,
 )
-
-log = logging.getLogger(__name__)
-
-
-def _llm_client() -> Any:
-    try:
-        from perception_judge import llm_client
-    except ImportError as e:  # pragma: no cover - the module ships with the PPJD builder
-        raise ImportError(
-            "the openai backend needs perception_judge.llm_client (the PPJD teacher client); it is missing"
-        ) from e
-    return llm_client
-
-
-def chat_kwargs(sampling: Sampling, request_id: str) -> dict[str, Any]:
-    """Keyword arguments of ``ChatClient.chat`` for one request (greedy → temperature 0)."""
-    return request_sampling(sampling, request_id)
 
 
 class OpenAIBackend(JudgeBackend):
@@ -77,8 +53,7 @@ class OpenAIBackend(JudgeBackend):
         if isinstance(base_urls, str):
             base_urls = [u.strip() for u in base_urls.split(",") if u.strip()]
         if not base_urls:
-            env = os.environ.get("OPENAI_BASE_URL")
-            base_urls = [env] if env else ["https://api.openai.com/v1"]
+            base_urls = [os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"]
         self.model = model
         self.base_urls = list(base_urls)
         self.client_settings = {
@@ -100,12 +75,11 @@ class OpenAIBackend(JudgeBackend):
         self.client_factory = client_factory
 
     def describe(self) -> dict[str, Any]:
-        shown = {k: v for k, v in self.client_settings.items() if k != "api_key"}
         return {
             **super().describe(),
             "label": self.label,
             "model": self.model,
-            "client": shown,
+            "client": {k: v for k, v in self.client_settings.items() if k != "api_key"},
             "send_top_k": self.send_top_k,
             "think_prefix": "server chat template",
             "seeding": "seed = request_seed(seed, request_id) per request",
@@ -117,8 +91,9 @@ class OpenAIBackend(JudgeBackend):
             settings["extra_body"] = {**settings["extra_body"], "top_k": int(sampling.top_k)}
         if self.client_factory is not None:
             return self.client_factory(settings)
-        mod = _llm_client()
-        return mod.ChatClient(mod.ClientConfig(**settings))
+        from perception_judge.llm_client import ChatClient, ClientConfig
+
+        return ChatClient(ClientConfig(**settings))
 
     async def _run(
         self, ready: list[tuple[int, JudgeRequest, list[Any]]], sampling: Sampling
@@ -128,7 +103,7 @@ class OpenAIBackend(JudgeBackend):
 
         async def one(req: JudgeRequest, images: list[Any]) -> JudgeResult:
             try:
-                resp = await client.chat(req.messages, images, **chat_kwargs(sampling, req.request_id))
+                resp = await client.chat(req.messages, images, **request_sampling(sampling, req.request_id))
             except Exception as e:  # LLMError after retries, or anything else: this request only
                 # LLMError's text is "reason: detail" with the server's message, already redacted
                 return error_result(req, f"{type(e).__name__}: {str(e)[:300] or getattr(e, 'reason', '')}")
@@ -146,9 +121,8 @@ class OpenAIBackend(JudgeBackend):
             out = await asyncio.gather(*(one(req, imgs) for _, req, imgs in ready))
         finally:
             bar.close()
-            close = getattr(client, "aclose", None)
-            if close is not None:
-                await close()
+            if hasattr(client, "aclose"):
+                await client.aclose()
         return {i: res for (i, _, _), res in zip(ready, out)}
 
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
@@ -156,6 +130,3 @@ class OpenAIBackend(JudgeBackend):
         if ready:
             results.update(asyncio.run(self._run(ready, sampling)))
         return [results[i] for i in range(len(requests))]
-
-
-__all__ = ["OpenAIBackend", "chat_kwargs"]

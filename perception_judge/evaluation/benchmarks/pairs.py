@@ -1,16 +1,15 @@
 """Pairwise items judged in both orders: the shared engine of VL-RewardBench, MJ-Bench and the position,
-verbosity and self-enhancement suites (requests in both orders, verdicts, votes).
+verbosity and self-enhancement suites (requests in both orders, verdicts, accuracies, votes).
 
 A :class:`PairItem` holds two candidates and, where known, the human preference in **response space**:
 ``"A"`` = ``responses[0]`` is better, ``"B"`` = ``responses[1]``, ``"C"`` = a tie, ``None`` = unknown. Each item
 is judged in the original order (variant ``orig``) and with the two candidates swapped (``swap``); the swapped
 verdict is un-swapped before it is compared, so "A" always means ``responses[0]``.
-
-The pair sources the bias suites read are in :mod:`~perception_judge.evaluation.benchmarks.pair_sources`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,11 +17,7 @@ from typing import Any
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import JudgeRequest
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.common import (
-    Outcome,
-    macro,
-    slug,
-)
+from perception_judge.evaluation.benchmarks.common import Judged, slug
 
 ORIG, SWAP = "orig", "swap"
 ORDERS: tuple[str, ...] = (ORIG, SWAP)
@@ -43,33 +38,27 @@ class PairItem:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def requests_both_orders(
+def pair_requests(
     suite: str,
-    item_id: str,
-    question: str,
-    responses: Sequence[str],
+    item: PairItem,
     images: Sequence[Any],
+    responses: Sequence[str] | None = None,
     tag: str = "",
-    orders: Sequence[str] = ORDERS,
     swap_images: bool = False,
     parser: str = "protocol",
 ) -> list[JudgeRequest]:
-    """Pair-protocol requests for two candidates in each order (variant ``f"{tag}{order}"``). Swapping
-    exchanges the two responses, or the two images when ``swap_images`` (MJ-Bench: the candidates are images).
-    ``parser`` is the request parser (``"published"`` for a suite's ``parser=published``)."""
+    """Pair-protocol requests for the item's two candidates (or ``responses``) in each order (variant
+    ``f"{tag}{order}"``). Swapping exchanges the two responses, or the two images when ``swap_images`` (MJ-Bench:
+    the candidates are images)."""
     out = []
-    for order in orders:
-        swapped = order == SWAP
-        resp = list(responses)
-        imgs = list(images)
-        if swapped and swap_images:
-            imgs.reverse()
-        elif swapped:
-            resp.reverse()
+    for order in ORDERS:
+        resp, imgs = list(responses or item.responses), list(images)
+        if order == SWAP:
+            (imgs if swap_images else resp).reverse()
         out.append(
             JudgeRequest(
-                request_id=f"{suite}:{item_id}:{tag}{order}",
-                messages=build_messages("pair", question, resp, n_images=len(imgs)),
+                request_id=f"{suite}:{item.item_id}:{tag}{order}",
+                messages=build_messages("pair", item.question, resp, n_images=len(imgs)),
                 images=imgs,
                 n_scores=2,
                 parser=parser,
@@ -79,142 +68,117 @@ def requests_both_orders(
     return out
 
 
-def pair_requests(
-    item: PairItem,
-    suite: str,
-    prepare: Callable[[Any], Any] | None = None,
-    swap_images: bool = False,
-    parser: str = "protocol",
-) -> list[JudgeRequest]:
-    """The item's requests in both orders; its images are loaded once and passed through ``prepare`` (the
-    suite's image policy)."""
-    images = [prepare(im) if prepare else im for im in item.load_images()]
-    return requests_both_orders(
-        suite, item.item_id, item.question, item.responses, images, swap_images=swap_images, parser=parser
-    )
-
-
-def slot_verdict(outcome: Outcome | None) -> str | None:
+def slot_verdict(scores: Sequence[float] | None) -> str | None:
     """The verdict in slot terms (A = the response shown first); None on failure / no judgment."""
-    if outcome is None or outcome.scores is None:
-        return None
-    return M.pair_verdict(outcome.scores[0], outcome.scores[1])
+    return None if scores is None else M.pair_verdict(scores[0], scores[1])
 
 
-def response_verdict(outcome: Outcome | None, order: str) -> str | None:
+def response_verdict(scores: Sequence[float] | None, order: str) -> str | None:
     """The verdict in response terms (A = ``responses[0]``): the swapped order's verdict un-swapped."""
-    v = slot_verdict(outcome)
+    v = slot_verdict(scores)
     return M.swap_verdict(v) if order == SWAP else v
 
 
-def response_scores(outcome: Outcome | None, order: str) -> tuple[float, float] | None:
+def response_scores(scores: Sequence[float] | None, order: str) -> tuple[float, float] | None:
     """(score of responses[0], score of responses[1]) of one judgment; None on failure."""
-    if outcome is None or outcome.scores is None:
+    if scores is None:
         return None
-    s0, s1 = outcome.scores[0], outcome.scores[1]
-    return (s1, s0) if order == SWAP else (s0, s1)
+    return (scores[1], scores[0]) if order == SWAP else (scores[0], scores[1])
 
 
-def order_outcomes(
-    outcomes: dict[tuple[int, str, int], Outcome], judged: Sequence[int], seed: int
-) -> list[dict[str, Outcome | None]]:
-    """Per judged item (``judged``: the item indices :func:`judged_items` returns), its judgment in each order
-    under one seed."""
-    return [{o: outcomes.get((i, o, seed)) for o in ORDERS} for i in judged]
+def order_scores(judged: Judged, seed: int, tag: str = "") -> list[dict[str, list[float] | None]]:
+    """Per judged item, its scores in each order under one seed (slot terms; None on a failure)."""
+    return [{o: judged.scores(i, f"{tag}{o}", seed) for o in ORDERS} for i in range(len(judged.items))]
 
 
-def order_verdicts(
-    outcomes: dict[tuple[int, str, int], Outcome], judged: Sequence[int], seed: int
-) -> list[dict[str, str | None]]:
+def order_verdicts(judged: Judged, seed: int) -> list[dict[str, str | None]]:
     """Per judged item, its verdict in each order under one seed, in response terms."""
-    return [
-        {o: response_verdict(v, o) for o, v in per_order.items()}
-        for per_order in order_outcomes(outcomes, judged, seed)
-    ]
+    return [{o: response_verdict(s, o) for o, s in per.items()} for per in order_scores(judged, seed)]
+
+
+def group_accuracy(
+    items: Sequence[PairItem], correct: Callable[[int], float | None], idx: list[int], group_name: str
+) -> dict[str, float | None]:
+    """``acc.by_{group}.<g>`` (the mean of ``correct(i)`` over the group's items ``idx``) and ``acc.macro``, their
+    unweighted mean over the groups present."""
+    groups: dict[str, list[int]] = {}
+    for i in idx:
+        groups.setdefault(items[i].group, []).append(i)
+    per = {g: M.mean(correct(i) for i in ids) for g, ids in sorted(groups.items())}
+    return {
+        "acc.macro": M.mean(per.values()),
+        **{f"acc.by_{group_name}.{slug(g)}": v for g, v in per.items()},
+    }
+
+
+def order_accuracy(
+    items: Sequence[PairItem], verdicts: Sequence[dict[str, str | None]]
+) -> dict[str, float | None]:
+    """Accuracy of one run where every item was judged in both orders (``verdicts[i][order]`` in response
+    terms); a tie or a failure is wrong, items without a decisive preference are left out:
+
+    * ``acc`` — correct judgments / judgments over both orders (the expectation of Flex-Judge's random swap);
+    * ``acc_orig_order`` / ``acc_swapped_order`` — one order only; ``acc_both_orders`` — items right in both."""
+    idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
+
+    def right(i: int, orders: Sequence[str]) -> list[bool]:
+        return [verdicts[i].get(o) == items[i].preferred for o in orders]
+
+    return {
+        "acc": M.mean(r for i in idx for r in right(i, ORDERS)),
+        "acc_orig_order": M.mean(r for i in idx for r in right(i, (ORIG,))),
+        "acc_swapped_order": M.mean(r for i in idx for r in right(i, (SWAP,))),
+        "acc_both_orders": M.mean(all(right(i, ORDERS)) for i in idx),
+    }
 
 
 def order_metrics(
-    items: Sequence[PairItem],
-    verdicts: Sequence[dict[str, str | None]],
-    group_name: str = "category",
+    items: Sequence[PairItem], verdicts: Sequence[dict[str, str | None]], group_name: str = "category"
 ) -> dict[str, float | None]:
-    """Accuracy metrics of one run where every item was judged in both orders (``verdicts[i][order]`` in
-    response terms). A tie or a failure is wrong; items without a decisive preference are left out.
-
-    * ``acc`` — correct judgments / judgments over both orders (the expectation of Flex-Judge's random swap);
-    * ``acc_orig_order`` / ``acc_swapped_order`` — one order only;
-    * ``acc_both_orders`` — items correct in both orders;
-    * ``acc.by_{group}.<g>`` and ``acc.macro`` — per group and their unweighted mean;
-    * ``pred_tie_rate`` — predicted ties / parsed judgments."""
+    """:func:`order_accuracy`, ``pred_tie_rate`` (predicted ties / parsed judgments) and the accuracy per group
+    (:func:`group_accuracy`)."""
     idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
-    out: dict[str, float | None] = {}
-
-    def acc(ids: list[int], orders: Sequence[str]) -> float | None:
-        n = sum(len(orders) for _ in ids)
-        correct = sum(verdicts[i].get(o) == items[i].preferred for i in ids for o in orders)
-        return M.rate(correct, n)
-
-    out["acc"] = acc(idx, ORDERS)
-    out["acc_orig_order"] = acc(idx, (ORIG,))
-    out["acc_swapped_order"] = acc(idx, (SWAP,))
-    out["acc_both_orders"] = M.rate(
-        sum(all(verdicts[i].get(o) == items[i].preferred for o in ORDERS) for i in idx), len(idx)
-    )
-    parsed = [v for i in range(len(items)) for v in verdicts[i].values() if v is not None]
-    out["pred_tie_rate"] = M.rate(sum(v == "C" for v in parsed), len(parsed))
-    groups: dict[str, list[int]] = {}
-    for i in idx:
-        groups.setdefault(items[i].group, []).append(i)
-    per = {g: acc(ids, ORDERS) for g, ids in sorted(groups.items())}
-    out["acc.macro"] = macro(per)
-    out.update({f"acc.by_{group_name}.{slug(g)}": v for g, v in per.items()})
-    return out
-
-
-def vote_over(verdicts: Sequence[str | None]) -> str | None:
-    """Majority verdict over seeds × orders (response terms); failures abstain."""
-    return M.vote_verdict(verdicts)
+    parsed = [v for vs in verdicts for v in vs.values() if v is not None]
+    return {
+        **order_accuracy(items, verdicts),
+        "pred_tie_rate": M.rate(parsed.count("C"), len(parsed)),
+        **group_accuracy(
+            items, lambda i: M.mean(verdicts[i].get(o) == items[i].preferred for o in ORDERS), idx, group_name
+        ),
+    }
 
 
 def voted_verdicts(per_seed: Sequence[Sequence[dict[str, str | None]]], n: int) -> list[str | None]:
-    """The :func:`vote_over` verdict of each of ``n`` items over seeds × orders (``per_seed[s][i][order]``)."""
-    return [vote_over([run[j][o] for run in per_seed for o in ORDERS]) for j in range(n)]
-
-
-def _vote_accuracy(
-    items: Sequence[PairItem], voted: Sequence[str | None], idx: list[int], group_name: str
-) -> dict[str, float | None]:
-    """Accuracy of the votes of items ``idx``: overall, per group, and the macro mean over the groups present."""
-    out: dict[str, float | None] = {"acc": M.rate(sum(voted[i] == items[i].preferred for i in idx), len(idx))}
-    groups: dict[str, list[int]] = {}
-    for i in idx:
-        groups.setdefault(items[i].group, []).append(i)
-    per = {
-        g: M.rate(sum(voted[i] == items[i].preferred for i in ids), len(ids))
-        for g, ids in sorted(groups.items())
-    }
-    out["acc.macro"] = macro(per)
-    out.update({f"acc.by_{group_name}.{slug(g)}": v for g, v in per.items()})
-    return out
+    """The majority verdict of each of ``n`` items over seeds × orders (``per_seed[s][i][order]``; failures
+    abstain, :func:`~perception_judge.evaluation.benchmarks.metrics.vote_verdict`)."""
+    return [M.vote_verdict([run[j][o] for run in per_seed for o in ORDERS]) for j in range(n)]
 
 
 def voted_acc(
-    items: Sequence[PairItem], voted: Sequence[str | None], group_name: str = "category"
+    items: Sequence[PairItem],
+    voted: Sequence[str | None],
+    group_name: str = "category",
+    official: bool = False,
 ) -> dict[str, float | None]:
-    """Accuracy of one voted verdict per item (a tie or failure is wrong), overall, per group and macro."""
-    idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
-    return _vote_accuracy(items, voted, idx, group_name)
+    """Accuracy of one voted verdict per item (a tie or failure is wrong), overall, per group and macro.
 
-
-def official_acc(
-    items: Sequence[PairItem], voted: Sequence[str | None], group_name: str = "category"
-) -> dict[str, float | None]:
-    """VL-RewardBench's official accuracy (its ``cal.py`` rule) from the same per-item vote as :func:`voted_acc`:
-    an item whose vote is a tie or has no parsed judgement leaves the denominator,
+    ``official``: VL-RewardBench's official accuracy (its ``cal.py`` rule) from the same vote: an item whose vote
+    is a tie or has no parsed judgement leaves the denominator,
 
         acc = #{i : vote_i = human_i} / #{i : vote_i in {A, B}},   acc.macro = mean over the groups present,
 
-    so it is never lower than the project's stricter ``vote.acc`` (which counts those items as wrong). ``n`` is
-    the denominator."""
-    idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B") and voted[i] in ("A", "B")]
-    return {**_vote_accuracy(items, voted, idx, group_name), "n": float(len(idx))}
+    so it is never lower than the stricter project rule; ``n`` is the denominator."""
+    idx = [
+        i
+        for i, it in enumerate(items)
+        if it.preferred in ("A", "B") and (not official or voted[i] in ("A", "B"))
+    ]
+    out = {
+        "acc": M.mean(voted[i] == items[i].preferred for i in idx),
+        **group_accuracy(items, lambda i: voted[i] == items[i].preferred, idx, group_name),
+    }
+    return {**out, "n": float(len(idx))} if official else out
+
+
+official_acc = functools.partial(voted_acc, official=True)
+"""VL-RewardBench's official accuracy: :func:`voted_acc` under its ``cal.py`` rule."""

@@ -1,35 +1,17 @@
-"""The published evaluators' parsing rule, for ``parser=published`` on the benchmark suites.
-
-The project's own parser (``parser=strict``, :func:`perception_judge.core.protocol.parse_scores`) accepts exactly
-``n`` ``<answer>`` tags after the reasoning, each an integer 1-10, and calls anything else a parse failure. The
-published evaluation code of MLLM-as-a-Judge (the Perception-Judge ``evaluate_metric`` notebook), Flex-Judge's
-``test/*_vllm.py`` scripts (VL-RewardBench, MJ-Bench, MLLM-as-a-Judge pair) read completions more loosely, and a
-number taken under one rule is not comparable with one taken under the other. ``parser=published`` reproduces the
-loose rule, as documented for those scripts (``../shared/reference/judge-benchmarks.md`` §3,
-``perception-judge-paper-method.md`` §6):
-
-* the scores are **the integers inside ``<answer>...</answer>`` blocks, anywhere in the text** (a think block
-  included), in order; every run of digits in a block counts (``<answer>7, 9</answer>`` gives 7 and 9; ``nan``,
-  ``-`` and words give nothing, ``7.5`` gives 7 and 5);
-* when no block holds an integer, the integers inside ``[[...]]`` double brackets are read instead (the
-  MLLM-as-a-Judge prompts' ``[[8]]`` form; single brackets are not read: ``[Assistant 1's Answer]`` is no score);
-* **out-of-range values are kept** (0, 11, 42): each benchmark's own rule then applies: the pair verdict compares
-  them as they are; the score setting maps ``s >= 11`` to a failure (-1) and everything else through ``ceil(s/2)``
-  (so 0 stays 0); the batch setting sorts them.
-
-Two parser names, registered in :data:`perception_judge.evaluation.base.PARSERS`:
-
-``published``         the first ``n`` integers; fewer than ``n`` is a failure (pair: verdict C under the published
-                      conventions, the ``*_compat`` metrics; score: -1).
-``published_prefix``  the first ``min(k, n)`` of the ``k >= 1`` integers found (MLLM-as-a-Judge batch: "every int
-                      in every answer block, truncated to the number of answers"; a shorter ranking is scored as it
-                      is, an empty one is a failure, distance 1.0).
+"""``parser=published`` on the benchmark suites: the published evaluators' looser reading of a completion
+(MLLM-as-a-Judge's ``evaluate_metric`` notebook, Flex-Judge's ``test/*_vllm.py`` scripts), so that numbers
+compare with theirs. The scores are the integers inside ``<answer>`` blocks anywhere in the text (a think block
+included), else inside ``[[...]]``; out-of-range values are kept for each benchmark's own rule. ``published``
+takes the first ``n`` (fewer is a failure), ``published_prefix`` the first ``min(k, n)`` of the ``k >= 1``
+found (MLLM-as-a-Judge batch). See ``docs/benchmarks.md`` (Prompts, parsing and failures).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
 BRACKET = re.compile(r"\[\[([^\[\]]*)\]\]")
@@ -87,12 +69,15 @@ def _whole(text: str, reasoning: str | None) -> str:
     return f"<think>{reasoning}</think>{text}" if reasoning else (text if isinstance(text, str) else "")
 
 
-def parser_option(options: dict[str, Any], suite: str) -> str:
-    """The suite's ``parser`` option (``strict``, the default, or ``published``), checked."""
-    value = str(options.get("parser", "strict")).strip().lower()
+def _check_parser(value: str) -> str:
+    value = value.strip().lower()
     if value not in PARSERS:
-        raise ValueError(f"suite {suite!r}: option 'parser' must be one of {list(PARSERS)}, got {value!r}")
+        raise ValueError(f"option 'parser' must be one of {list(PARSERS)}, got {value!r}")
     return value
+
+
+ParserOption = Annotated[str, AfterValidator(_check_parser)]
+"""The suites' ``parser`` option (``strict``, the default, or ``published``), checked."""
 
 
 def request_parser(parser: str, prefix: bool = False) -> str:

@@ -1,65 +1,44 @@
-"""Verbosity bias: responses padded with redundant sentences that add no facts (protocol: ours,
-judge-benchmarks.md §5).
+"""Verbosity bias: responses padded with redundant sentences that add no facts (:func:`pad_response`), judged
+against the concise originals on any pair source (:mod:`.pair_sources`), both orders, every seed (protocol: ours,
+judge-benchmarks.md §5; ``docs/benchmarks.md``). Two probes (option ``modes``, default both):
 
-Padding (:func:`pad_response`, deterministic for a given ``pad_seed`` and item): generic filler sentences
-("To put it another way, the points above are the core of the answer."), a restatement of the question (when
-it is short) and a repetition of the response's first sentence, inserted before the response's last line (so a
-final-answer line stays last) until the text is ``pad_ratio_min``–``pad_ratio_max`` times its length (default
-1.5–2×, drawn per item; at least one sentence is added, so very short responses grow more).
-
-Two probes on any pair source (:mod:`perception_judge.evaluation.benchmarks.pairs`), each judged in both orders
-under every seed, with our pair prompt (option ``modes``, default both):
-
-* ``self`` — a response against its own padded copy (every response of every pair). Same content, so an
-  unbiased judge ties or prefers the concise one. ``self.concise_preferred_rate`` (the headline: how often the
-  concise original wins), ``self.padded_preferred_rate``, ``self.tie_rate`` — shares of parsed judgments;
-  ``self.mean_score_shift`` — mean score(padded) − score(original), 0 = unbiased.
+* ``self`` — a response against its own padded copy (same content: an unbiased judge ties or prefers the
+  concise one);
 * ``flip`` — on pairs with a human preference: (better, worse) vs (better, padded worse), same order and seed.
-  ``flip.flip_rate_to_padded`` — among judgments that preferred the better response unpadded, the share that
-  prefer the padded worse one (ideal 0); ``flip.acc_unpadded`` / ``flip.acc_worse_padded`` (tie or failure
-  wrong) and ``flip.mean_score_shift_worse`` — mean score(padded worse) − score(worse).
 
-Metrics per seed, then the mean over seeds (prefix ``mean.``); ``parse_failure_rate`` over all judgments.
+Metrics per seed, then the mean over seeds (``mean.``); ``parse_failure_rate`` and ``mean_length_ratio`` outside.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
-from typing import Any
+
+from pydantic import Field, model_validator
 
 from perception_judge.core.schema import JudgeRequest, sha256_hex
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import LOWER, JudgeBackend, Metric, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.common import (
-    Outcome,
-    SampleWriter,
-    check_known_options,
-    judge_items,
-    judge_protocol,
-    judged_items,
-    mean_over_runs,
-    opt,
-    opt_choices,
-    opt_int,
-    parse_failure_rate,
-    prefixed,
-    prepare_image,
-    suite_result,
-)
-from perception_judge.evaluation.benchmarks.pair_sources import SOURCE_OPTIONS, load_pair_source
+from perception_judge.evaluation.benchmarks.common import BenchmarkRun, Judged, choices, prefixed
+from perception_judge.evaluation.benchmarks.pair_sources import PairSourceOptions, load_pair_source
 from perception_judge.evaluation.benchmarks.pairs import (
     ORDERS,
     PairItem,
-    requests_both_orders,
+    pair_requests,
     response_scores,
     response_verdict,
 )
 
 SUITE = "verbosity"
 MODES: tuple[str, ...] = ("self", "flip")
-OPTIONS = (*SOURCE_OPTIONS, "modes", "pad_ratio_min", "pad_ratio_max", "pad_seed", "chunk_size", "image_size")
+METRICS: dict[str, Metric] = {
+    "padded_preferred_rate": LOWER,
+    "flip_rate_to_padded": LOWER,
+    "mean_score_shift": Metric(ideal=0.0),
+    "mean_score_shift_worse": Metric(ideal=0.0),
+}
 
 LEAD_INS: tuple[str, ...] = (
     "Let me go through this carefully.",
@@ -111,79 +90,73 @@ def pad_response(
     lead = rng.choice(LEAD_INS)
     added: list[str] = []
     length = len(text) + len(lead) + 1
-    i = 0
-    while length < target or not added:
-        sentence = pool[i % len(pool)]
+    for sentence in itertools.islice(itertools.cycle(pool), 201):  # a stop for absurd ratios
+        if added and length >= target:
+            break
         added.append(sentence)
         length += len(sentence) + 1
-        i += 1
-        if len(added) > 200:  # pragma: no cover - a safety stop for absurd ratios
-            break
     lines = text.rstrip().split("\n")
     filler = " ".join(added)
-    if len(lines) > 1:
-        body, last = "\n".join(lines[:-1]).rstrip(), lines[-1]
-        padded = f"{lead} {body}\n{filler}\n{last}" if body else f"{lead} {filler}\n{last}"
-    else:
-        padded = f"{lead} {text.rstrip()} {filler}"
-    return padded
+    if len(lines) == 1:
+        return f"{lead} {text.rstrip()} {filler}"
+    body, last = "\n".join(lines[:-1]).rstrip(), lines[-1]
+    return f"{lead} {body}\n{filler}\n{last}" if body else f"{lead} {filler}\n{last}"
 
 
-def _padder(options: dict[str, Any]):
-    lo = float(opt(options, "pad_ratio_min", 1.5))
-    hi = float(opt(options, "pad_ratio_max", 2.0))
-    seed = int(opt(options, "pad_seed", 0))
-    if not 1.0 <= lo <= hi:
-        raise ValueError(f"need 1 <= pad_ratio_min <= pad_ratio_max, got {lo}, {hi}")
+class VerbosityOptions(PairSourceOptions):
+    modes: choices(MODES) = MODES
+    pad_ratio_min: float = 1.5
+    pad_ratio_max: float = 2.0
+    pad_seed: int = 0
+    chunk_size: int = Field(32, ge=1)
 
-    def pad(item: PairItem, which: int) -> str:
-        return pad_response(item.responses[which], item.question, f"{item.item_id}:{which}", lo, hi, seed)
-
-    return pad, {"pad_ratio_min": lo, "pad_ratio_max": hi, "pad_seed": seed}
+    @model_validator(mode="after")
+    def _check_ratios(self) -> VerbosityOptions:
+        pad_response("", "", "", self.pad_ratio_min, self.pad_ratio_max)  # raises on bad bounds
+        return self
 
 
 def worse_index(item: PairItem) -> int | None:
     return {"A": 1, "B": 0}.get(item.preferred or "")
 
 
-def self_metrics(
-    items: list[PairItem], out: dict[tuple[int, str], Outcome | None]
-) -> dict[str, float | None]:
-    """``out[(i, variant)]``; variants ``self{r}_{order}`` judge (original r, padded r)."""
+def self_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
+    """Variants ``self{r}_{order}`` judge (original r, padded r): the shares of parsed judgments preferring the
+    concise original (``self.concise_preferred_rate``), the padded copy or neither, and
+    ``self.mean_score_shift`` = mean score(padded) − score(original) (0 = unbiased)."""
     verdicts, shifts = [], []
-    for i in range(len(items)):
+    for i in range(len(judged.items)):
         for r in (0, 1):
             for order in ORDERS:
-                o = out.get((i, f"self{r}_{order}"))
-                v = response_verdict(o, order)
-                if v is not None:
-                    verdicts.append(v)
-                s = response_scores(o, order)
-                if s is not None:
-                    shifts.append(s[1] - s[0])
+                scores = judged.scores(i, f"self{r}_{order}", seed)
+                if scores is not None:
+                    verdicts.append(response_verdict(scores, order))
+                    s = response_scores(scores, order)
+                    shifts.append(s[1] - s[0])  # type: ignore[index]
     n = len(verdicts)
     return {
-        "self.concise_preferred_rate": M.rate(sum(v == "A" for v in verdicts), n),
-        "self.padded_preferred_rate": M.rate(sum(v == "B" for v in verdicts), n),
-        "self.tie_rate": M.rate(sum(v == "C" for v in verdicts), n),
+        "self.concise_preferred_rate": M.rate(verdicts.count("A"), n),
+        "self.padded_preferred_rate": M.rate(verdicts.count("B"), n),
+        "self.tie_rate": M.rate(verdicts.count("C"), n),
         "self.mean_score_shift": M.mean(shifts),
     }
 
 
-def flip_metrics(
-    items: list[PairItem], out: dict[tuple[int, str], Outcome | None]
-) -> dict[str, float | None]:
-    """Variants ``flip_base_{order}`` judge (r0, r1); ``flip_pad_{order}`` the same with the worse padded."""
+def flip_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
+    """Variants ``flip_base_{order}`` judge (r0, r1), ``flip_pad_{order}`` the same with the worse padded.
+    ``flip.flip_rate_to_padded``: among judgments that preferred the better response unpadded, the share that
+    prefer the padded worse one (ideal 0); ``flip.acc_unpadded`` / ``flip.acc_worse_padded`` (a tie or failure
+    wrong); ``flip.mean_score_shift_worse`` = mean score(padded worse) − score(worse)."""
     base_right = flips = 0
     acc_base: list[float] = []
     acc_pad: list[float] = []
     shifts: list[float] = []
-    for i, it in enumerate(items):
+    for i, it in enumerate(judged.items):
         w = worse_index(it)
         if w is None:
             continue
         for order in ORDERS:
-            ob, op = out.get((i, f"flip_base_{order}")), out.get((i, f"flip_pad_{order}"))
+            ob, op = judged.scores(i, f"flip_base_{order}", seed), judged.scores(i, f"flip_pad_{order}", seed)
             vb, vp = response_verdict(ob, order), response_verdict(op, order)
             acc_base.append(float(vb == it.preferred))
             acc_pad.append(float(vp == it.preferred))
@@ -202,84 +175,57 @@ def flip_metrics(
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    options = dict(config.options)
-    check_known_options(options, OPTIONS, SUITE)
-    modes = opt_choices(options, "modes", MODES)
-    batch_size = opt_int(options, "chunk_size", 32) or 32
-    image_size = opt_int(options, "image_size", None)
-    seeds = [int(s) for s in config.seeds] or [0]
-    pad, pad_settings = _padder(options)
-    items, source = load_pair_source(options, config.limit, SUITE)
+    bench = BenchmarkRun(SUITE, backend, config, VerbosityOptions)
+    opts = bench.opts
+    items, source = load_pair_source(opts, config.limit, SUITE)
     counts: dict[str, int] = {"pairs": len(items)}
     ratios: list[float] = []
 
+    def pad(item: PairItem, which: int) -> str:
+        bounds = (opts.pad_ratio_min, opts.pad_ratio_max)
+        return pad_response(
+            item.responses[which], item.question, f"{item.item_id}:{which}", *bounds, opts.pad_seed
+        )
+
     def build(item: PairItem) -> list[JudgeRequest]:
-        images = [prepare_image(im, backend, image_size) for im in item.load_images()]
+        images = bench.images(item)
         reqs: list[JudgeRequest] = []
-        if "self" in modes:
+        if "self" in opts.modes:
             for r in (0, 1):
                 padded = pad(item, r)
                 ratios.append(len(padded) / max(1, len(item.responses[r])))
-                reqs += requests_both_orders(
-                    SUITE, item.item_id, item.question, [item.responses[r], padded], images, tag=f"self{r}_"
-                )
+                reqs += pair_requests(SUITE, item, images, [item.responses[r], padded], tag=f"self{r}_")
         w = worse_index(item)
-        if "flip" in modes and w is not None:
+        if "flip" in opts.modes and w is not None:
             padded_pair = list(item.responses)
             padded_pair[w] = pad(item, w)
-            reqs += requests_both_orders(
-                SUITE, item.item_id, item.question, item.responses, images, tag="flip_base_"
-            )
-            reqs += requests_both_orders(
-                SUITE, item.item_id, item.question, padded_pair, images, tag="flip_pad_"
-            )
+            reqs += pair_requests(SUITE, item, images, tag="flip_base_")
+            reqs += pair_requests(SUITE, item, images, padded_pair, tag="flip_pad_")
         return reqs
 
-    with SampleWriter(config.out_dir, SUITE) as writer:
-        outcomes = judge_items(
-            backend,
-            items,
-            build,
-            seeds=seeds,
-            sampling=config.sampling,
-            batch_size=batch_size,
-            writer=writer,
-            counts=counts,
-            desc="verbosity",
-            log_fields=lambda it: {"item_id": it.item_id, "preferred": it.preferred},
-        )
-        samples_path = writer.samples_path
-    judged, kept = judged_items(items, outcomes, counts)
-    counts["flip_pairs"] = sum(worse_index(it) is not None for it in kept) if "flip" in modes else 0
-    position = {i: j for j, i in enumerate(judged)}
-    runs, per_seed = [], {}
-    for s in seeds:
-        out = {(position[i], v): o for (i, v, seed), o in outcomes.items() if seed == s}
-        r: dict[str, float | None] = {}
-        if "self" in modes:
-            r.update(self_metrics(kept, out))
-        if "flip" in modes:
-            r.update(flip_metrics(kept, out))
-        per_seed[f"seed{s}"] = r
-        runs.append(r)
-    metrics: dict[str, float | None] = {
-        "parse_failure_rate": parse_failure_rate(counts),
+    judged = bench.judge(
+        items, build, "verbosity", counts, lambda it: {"item_id": it.item_id, "preferred": it.preferred}
+    )
+    counts["flip_pairs"] = (
+        sum(worse_index(it) is not None for it in judged.items) if "flip" in opts.modes else 0
+    )
+    probes = [fn for mode, fn in (("self", self_metrics), ("flip", flip_metrics)) if mode in opts.modes]
+    metrics = {
+        "parse_failure_rate": judged.parse_failure_rate,
         "mean_length_ratio": M.mean(ratios),
-        **prefixed("mean", mean_over_runs(runs)),
+        **prefixed("mean", bench.mean(lambda s: {k: v for fn in probes for k, v in fn(judged, s).items()})),
     }
     protocol = {
         "bias": "verbosity (protocol: ours, judge-benchmarks.md §5)",
         **source,
-        "modes": modes,
+        "modes": opts.modes,
         "padding": {
-            **pad_settings,
+            **opts.model_dump(include={"pad_ratio_min", "pad_ratio_max", "pad_seed"}),
             "content": "generic filler, a restatement of the question, a repetition of the first sentence; no new "
             "facts; inserted before the last line",
         },
         "prompt": "perception_judge.core.protocol.build_messages('pair'), two 1-10 scores, both orders",
         "ideal": "self: padded_preferred_rate 0 and mean_score_shift 0; flip: flip_rate_to_padded 0",
-        "aggregation": {"mean": "metrics per seed, then the mean over seeds"},
-        **judge_protocol(backend, config, image_size, "n/a (our protocol)"),
     }
-    primary = "mean.flip.flip_rate_to_padded" if "flip" in modes else "mean.self.padded_preferred_rate"
-    return suite_result(SUITE, metrics, protocol, counts, samples_path, per_seed, primary)
+    primary = "mean.flip.flip_rate_to_padded" if "flip" in opts.modes else "mean.self.padded_preferred_rate"
+    return bench.result(metrics, counts, protocol, primary, "n/a (our protocol)", declared=METRICS)

@@ -1,95 +1,28 @@
-"""Base items of the bias suite: neutral (image, query, response) items that the perturbations are applied to.
+"""Base items of the bias suite: neutral (image, query, response) items the perturbations are applied to.
 
-A :class:`BaseItem` is independent of where it came from. Three sources:
-
-* :func:`from_source_item` adapts a PPJD :class:`~perception_judge.core.schema.SourceItem` (the synthetic generator
-  ``perception_judge.synth.generate_items`` gives image items with a scene spec holding a caption and
-  keywords, and text-only items with family ``"text"``);
-* :func:`builtin_base_items` is a small fixed set of those (objects, bar charts, tables, text-only arithmetic),
-  quick to build for smoke runs and tests;
-* tests and users can build items directly with PIL.
-
-Every image item needs a caption (detail-description bias) and keywords (text-insertion bias); when keywords
-are missing they are taken from the query (:func:`query_keywords`).
+A :class:`BaseItem` comes from a PPJD :class:`~perception_judge.core.schema.SourceItem` (:func:`from_source_item`;
+the synthetic world gives image items whose scene spec holds a caption and keywords, and text-only items of
+family ``"text"``), from :func:`builtin_base_items` (a small fixed set for smoke runs and tests), or is built
+directly with PIL. Image items need a caption (detail-description bias) and keywords (text-insertion bias;
+:func:`query_keywords` of the query when missing).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from PIL import Image
 
 from perception_judge.core.images import load_image
 
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "for",
-        "from",
-        "by",
-        "with",
-        "and",
-        "or",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "this",
-        "that",
-        "these",
-        "those",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "how",
-        "many",
-        "much",
-        "does",
-        "do",
-        "did",
-        "there",
-        "their",
-        "they",
-        "it",
-        "its",
-        "as",
-        "into",
-        "than",
-        "then",
-        "image",
-        "picture",
-        "shown",
-        "shows",
-        "show",
-        "please",
-        "answer",
-        "question",
-        "give",
-        "your",
-        "you",
-        "me",
-        "can",
-        "could",
-        "would",
-        "should",
-        "one",
-        "two",
-    ]
+_STOPWORDS = frozenset(  # words that are never keywords (besides the ones shorter than 3 characters)
+    """a an the of in on at to for from by with and or is are was were be been being this that these those what
+    which who whom whose how many much does do did there their they it its as into than then image picture shown
+    shows show please answer question give your you me can could would should one two""".split()  # noqa: SIM905 - 66 words read better as text than as 66 lines
 )
+_FLIP_SAFE_FAMILIES = ("shapes", "objects", "dots", "dot_grid", "clevr")
 
 
 @dataclass
@@ -121,28 +54,18 @@ class BaseItem:
 
 def query_keywords(query: str, k: int = 5) -> list[str]:
     """Up to ``k`` content words of a query, in order, without duplicates (a fallback for keyword lists)."""
-    words = re.findall(r"[A-Za-z][A-Za-z0-9'-]*|[0-9]+", query)
     out: list[str] = []
-    for w in words:
-        lw = w.lower()
-        if lw in _STOPWORDS or len(lw) < 3 or lw in (o.lower() for o in out):
-            continue
-        out.append(w)
-        if len(out) == k:
-            break
+    for w in re.findall(r"[A-Za-z][A-Za-z0-9'-]*|[0-9]+", query):
+        if len(out) < k and len(w) >= 3 and w.lower() not in _STOPWORDS | {o.lower() for o in out}:
+            out.append(w)
     return out
-
-
-_TEXT_FAMILIES = ("text",)
-_FLIP_SAFE_FAMILIES = ("shapes", "objects", "dots", "dot_grid", "clevr")
 
 
 def from_source_item(src: Any) -> BaseItem:
     """Adapt a :class:`~perception_judge.core.schema.SourceItem` (or anything with the same attributes)."""
     spec = dict(getattr(src, "spec", None) or {})
-    family = str(spec.get("family", "") or "")
+    family = str(spec.get("family") or "")
     image = getattr(src, "image", None)
-    pil = None if image is None or family in _TEXT_FAMILIES else load_image(image)
     keywords = spec.get("keywords") or []
     if isinstance(keywords, str):
         keywords = [k.strip() for k in keywords.split(",") if k.strip()]
@@ -150,10 +73,10 @@ def from_source_item(src: Any) -> BaseItem:
         item_id=str(src.item_id),
         query=str(src.question),
         response=str(src.response),
-        image=pil,
-        caption=str(spec.get("caption", "") or ""),
+        image=None if image is None or family == "text" else load_image(image),
+        caption=str(spec.get("caption") or ""),
         keywords=[str(k) for k in keywords],
-        domain=str(spec.get("domain", "") or family or getattr(src, "source", "") or ""),
+        domain=str(spec.get("domain") or family or getattr(src, "source", "") or ""),
         flip_safe=bool(spec.get("flip_safe", family in _FLIP_SAFE_FAMILIES)),
         source=str(getattr(src, "source", "") or "synth"),
         meta={"family": family, "answer": getattr(src, "answer", "")},
@@ -161,7 +84,7 @@ def from_source_item(src: Any) -> BaseItem:
 
 
 def synth_base_items(n: int, seed: int = 0) -> list[BaseItem]:
-    """Base items from the synthetic world (image items and text-only items)."""
+    """Base items from the synthetic world (image items, and text-only items added when none was drawn)."""
     from perception_judge.synth import generate_items
 
     items = [from_source_item(s) for s in generate_items(n, seed)]
@@ -183,21 +106,11 @@ def builtin_base_items(n_image: int = 6, n_text: int = 3, seed: int = 0, size: i
     items = []
     for i in range(n_image):
         item = from_source_item(drawn[families[i % 3]][i // 3])
-        item.image = item.image.resize((size, size))
-        item.item_id = f"builtin-{families[i % 3]}-{i}"
-        items.append(item)
-    for i, src in enumerate(synth.generate_items(n_text, seed, families=[synth.TEXT_FAMILY])):
-        items.append(from_source_item(src))
-        items[-1].item_id = f"builtin-text-{i}"
-    for item in items:
-        item.source = "builtin"
+        image = item.image.resize((size, size))
+        items.append(replace(item, item_id=f"builtin-{families[i % 3]}-{i}", image=image, source="builtin"))
+    texts = synth.generate_items(n_text, seed, families=[synth.TEXT_FAMILY])
+    items += [
+        replace(from_source_item(s), item_id=f"builtin-text-{i}", source="builtin")
+        for i, s in enumerate(texts)
+    ]
     return items
-
-
-__all__ = [
-    "BaseItem",
-    "builtin_base_items",
-    "from_source_item",
-    "query_keywords",
-    "synth_base_items",
-]

@@ -1,21 +1,13 @@
-"""Loader for the official MM-JudgeBias data (``naver-ai/MM-JudgeBias``, CC-BY-4.0, split ``test``).
+"""Loader for the official MM-JudgeBias data (``naver-ai/MM-JudgeBias``, CC-BY-4.0, split ``test``); nothing is
+downloaded. Layouts: a ``save_to_disk`` folder, a folder of parquet files (a Hub snapshot), or a JSONL file (or a
+folder holding one) with the 13 :data:`FIELDS`, image fields null, a path or a ``{"bytes"|"path"}`` cell.
 
-Each record has 13 fields: ``id, bias_type, bias_category, task_type, domain_type, difficulty,
-unbiased_source, biased_source, response, unbiased_instruction, biased_instruction, unbiased_image,
-biased_image``. Accepted layouts (nothing is downloaded; point ``path`` at a local copy):
-
-* a ``datasets`` folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict`` with the split);
-* a folder of parquet files (a Hub snapshot: ``data/test-*.parquet`` or ``*.parquet``);
-* a JSONL file (or a folder holding one ``*.jsonl``) whose image fields are null, a path (relative to
-  ``images_dir``) or a ``{"bytes"|"path"}`` cell.
-
-Image cells may be null for restricted sources (21.6% of the rows upstream). With ``images_dir`` a null cell is
-filled from ``<id:04d>_<role>.jpg`` (role ``unbiased`` / ``biased``), then ``<id:04d>.jpg`` (any of .jpg, .jpeg,
-.png). Two cells are defined exactly and filled without a file: the biased image of ``text_dominance`` and
-``response_dominance`` (the black null image), and the biased image of the types whose perturbation leaves the
-image unchanged (``image_dominance``, ``instruction_misalignment``, ``detail_description``), which is the
-unbiased image. A row whose expected image is still missing is **not judged** (upstream B2 judged it without
-the image): it is skipped and counted (``on_missing="error"`` raises instead, naming how many).
+Null image cells (restricted sources, 21.6% of the rows upstream) are filled from ``images_dir``
+(``<id:04d>_<role>.jpg``, then ``<id:04d>.jpg``; .jpg, .jpeg or .png), except two defined exactly: the null image
+(biased side of ``text_dominance``, ``response_dominance``) and the unchanged image (biased side of
+``image_dominance``, ``instruction_misalignment``, ``detail_description``). A row whose expected image is still
+missing is **not judged** (upstream B2 judged it without the image): it is skipped and counted, or
+``on_missing="error"`` raises.
 """
 
 from __future__ import annotations
@@ -30,22 +22,9 @@ from typing import Any
 from perception_judge.evaluation.bias.perturbations import BiasPair, BiasSide, null_image
 from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, get_bias, normalize_category
 
-FIELDS: tuple[str, ...] = (
-    "id",
-    "bias_type",
-    "bias_category",
-    "task_type",
-    "domain_type",
-    "difficulty",
-    "unbiased_source",
-    "biased_source",
-    "response",
-    "unbiased_instruction",
-    "biased_instruction",
-    "unbiased_image",
-    "biased_image",
-)
 META_FIELDS = ("bias_category", "task_type", "domain_type", "difficulty", "unbiased_source", "biased_source")
+_PAIR_FIELDS = ("response", "unbiased_instruction", "biased_instruction", "unbiased_image", "biased_image")
+FIELDS: tuple[str, ...] = ("id", "bias_type", *META_FIELDS, *_PAIR_FIELDS)
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 _UNCHANGED_IMAGE_TYPES = ("image_dominance", "instruction_misalignment", "detail_description")
 _NULL_IMAGE_TYPES = ("text_dominance", "response_dominance")
@@ -78,22 +57,28 @@ class LoadReport:
         return s
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "missing_ids"} | {
-            "missing_ids": self.missing_ids[:50]
-        }
+        return {**self.__dict__, "missing_ids": self.missing_ids[:50]}
 
 
 def _read_records(path: Path, split: str) -> list[dict[str, Any]]:
     if path.is_file() and path.suffix == ".jsonl":
         return _read_jsonl(path)
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            return _read_saved_dataset(path, split)
-        if (path / split / "state.json").is_file():
-            return _read_saved_dataset(path / split, split)
+        for folder in (path, path / split):
+            if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
+                from datasets import DatasetDict, load_from_disk
+
+                ds = load_from_disk(str(folder))
+                if isinstance(ds, DatasetDict):
+                    if split not in ds:
+                        raise KeyError(f"{str(folder)!r} has no split {split!r}; splits: {list(ds)}")
+                    ds = ds[split]
+                return _undecoded(ds)
         parquets = sorted(path.glob(f"**/{split}-*.parquet")) or sorted(path.glob("**/*.parquet"))
         if parquets:
-            return _read_parquet(parquets)
+            from datasets import load_dataset
+
+            return _undecoded(load_dataset("parquet", data_files=[str(f) for f in parquets], split="train"))
         jsonls = sorted(path.glob("*.jsonl"))
         if len(jsonls) == 1:
             return _read_jsonl(jsonls[0])
@@ -122,66 +107,45 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _undecoded(ds: Any) -> Any:
-    """Cast image columns to undecoded ``{bytes, path}`` cells (nothing is decoded at load time)."""
+def _undecoded(ds: Any) -> list[dict[str, Any]]:
+    """The rows, image columns as undecoded ``{bytes, path}`` cells (nothing is decoded at load time)."""
     from datasets import Image
 
     for col in ("unbiased_image", "biased_image"):
-        if col in ds.column_names and type(ds.features[col]).__name__ == "Image":
+        if isinstance(ds.features.get(col), Image):
             ds = ds.cast_column(col, Image(decode=False))
-    return ds
-
-
-def _read_saved_dataset(path: Path, split: str) -> list[dict[str, Any]]:
-    from datasets import DatasetDict, load_from_disk
-
-    ds = load_from_disk(str(path))
-    if isinstance(ds, DatasetDict):
-        if split not in ds:
-            raise KeyError(f"{str(path)!r} has no split {split!r}; splits: {list(ds)}")
-        ds = ds[split]
-    return list(_undecoded(ds))
-
-
-def _read_parquet(files: list[Path]) -> list[dict[str, Any]]:
-    from datasets import load_dataset
-
-    ds = load_dataset("parquet", data_files=[str(f) for f in files], split="train")
-    return list(_undecoded(ds))
-
-
-def _find_in_dir(images_dir: Path | None, rid: int, role: str) -> str | None:
-    if images_dir is None:
-        return None
-    for stem in (f"{rid:04d}_{role}", f"{rid:04d}"):
-        for ext in IMAGE_EXTS:
-            p = images_dir / f"{stem}{ext}"
-            if p.is_file():
-                return str(p)
-    return None
+    return list(ds)
 
 
 def _cell(value: Any, images_dir: Path | None, base: Path) -> Any:
     """A usable image value (PIL / {bytes, path} / absolute path) or None when the cell is empty or dangling."""
-    if value is None:
-        return None
     if isinstance(value, dict):
         if value.get("bytes"):
             return value
         value = value.get("path")
-        if not value:
-            return None
-    if isinstance(value, str | os.PathLike):
-        s = os.fspath(value)
-        if not s:
-            return None
-        if s.startswith("data:"):
-            return s
-        for root in (images_dir, base):
-            if root is not None and (root / s).is_file():
-                return str(root / s)
-        return s if os.path.isabs(s) and os.path.isfile(s) else None
-    return value  # a PIL image or raw bytes
+    if not isinstance(value, str | os.PathLike):
+        return value  # None, a PIL image or raw bytes
+    s = os.fspath(value)
+    if not s:
+        return None
+    if s.startswith("data:"):
+        return s
+    for root in (images_dir, base):
+        if root is not None and (root / s).is_file():
+            return str(root / s)
+    return s if os.path.isabs(s) and os.path.isfile(s) else None
+
+
+def _image(rec: dict[str, Any], role: str, images_dir: Path | None, base: Path, report: LoadReport) -> Any:
+    """The image of one side: its cell, else ``<id:04d>_<role>.<ext>`` or ``<id:04d>.<ext>`` in ``images_dir``
+    (counted in ``filled_from_dir``); None when there is none."""
+    value = _cell(rec[f"{role}_image"], images_dir, base)
+    if value is None and images_dir is not None:
+        rid = int(rec["id"])
+        names = [f"{stem}{ext}" for stem in (f"{rid:04d}_{role}", f"{rid:04d}") for ext in IMAGE_EXTS]
+        value = next((str(images_dir / n) for n in names if (images_dir / n).is_file()), None)
+        report.filled_from_dir += value is not None
+    return value
 
 
 def load_official(
@@ -200,13 +164,12 @@ def load_official(
     img_dir = Path(images_dir) if images_dir else None
     if img_dir is not None and not img_dir.is_dir():
         raise FileNotFoundError(f"images_dir {str(img_dir)!r} is not a folder")
-    base = p if p.is_dir() else p.parent
     records = _read_records(p, split)
-    wanted = {get_bias(t).bias_type for t in bias_types} if bias_types else set(BIAS_TYPES)
-    id_set = set(ids) if ids else None
+    base = p if p.is_dir() else p.parent
+    wanted = {get_bias(t).bias_type for t in bias_types or BIAS_TYPES}
+    id_set = set(ids or ())
     report = LoadReport(str(p), n_rows=len(records))
     per_type: Counter[str] = Counter()
-    missing: Counter[str] = Counter()
     pairs: list[BiasPair] = []
     for n, rec in enumerate(records):
         lacking = [f for f in FIELDS if f not in rec]
@@ -218,54 +181,29 @@ def load_official(
             raise ValueError(
                 f"record {rid}: category {rec['bias_category']!r} does not match bias {bias_type!r}"
             )
-        if bias_type not in wanted or (id_set is not None and rid not in id_set):
+        if bias_type not in wanted or (id_set and rid not in id_set):
             continue
         if limit_per_type is not None and per_type[bias_type] >= limit_per_type:
             continue
-        unb = _cell(rec["unbiased_image"], img_dir, base)
-        bia = _cell(rec["biased_image"], img_dir, base)
-        if unb is None and bias_type != "unnecessary_image":
-            unb = _find_in_dir(img_dir, rid, "unbiased")
-            report.filled_from_dir += unb is not None
-        if bia is None:
-            found = _find_in_dir(img_dir, rid, "biased")
-            report.filled_from_dir += found is not None
-            if found is not None:
-                bia = found
-            elif bias_type in _NULL_IMAGE_TYPES:
-                bia = null_image()
-            elif bias_type in _UNCHANGED_IMAGE_TYPES:
-                bia = unb
-        if (unb is None and bias_type != "unnecessary_image") or bia is None:
-            missing[bias_type] += 1
+        text_only = bias_type == "unnecessary_image"  # its unbiased call has no image part
+        unb = None if text_only else _image(rec, "unbiased", img_dir, base, report)
+        bia = _image(rec, "biased", img_dir, base, report)
+        if bia is None and bias_type in _NULL_IMAGE_TYPES:
+            bia = null_image()
+        elif bia is None and bias_type in _UNCHANGED_IMAGE_TYPES:
+            bia = unb
+        if (unb is None and not text_only) or bia is None:
+            report.missing_by_type[bias_type] = report.missing_by_type.get(bias_type, 0) + 1
             report.missing_ids.append(rid)
             continue
-        if bias_type == "unnecessary_image":
-            unb = None  # the unbiased call of a text-only task has no image part
-        meta = {k: str(rec.get(k) or "") for k in META_FIELDS}
-        meta["bias_category"] = spec.category
-        pairs.append(
-            BiasPair(
-                rid,
-                bias_type,
-                str(rec["response"]),
-                BiasSide(
-                    str(rec["unbiased_instruction"] or ""),
-                    unb,
-                    "official",
-                    "official" if unb is not None else None,
-                ),
-                BiasSide(str(rec["biased_instruction"] or ""), bia, "official", "official"),
-                meta,
-            )
+        meta = {k: str(rec.get(k) or "") for k in META_FIELDS} | {"bias_category": spec.category}
+        unbiased = BiasSide(
+            str(rec["unbiased_instruction"] or ""), unb, "official", "official" if unb is not None else None
         )
+        biased = BiasSide(str(rec["biased_instruction"] or ""), bia, "official", "official")
+        pairs.append(BiasPair(rid, bias_type, str(rec["response"]), unbiased, biased, meta))
         per_type[bias_type] += 1
-    report.n_pairs = len(pairs)
-    report.n_missing_image = sum(missing.values())
-    report.missing_by_type = dict(missing)
+    report.n_pairs, report.n_missing_image = len(pairs), len(report.missing_ids)
     if report.n_missing_image and on_missing == "error":
         raise MissingImagesError(report.summary())
     return pairs, report
-
-
-__all__ = ["FIELDS", "LoadReport", "MissingImagesError", "load_official"]

@@ -1,31 +1,14 @@
 """Generators for the nine MM-JudgeBias perturbations, and pairs built from any base set.
 
-Each generator is a small pure function on PIL images or strings (seeded by an explicit ``random.Random``);
-:func:`build_pairs` applies them to a list of :class:`~perception_judge.evaluation.bias.items.BaseItem` and
-returns :class:`BiasPair` objects (an unbiased and a biased side sharing one response).
-
-The upstream generators were never released (MM-JudgeBias defect B14), so every parameter below is *our
-choice*, following the published examples; none of it is part of a paper-parity claim.
-
-=============================  ===========================================================================
-type                           generator
-=============================  ===========================================================================
-text_dominance                 :func:`null_image`: black 224×224 RGB (JPEG-encoded upstream; all zeros)
-image_dominance                :func:`empty_query`: ``""``
-response_dominance             both
-instruction_misalignment       :func:`swap_query`: the query of another item, preferably of another domain
-image_misalignment             :func:`swap_image`: the image of another item, same donor rule
-detail_description             :func:`append_caption`: ``Q + " " + caption``
-unnecessary_image              :func:`attach_unrelated_image`: a text-only item gets an unrelated image
-visual_transformation          :func:`visual_transform`: 1-2 ops, at most one geometric and one photometric
-texture_insertion              :func:`insert_text`: a white strip below the image holding a grey box with
-                               ``[KEYWORDS FROM QUESTION]`` and the keywords in white outlined text
-=============================  ===========================================================================
+Each generator is a small pure function on PIL images or strings, seeded by an explicit ``random.Random``;
+:func:`build_pairs` applies them to :class:`~perception_judge.evaluation.bias.items.BaseItem` objects. The
+upstream generators were never released (MM-JudgeBias defect B14): every parameter here is *our choice*,
+following the published examples (docs/evaluation.md §2 lists them per bias type), and none is part of a
+paper-parity claim.
 """
 
 from __future__ import annotations
 
-import io
 import random
 import textwrap
 from dataclasses import dataclass, field
@@ -33,7 +16,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
 
-from perception_judge.core.images import image_bytes, to_rgb
+from perception_judge.core.images import image_bytes, load_image, to_rgb
 from perception_judge.evaluation.bias.items import BaseItem
 from perception_judge.evaluation.bias.taxonomy import BY_TYPE, select
 
@@ -49,11 +32,11 @@ ORIENTATION_OPS = ("rotate90", "rotate180", "rotate270", "hflip")
 on text, charts, tables or clocks, whose reading they would change."""
 PHOTOMETRIC_OPS = ("brightness", "contrast", "saturation", "hue", "blur", "jpeg", "grayscale")
 TRANSFORM_OPS = GEOMETRIC_OPS + PHOTOMETRIC_OPS
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Query and image generators
-# --------------------------------------------------------------------------------------------------------------
+_ENHANCERS = {
+    "brightness": (ImageEnhance.Brightness, 0.7, 1.3),
+    "contrast": (ImageEnhance.Contrast, 0.7, 1.3),
+    "saturation": (ImageEnhance.Color, 0.6, 1.4),
+}
 
 
 def null_image(size: int = NULL_IMAGE_SIZE) -> Image.Image:
@@ -117,73 +100,56 @@ def attach_unrelated_image(
     return swap_image(item, pool, rng)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Visual transformations
-# --------------------------------------------------------------------------------------------------------------
-
-
 def _fill_colour(img: Image.Image, rng: random.Random) -> tuple[int, int, int]:
+    """White or the image's mean colour, at random."""
     if rng.random() < 0.5:
         return (255, 255, 255)
-    small = img.resize((1, 1), Image.Resampling.BOX)
-    return tuple(small.getpixel((0, 0)))[:3]
+    return tuple(img.resize((1, 1), Image.Resampling.BOX).getpixel((0, 0)))[:3]
 
 
 def apply_op(img: Image.Image, op: str, rng: random.Random) -> tuple[Image.Image, str]:
     """Apply one named op with a random parameter from its range; returns (image, description)."""
     img = to_rgb(img)
+    w, h = img.size
     if op in ("rotate90", "rotate180", "rotate270"):
-        angle = int(op[len("rotate") :])
-        return img.rotate(angle, expand=True), f"{op}"
+        return img.rotate(int(op[len("rotate") :]), expand=True), op
+    if op == "hflip":
+        return ImageOps.mirror(img), op
+    if op == "grayscale":
+        return ImageOps.grayscale(img).convert("RGB"), op
+    if op in _ENHANCERS:
+        enhancer, low, high = _ENHANCERS[op]
+        f = rng.uniform(low, high)
+        return enhancer(img).enhance(f), f"{op}({f:.2f})"
     if op == "rotate_small":
         angle = rng.uniform(5, 15) * rng.choice((-1, 1))
-        out = img.rotate(
-            angle, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=_fill_colour(img, rng)
-        )
-        return out, f"rotate({angle:+.1f})"
-    if op == "hflip":
-        return ImageOps.mirror(img), "hflip"
+        fill = _fill_colour(img, rng)
+        return img.rotate(
+            angle, Image.Resampling.BICUBIC, expand=True, fillcolor=fill
+        ), f"rotate({angle:+.1f})"
     if op == "scale":
         f = rng.uniform(0.8, 1.2)
-        w, h = img.size
         return img.resize(
             (max(1, round(w * f)), max(1, round(h * f))), Image.Resampling.BICUBIC
         ), f"scale({f:.2f})"
     if op == "pad":
         f = rng.uniform(1.05, 1.2)
-        w, h = img.size
         W, H = max(w + 2, round(w * f)), max(h + 2, round(h * f))
         canvas = Image.new("RGB", (W, H), _fill_colour(img, rng))
         canvas.paste(img, ((W - w) // 2, (H - h) // 2))
         return canvas, f"pad({f:.2f})"
-    if op == "brightness":
-        f = rng.uniform(0.7, 1.3)
-        return ImageEnhance.Brightness(img).enhance(f), f"brightness({f:.2f})"
-    if op == "contrast":
-        f = rng.uniform(0.7, 1.3)
-        return ImageEnhance.Contrast(img).enhance(f), f"contrast({f:.2f})"
-    if op == "saturation":
-        f = rng.uniform(0.6, 1.4)
-        return ImageEnhance.Color(img).enhance(f), f"saturation({f:.2f})"
     if op == "hue":
         shift = rng.uniform(-0.05, 0.05)
-        h, s, v = img.convert("HSV").split()
         delta = round(shift * 255)
-        h = h.point(lambda x: (x + delta) % 256)
-        return Image.merge("HSV", (h, s, v)).convert("RGB"), f"hue({shift:+.3f})"
+        hue, sat, val = img.convert("HSV").split()
+        out = Image.merge("HSV", (hue.point(lambda x: (x + delta) % 256), sat, val)).convert("RGB")
+        return out, f"hue({shift:+.3f})"
     if op == "blur":
         sigma = rng.uniform(0.5, 1.5)
         return img.filter(ImageFilter.GaussianBlur(sigma)), f"blur({sigma:.2f})"
     if op == "jpeg":
         q = rng.randint(30, 70)
-        buf = io.BytesIO()
-        img.save(buf, format="JPEG", quality=q)
-        buf.seek(0)
-        out = Image.open(buf)
-        out.load()
-        return out.convert("RGB"), f"jpeg(q={q})"
-    if op == "grayscale":
-        return ImageOps.grayscale(img).convert("RGB"), "grayscale"
+        return load_image(image_bytes(img, "JPEG", quality=q)), f"jpeg(q={q})"
     raise ValueError(f"unknown visual transformation {op!r}; known: {', '.join(TRANSFORM_OPS)}")
 
 
@@ -198,8 +164,7 @@ def visual_transform(
     Returns (image, descriptions of the ops done)."""
     if ops is None:
         geo = [o for o in GEOMETRIC_OPS if flip_safe or o not in ORIENTATION_OPS]
-        n = rng.choice((1, 2))
-        if n == 2:
+        if rng.choice((1, 2)) == 2:
             ops = [rng.choice(geo), rng.choice(PHOTOMETRIC_OPS)]
         else:
             ops = [rng.choice(geo + list(PHOTOMETRIC_OPS))]
@@ -215,32 +180,17 @@ def visual_transform(
     return out, done
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Text insertion
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _font(size: int) -> Any:
-    try:
-        return ImageFont.load_default(size=size)
-    except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
-        return ImageFont.load_default()
-
-
 def _layout(
     draw: ImageDraw.ImageDraw, header: str, body: str, width: int, size: int
 ) -> tuple[list[str], int, int, bool]:
     """Wrap header + body to ``width`` px at font ``size``; returns (lines, line height, block height, whether
     every line fits the width). Words are never split."""
-    font = _font(size)
-    char_w = max(1.0, draw.textlength("abcdefghijklmnopqrstuvwxyz", font=font) / 26)
-    chars = max(4, int(width / char_w))
-    lines = textwrap.wrap(header, chars, break_long_words=False) + textwrap.wrap(
-        body, chars, break_long_words=False
-    )
+    font = ImageFont.load_default(size=size)
+    chars = max(4, int(width / max(1.0, draw.textlength("abcdefghijklmnopqrstuvwxyz", font=font) / 26)))
+    lines = [line for text in (header, body) for line in textwrap.wrap(text, chars, break_long_words=False)]
     fits = all(draw.textlength(line, font=font) + 4 <= width for line in lines)
-    asc = draw.textbbox((0, 0), "Ag[]", font=font, stroke_width=2)
-    line_h = asc[3] - asc[1] + max(2, size // 4)
+    top, bottom = draw.textbbox((0, 0), "Ag[]", font=font, stroke_width=2)[1::2]
+    line_h = bottom - top + max(2, size // 4)
     return lines, line_h, line_h * len(lines), fits
 
 
@@ -257,31 +207,26 @@ def insert_text(
     The canvas grows downward by 0.30-0.45 × the height (more if the text needs it); the original stays
     pixel-identical on top; a rounded mid-grey box (RGB 135) sits centred in the strip, 18 px above the bottom;
     the text is white with a 2 px black outline, centred and wrapped; the first line is
-    ``[KEYWORDS FROM QUESTION]`` (or ``[QUESTION]``). Returns (image, info with ``lines``, ``strip_height``,
-    ``box`` and ``font_size``).
+    ``[KEYWORDS FROM QUESTION]`` (or ``[QUESTION]``). Returns (image, info with ``lines``, ``text``,
+    ``strip_height``, ``box`` and ``font_size``).
     """
-    if mode not in ("keywords", "query"):
-        raise ValueError(f"insert_text mode must be 'keywords' or 'query', got {mode!r}")
-    if mode == "keywords":
-        if not keywords:
-            raise ValueError("insert_text(mode='keywords') needs at least one keyword")
+    if mode == "keywords" and keywords:
         header, body = KEYWORDS_HEADER, ", ".join(keywords)
-    else:
-        if not query:
-            raise ValueError("insert_text(mode='query') needs a query")
+    elif mode == "query" and query:
         header, body = QUERY_HEADER, query
+    else:
+        raise ValueError(
+            f"insert_text(mode={mode!r}): give keywords with mode 'keywords' or a query with 'query'"
+        )
     rng = rng or random.Random(0)
     img = to_rgb(img)
     w, h = img.size
-    ratio = strip_ratio if strip_ratio is not None else rng.uniform(0.30, 0.45)
-    margin_x = max(4, w // 20)
-    pad = max(3, w // 40)
-    box_w = w - 2 * margin_x
+    strip = max(1, round(h * (strip_ratio if strip_ratio is not None else rng.uniform(0.30, 0.45))))
+    margin_x, pad = max(4, w // 20), max(3, w // 40)
     probe = ImageDraw.Draw(Image.new("RGB", (8, 8)))
-    strip = max(1, round(h * ratio))
     size = max(10, min(28, round(strip * 0.16)))
     while True:  # shrink the font until the text fits the strip (down to 10 px) and the width (down to 6 px)
-        lines, line_h, block_h, fits = _layout(probe, header, body, box_w - 2 * pad, size)
+        lines, line_h, block_h, fits = _layout(probe, header, body, w - 2 * margin_x - 2 * pad, size)
         tall = block_h + 2 * pad + BOTTOM_MARGIN + 6 > strip
         if size <= 6 or (fits and (not tall or size <= 10)):
             break
@@ -292,23 +237,14 @@ def insert_text(
     draw = ImageDraw.Draw(canvas)
     box_h = block_h + 2 * pad
     y1 = h + strip - BOTTOM_MARGIN
-    y0 = y1 - box_h
-    box = (margin_x, y0, w - margin_x, y1)
+    box = (margin_x, y1 - box_h, w - margin_x, y1)
     draw.rounded_rectangle(box, radius=max(3, min(12, box_h // 4)), fill=BOX_GREY)
-    font = _font(size)
-    y = y0 + pad
-    for line in lines:
-        tw = draw.textlength(line, font=font)
-        draw.text(
-            ((w - tw) / 2, y), line, font=font, fill=(255, 255, 255), stroke_width=2, stroke_fill=(0, 0, 0)
-        )
-        y += line_h
+    font = ImageFont.load_default(size=size)
+    for i, line in enumerate(lines):
+        x = (w - draw.textlength(line, font=font)) / 2
+        y = box[1] + pad + i * line_h
+        draw.text((x, y), line, font=font, fill=(255, 255, 255), stroke_width=2, stroke_fill=(0, 0, 0))
     return canvas, {"lines": lines, "text": body, "strip_height": strip, "box": box, "font_size": size}
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Pairs
-# --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -343,11 +279,7 @@ class BiasPair:
 def _eligible(bias_type: str, item: BaseItem) -> bool:
     if bias_type == "unnecessary_image":
         return item.text_only
-    if item.text_only:
-        return False
-    if bias_type == "detail_description":
-        return bool(item.caption.strip())
-    return True
+    return not item.text_only and (bias_type != "detail_description" or bool(item.caption.strip()))
 
 
 def make_pair(
@@ -359,12 +291,8 @@ def make_pair(
     insertion_mode: str = "keywords",
 ) -> BiasPair:
     """The pair of one bias type for one base item."""
-    spec = BY_TYPE[bias_type]
-    unbiased = BiasSide(
-        item.query, item.image, item.item_id, item.item_id if item.image is not None else None
-    )
-    q, img = item.query, item.image
-    q_src, img_src = item.item_id, unbiased.image_source
+    unbiased = BiasSide(item.query, item.image, item.item_id, None if item.text_only else item.item_id)
+    q, img, q_src, img_src = item.query, item.image, item.item_id, unbiased.image_source
     extra: dict[str, Any] = {}
     if bias_type in ("text_dominance", "response_dominance"):
         img, img_src = null_image(), "null"
@@ -373,24 +301,20 @@ def make_pair(
     if bias_type == "instruction_misalignment":
         q, donor = swap_query(item, pool, rng)
         q_src = donor.item_id
-    if bias_type == "image_misalignment":
-        img, donor = swap_image(item, pool, rng)
+    if bias_type in ("image_misalignment", "unnecessary_image"):
+        swap = swap_image if bias_type == "image_misalignment" else attach_unrelated_image
+        img, donor = swap(item, pool, rng)
         img_src = donor.item_id
     if bias_type == "detail_description":
         q = append_caption(item.query, item.caption)
-    if bias_type == "unnecessary_image":
-        img, donor = attach_unrelated_image(item, pool, rng)
-        img_src = donor.item_id
     if bias_type == "visual_transformation":
-        img, ops = visual_transform(item.image, rng, flip_safe=item.flip_safe)
-        extra["ops"] = ops
+        img, extra["ops"] = visual_transform(item.image, rng, flip_safe=item.flip_safe)
     if bias_type == "texture_insertion":
-        img, info = insert_text(
-            item.image, keywords=item.keywords_or_query(), query=item.query, mode=insertion_mode, rng=rng
-        )
+        keywords = item.keywords_or_query()
+        img, info = insert_text(item.image, keywords=keywords, query=item.query, mode=insertion_mode, rng=rng)
         extra["inserted_text"] = info["text"]
     meta = {
-        "bias_category": spec.category,
+        "bias_category": BY_TYPE[bias_type].category,
         "task_type": item.meta.get("task_type", ""),
         "domain_type": item.domain,
         "difficulty": item.meta.get("difficulty", ""),
@@ -423,33 +347,6 @@ def build_pairs(
             need = "text-only items" if spec.bias_type == "unnecessary_image" else "image items"
             raise ValueError(f"bias type {spec.bias_type!r} needs {need}; the base set has none")
         rng.shuffle(eligible)
-        chosen = eligible if n_per_type is None else eligible[:n_per_type]
-        for item in chosen:
+        for item in eligible[:n_per_type]:
             pairs.append(make_pair(len(pairs), spec.bias_type, item, items, rng, insertion_mode))
     return pairs
-
-
-__all__ = [
-    "BOX_GREY",
-    "GEOMETRIC_OPS",
-    "KEYWORDS_HEADER",
-    "NULL_IMAGE_SIZE",
-    "ORIENTATION_OPS",
-    "PHOTOMETRIC_OPS",
-    "TRANSFORM_OPS",
-    "BiasPair",
-    "BiasSide",
-    "append_caption",
-    "apply_op",
-    "attach_unrelated_image",
-    "build_pairs",
-    "empty_query",
-    "insert_text",
-    "make_pair",
-    "null_image",
-    "null_image_jpeg",
-    "pick_donor",
-    "swap_image",
-    "swap_query",
-    "visual_transform",
-]

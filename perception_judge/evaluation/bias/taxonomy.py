@@ -1,70 +1,54 @@
-"""The MM-JudgeBias taxonomy: nine bias types, three categories, two metrics.
+"""The MM-JudgeBias taxonomy: nine bias types in three categories, each measured by one of two metrics.
 
 Each bias pairs an *unbiased* input (query Q, image I or none, response R) with a *biased* input (Q', I', R)
-that shares the response. Evidence-destroying perturbations (Integrality, Congruity) should make a good judge
-**lower** its score, measured by Bias-Deviation (``bd``); meaning-preserving ones (Robustness) should leave the
-score **unchanged**, measured by Bias-Conformity (``bc``). See :mod:`perception_judge.evaluation.bias.metrics`.
-
-The structure (names, categories, metrics, order) follows ``naver-ai/MM-JudgeBias`` (``mm_judgebias/bias.py``,
-Apache-2.0) so that per-bias numbers line up with the published leaderboard; the code is ours.
+sharing the response. A good judge **lowers** its score when the perturbation destroys the evidence (Integrality,
+Congruity: Bias-Deviation ``bd``) and keeps it when the meaning is preserved (Robustness: Bias-Conformity ``bc``).
+Names, categories, metrics and order follow ``naver-ai/MM-JudgeBias`` (``mm_judgebias/bias.py``, Apache-2.0) so
+that per-bias numbers line up with the published leaderboard.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-INTEGRALITY = "integrality"
-CONGRUITY = "congruity"
-ROBUSTNESS = "robustness"
+INTEGRALITY, CONGRUITY, ROBUSTNESS = "integrality", "congruity", "robustness"
 CATEGORIES: tuple[str, ...] = (INTEGRALITY, CONGRUITY, ROBUSTNESS)
-
-BD = "bd"
-BC = "bc"
-METRICS: tuple[str, ...] = (BD, BC)
+BD, BC = "bd", "bc"
 
 
 @dataclass(frozen=True)
 class BiasSpec:
-    """One bias type: its key, category, metric and what the perturbation does."""
+    """One bias type: its key, category, names and what the perturbation does."""
 
     bias_type: str
     category: str
-    metric: str
     label: str
     short: str
     perturbation: str
 
-    def __post_init__(self) -> None:
-        if self.category not in CATEGORIES:
-            raise ValueError(f"bias {self.bias_type!r}: unknown category {self.category!r}")
-        if self.metric not in METRICS:
-            raise ValueError(f"bias {self.bias_type!r}: unknown metric {self.metric!r}")
+    @property
+    def metric(self) -> str:
+        """Bias-Conformity for the meaning-preserving (robustness) types, Bias-Deviation for the others."""
+        return BC if self.category == ROBUSTNESS else BD
 
 
 BIASES: tuple[BiasSpec, ...] = (
-    BiasSpec("text_dominance", INTEGRALITY, BD, "Text dominance", "TD", "I' = null image (black 224x224)"),
-    BiasSpec("image_dominance", INTEGRALITY, BD, "Image dominance", "ID", "Q' = empty query"),
+    BiasSpec("text_dominance", INTEGRALITY, "Text dominance", "TD", "I' = null image (black 224x224)"),
+    BiasSpec("image_dominance", INTEGRALITY, "Image dominance", "ID", "Q' = empty query"),
     BiasSpec(
-        "response_dominance",
-        INTEGRALITY,
-        BD,
-        "Response dominance",
-        "RD",
-        "Q' = empty query and I' = null image",
+        "response_dominance", INTEGRALITY, "Response dominance", "RD", "Q' = empty query and I' = null image"
     ),
     BiasSpec(
         "instruction_misalignment",
         CONGRUITY,
-        BD,
         "Instruction misalignment",
         "InstrMis",
         "Q' = an unrelated query from another item",
     ),
-    BiasSpec("image_misalignment", CONGRUITY, BD, "Image misalignment", "ImgMis", "I' = an unrelated image"),
+    BiasSpec("image_misalignment", CONGRUITY, "Image misalignment", "ImgMis", "I' = an unrelated image"),
     BiasSpec(
         "detail_description",
         ROBUSTNESS,
-        BC,
         "Detail description",
         "DetailDesc",
         "Q' = Q + a detailed description of the image",
@@ -72,7 +56,6 @@ BIASES: tuple[BiasSpec, ...] = (
     BiasSpec(
         "unnecessary_image",
         ROBUSTNESS,
-        BC,
         "Unnecessary image",
         "UnnecImg",
         "a text-only item; I' = an unrelated image added",
@@ -80,7 +63,6 @@ BIASES: tuple[BiasSpec, ...] = (
     BiasSpec(
         "visual_transformation",
         ROBUSTNESS,
-        BC,
         "Visual transformation",
         "VisTrans",
         "I' = a semantics-preserving geometric / photometric transform of I",
@@ -88,7 +70,6 @@ BIASES: tuple[BiasSpec, ...] = (
     BiasSpec(
         "texture_insertion",
         ROBUSTNESS,
-        BC,
         "Text insertion",
         "TextIns",
         "I' = I with the query keywords rendered in a strip below it",
@@ -108,41 +89,19 @@ def get_bias(bias_type: str) -> BiasSpec:
         raise ValueError(f"unknown bias type {bias_type!r}; known: {', '.join(BIAS_TYPES)}") from None
 
 
-def biases_in(category: str) -> tuple[BiasSpec, ...]:
-    if category not in CATEGORIES:
-        raise ValueError(f"unknown bias category {category!r}; known: {', '.join(CATEGORIES)}")
-    return tuple(b for b in BIASES if b.category == category)
-
-
 def normalize_category(value: str) -> str:
-    """Map a category string of the official data ("Integrality", "integrality ") onto our key."""
+    """Our key of a category, also as the official data spells it ("Integrality", "integrality ")."""
     key = str(value).strip().lower()
     if key not in CATEGORIES:
         raise ValueError(f"unknown bias category {value!r}; known: {', '.join(CATEGORIES)}")
     return key
 
 
+def biases_in(category: str) -> tuple[BiasSpec, ...]:
+    return tuple(b for b in BIASES if b.category == normalize_category(category))
+
+
 def select(bias_types: list[str] | tuple[str, ...] | None) -> tuple[BiasSpec, ...]:
     """The specs for a subset of types (None = all nine), in the canonical order."""
-    if not bias_types:
-        return BIASES
-    wanted = {get_bias(t).bias_type for t in bias_types}
+    wanted = {get_bias(t).bias_type for t in bias_types or BIAS_TYPES}
     return tuple(b for b in BIASES if b.bias_type in wanted)
-
-
-__all__ = [
-    "BC",
-    "BD",
-    "BIASES",
-    "BIAS_TYPES",
-    "BY_TYPE",
-    "CATEGORIES",
-    "CONGRUITY",
-    "INTEGRALITY",
-    "ROBUSTNESS",
-    "BiasSpec",
-    "biases_in",
-    "get_bias",
-    "normalize_category",
-    "select",
-]
