@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -79,6 +80,11 @@ def atomic_write_json(
 ) -> None:
     """``data`` as UTF-8 JSON (secrets redacted, non-JSON values as ``str``), written atomically."""
     atomic_write_text(path, json.dumps(redact(data), ensure_ascii=False, indent=indent, default=str), fsync)
+
+
+def now() -> str:
+    """The local time as ISO 8601 with its UTC offset, the timestamp of every file the project writes."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def progress_bar(

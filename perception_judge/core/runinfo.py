@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy
-from perception_judge.core.io import atomic_write_text
+from perception_judge.core.io import atomic_write_json, now
 
 RUN_FILE = "perception_judge_run.json"
 
@@ -82,8 +81,22 @@ def read_run_info(output_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 def write_run_info(output_dir: str | os.PathLike[str], info: dict[str, Any]) -> Path:
     path = Path(output_dir) / RUN_FILE
-    atomic_write_text(path, json.dumps(info, indent=2, ensure_ascii=False, default=str) + "\n")
+    atomic_write_json(path, info, indent=2)
     return path
+
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+"""The file names a full transformers save writes (one file, or the index of its shards)."""
+
+
+def has_full_weights(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` holds a full model save (not only a LoRA adapter or trainer state)."""
+    return any((Path(folder) / name).is_file() for name in WEIGHT_FILES)
 
 
 def list_checkpoints(output_dir: str | os.PathLike[str]) -> list[str]:
@@ -102,5 +115,5 @@ def update_run_info(folder: str | os.PathLike[str], /, **fields: Any) -> None:
     info = json.loads(path.read_text()) if path.is_file() else {}
     info.update(fields)
     info["checkpoints"] = list_checkpoints(folder)
-    info["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    info["updated_at"] = now()
     write_run_info(folder, info)

@@ -15,7 +15,7 @@ import hashlib
 import importlib
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,24 +234,6 @@ def _judge(backend: JudgeBackend, requests: Sequence[JudgeRequest], sampling: Sa
     return out
 
 
-def judge_chunks(
-    backend: JudgeBackend,
-    requests: Sequence[JudgeRequest],
-    sampling: Sampling,
-    chunk_size: int,
-    desc: str,
-    unit: str = "req",
-) -> Iterator[tuple[int, list[JudgeResult]]]:
-    """Judge ``requests`` ``chunk_size`` at a time under a progress bar: yields (index of the chunk's first
-    request, its results) and counts the chunk as done when the caller asks for the next one."""
-    bar = progress_bar(len(requests), desc, unit, leave=False)
-    for start in range(0, len(requests), chunk_size):
-        part = requests[start : start + chunk_size]
-        yield start, _judge(backend, part, sampling)
-        bar.update(len(part))
-    bar.close()
-
-
 class SkipItem(Exception):
     """Raised while building an item's requests: leave the item out and count ``skipped_<reason>``."""
 
@@ -284,6 +266,7 @@ def judge_items(
     chunk_size: int,
     desc: str,
     counts: dict[str, int] | None = None,
+    on_chunk: Callable[[list[Judgement]], None] | None = None,
 ) -> list[Judgement]:
     """The judge loop of every suite: judge every item under every seed (``sampling.seed`` set per seed),
     ``chunk_size`` items per backend call. An item's requests are built once per chunk (``build(item)``, which
@@ -291,7 +274,9 @@ def judge_items(
     built. Judgements come item by item within a chunk, chunk by chunk, seed by seed within a chunk.
 
     ``counts`` (updated): ``skipped_<reason>``, ``judgments`` (requests x seeds), ``parse_failures`` (a
-    completion without the required scores) and ``backend_errors`` (the call itself failed: no completion)."""
+    completion without the required scores) and ``backend_errors`` (the call itself failed: no completion).
+    ``on_chunk(judgements)`` is called with each chunk's judgements once all its seeds are done (for suites that
+    write their per-sample files as they go)."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     counts = {} if counts is None else counts
@@ -312,6 +297,7 @@ def judge_items(
                 continue
             requests += reqs
             owners += [i] * len(reqs)
+        done = len(out)
         for seed in seeds if requests else ():
             results = _judge(backend, requests, dataclasses.replace(sampling, seed=int(seed)))
             for i, req, res in zip(owners, requests, results):
@@ -319,6 +305,8 @@ def judge_items(
                 count("judgments")
                 if res.scores is None:
                     count("backend_errors" if is_backend_error(res) else "parse_failures")
+        if on_chunk is not None and len(out) > done:
+            on_chunk(out[done:])
         bar.update(min(chunk_size, len(items) - start))
     bar.close()
     return out

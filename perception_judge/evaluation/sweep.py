@@ -27,12 +27,11 @@ from perception_judge.core.images import PixelPolicy
 from perception_judge.core.io import atomic_write_json
 from perception_judge.core.redact import redact
 from perception_judge.core.runinfo import RUN_FILE as RUN_FILE
-from perception_judge.core.runinfo import RunInfo, read_run
+from perception_judge.core.runinfo import RunInfo, has_full_weights, read_run
 from perception_judge.core.schema import Sampling, content_key
 from perception_judge.evaluation.backends import load_backend, parse_spec
 from perception_judge.evaluation.backends.common import (
     fingerprint,
-    has_full_weights,
     has_processor,
     is_adapter_dir,
 )
@@ -71,7 +70,7 @@ def _entry_for_folder(
         return ModelEntry(
             name, step, kind, {"model": run.base_model, "adapter": str(folder), "processor": processor}
         )
-    if has_full_weights(folder):
+    if (folder / "config.json").is_file() and has_full_weights(folder):
         return ModelEntry(name, step, kind, {"model": str(folder), "processor": processor})
     return None
 

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, ConfigDict, Field
 
 from perception_judge.core.images import ImageError, resolve_under
+from perception_judge.core.io import now
 from perception_judge.core.options import Options
 from perception_judge.core.protocol import PROMPT_STYLES
 from perception_judge.core.schema import PROTOCOLS, RESPONSE_KINDS, PPJDRecord, sha256_hex
@@ -271,7 +272,7 @@ def export_ppjd(
         )
         info: dict[str, Any] = {
             "format": "perception-judge/trainset/1",
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "created": now(),
             "source": str(src.resolve()),
             "settings": config.model_dump(exclude={"overwrite", "allow_incomplete"}),
             "records": {s: records_per_split[s] for s in SPLITS},

@@ -32,7 +32,7 @@ from perception_judge.core.images import (
     load_image,
     read_image_file,
 )
-from perception_judge.core.io import progress_bar
+from perception_judge.core.io import now, progress_bar
 from perception_judge.core.schema import Failure, PPJDRecord, SourceItem
 from perception_judge.ppjd.partition import part_of
 from perception_judge.ppjd.sources import Source, item_key
@@ -161,10 +161,6 @@ class _Progress:
             self.bar.close()
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
 async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> BuildSummary:
     """Build PPJD records from ``source`` with ``teacher`` into ``config.out_dir`` (resumable)."""
     summary = BuildSummary(out_dir=str(config.out_dir), teacher=teacher.name)
@@ -177,7 +173,7 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
     state = {"consecutive": 0, "in_flight": 0, "last_manifest": time.monotonic()}
     hidden = ("out_dir", "handle_signals", "progress", "stop_grace_s")
     run_info: dict[str, Any] = {
-        "started": _now(),
+        "started": now(),
         "status": "running",
         "teacher": teacher.describe(),
         "source": source.describe(),
@@ -217,7 +213,7 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
         counted = ("records_new", "failed_new", "skipped_done", "skipped_failed", "duplicates", "other_parts")
         run_info["status"] = status
         run_info["summary"] = {k: getattr(summary, k) for k in counted} | {"usage": teacher.usage()}
-        run_info["updated"] = _now()
+        run_info["updated"] = now()
         with writing():
             store.write_manifest(runs=runs)
         state["last_manifest"] = time.monotonic()
@@ -393,7 +389,7 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
         summary.records_total, summary.failed_total = len(store.done), len(store.failed)
         summary.failures_by_reason = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         summary.usage = teacher.usage()
-        run_info.update(finished=_now(), elapsed_s=summary.elapsed_s, abort_reason=summary.abort_reason)
+        run_info.update(finished=now(), elapsed_s=summary.elapsed_s, abort_reason=summary.abort_reason)
         try:
             with writing():
                 store.sync()

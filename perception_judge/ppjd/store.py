@@ -13,14 +13,13 @@ import contextlib
 import fcntl
 import json
 import os
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.core.io import atomic_write_bytes, atomic_write_text
+from perception_judge.core.io import atomic_write_bytes, atomic_write_text, now
 from perception_judge.core.schema import Failure, PPJDRecord, sha256_hex
 
 MANIFEST_FORMAT = "perception-judge/ppjd/1"
@@ -107,10 +106,6 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _line(obj: dict[str, Any]) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 class PPJDStore:
@@ -266,7 +261,7 @@ class PPJDStore:
         return {"records": len(self.done), "failed": len(self.failed), "failed_by_reason": by_reason}
 
     def write_manifest(self, **updates: Any) -> dict[str, Any]:
-        m = {"format": MANIFEST_FORMAT, "created": _now(), **self.manifest, **updates, "updated": _now()}
+        m = {"format": MANIFEST_FORMAT, "created": now(), **self.manifest, **updates, "updated": now()}
         m["counts"] = self.counts()
         m["shards"] = [
             {"file": name, "records": n}

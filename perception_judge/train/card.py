@@ -10,7 +10,6 @@ import importlib.metadata
 import json
 import math
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +54,6 @@ KEY_ARGS = (  # the settings the card's recipe table shows
     "lora_dropout",
 )
 METRIC_ORDER = ("reward", "reward_std", "frac_reward_zero_std", "eval_reward", "train_loss", "kl", "entropy")
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def versions() -> dict[str, str]:

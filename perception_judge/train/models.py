@@ -181,18 +181,6 @@ def build_lora_config(model_args: Any, judge_args: Any) -> Any:
     return config
 
 
-def has_full_weights(folder: str | os.PathLike[str]) -> bool:
-    from transformers import utils
-
-    names = (
-        utils.SAFE_WEIGHTS_NAME,
-        utils.SAFE_WEIGHTS_INDEX_NAME,
-        utils.WEIGHTS_NAME,
-        utils.WEIGHTS_INDEX_NAME,
-    )
-    return any((Path(folder) / name).is_file() for name in names)
-
-
 def load_weights_into(model: Any, folder: str | os.PathLike[str]) -> None:
     """Load the full weights saved in ``folder`` into ``model`` (strict), through ``from_pretrained``.
 

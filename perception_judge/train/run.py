@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.io import now
 from perception_judge.core.protocol import prepare_processor, template_opens_think
 from perception_judge.core.runinfo import RUN_FILE, list_checkpoints, update_run_info, write_run_info
 from perception_judge.train import models
-from perception_judge.train.card import final_metrics, now, versions, write_model_card
+from perception_judge.train.card import final_metrics, versions, write_model_card
 from perception_judge.train.data import DataError, load_judge_data, pixel_policy_for
 from perception_judge.train.recipe import RESUME_LATEST, Recipe, RecipeError, parse_recipe, report_to_list
 from perception_judge.train.rewards import build_rewards, reward_weight_map

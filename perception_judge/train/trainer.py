@@ -117,7 +117,8 @@ class JudgeGRPOTrainer(GRPOTrainer):
         """
         from peft import PeftModel
 
-        from perception_judge.train.models import has_full_weights, load_weights_into
+        from perception_judge.core.runinfo import has_full_weights
+        from perception_judge.train.models import load_weights_into
 
         target = model if model is not None else self.model
         if (

@@ -32,16 +32,6 @@ def is_adapter_dir(path: str | Path) -> bool:
     return (Path(path) / "adapter_config.json").is_file()
 
 
-def has_full_weights(path: str | Path) -> bool:
-    p = Path(path)
-    return (p / "config.json").is_file() and any(
-        f.is_file()
-        and f.suffix in WEIGHT_SUFFIXES
-        and not f.name.startswith(("adapter_", "optimizer", "scheduler", "rng_state"))
-        for f in p.iterdir()
-    )
-
-
 def has_processor(path: str | Path) -> bool:
     return any((Path(path) / f).is_file() for f in PROCESSOR_FILES)
 

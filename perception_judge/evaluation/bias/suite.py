@@ -22,10 +22,11 @@ from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, content_key
 from perception_judge.evaluation.base import (
     JudgeBackend,
+    Judgement,
     SuiteConfig,
     SuiteResult,
     is_backend_error,
-    judge_chunks,
+    judge_items,
     parse_result,
     write_samples,
 )
@@ -222,18 +223,28 @@ def judge_seed(
         rec = _record(pair, seed, model_key, {s: results.get((pair.pair_id, s)) for s in SIDES}, provenance)
         atomic_write_json(sample_file(out_dir, seed, pair.pair_id), rec, fsync=False)
 
-    sampling = dataclasses.replace(config.sampling, seed=int(seed))
-    chunk = max(1, opts.chunk_size)
-    todo_requests = [requests[pair.pair_id, side] for pair, side in todo]
-    n_errors = 0
-    for start, out in judge_chunks(backend, todo_requests, sampling, chunk, f"bias seed {seed}", "call"):
+    def finished(chunk: list[Judgement]) -> None:
         touched = {}
-        for (pair, side), res in zip(todo[start : start + chunk], out):
-            results[pair.pair_id, side] = res
+        for j in chunk:
+            pair, side = todo[j.item]
+            results[pair.pair_id, side] = j.result
             touched[pair.pair_id] = pair
-            n_errors += is_backend_error(res)
         for pair in touched.values():
             write(pair)
+
+    counts: dict[str, int] = {}
+    judge_items(
+        backend,
+        todo,
+        lambda todo_side: [requests[todo_side[0].pair_id, todo_side[1]]],
+        seeds=[seed],
+        sampling=config.sampling,
+        chunk_size=max(1, opts.chunk_size),
+        desc=f"bias seed {seed}",
+        counts=counts,
+        on_chunk=finished,
+    )
+    n_errors = counts.get("backend_errors", 0)
     scored, lines = [], []
     for pair in pairs:
         u, b = results[pair.pair_id, "unbiased"], results[pair.pair_id, "biased"]
