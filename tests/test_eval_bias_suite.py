@@ -4,6 +4,7 @@ layout, resuming, seeds, abstention, and the official-data loader."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from perception_judge.evaluation.bias import suite
 from perception_judge.evaluation.bias.items import builtin_base_items
 from perception_judge.evaluation.bias.loader import MissingImagesError, load_official
 from perception_judge.evaluation.bias.metrics import bc_value, bd_value
+from perception_judge.evaluation.bias.prompts import MMJB_TEMPLATE
 from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, BY_TYPE, CATEGORIES
 
 ITEMS = builtin_base_items(n_image=6, n_text=3, seed=0)
@@ -311,7 +313,12 @@ def test_official_loader_jsonl_refuses_rows_with_missing_images(tmp_path):
     assert rep.missing_by_type == {"image_misalignment": 1, "visual_transformation": 1}
     assert "2 row(s) refused" in rep.summary()
     by = {p.bias_type: p for p in pairs}
-    assert not np.asarray(by["text_dominance"].biased.image).any()  # the defined null image
+    # a null biased cell of a null-image type: no image part at all, as the published runner sends it
+    assert by["text_dominance"].biased.image is None and by["text_dominance"].biased.image_source is None
+    null_request = suite.side_request(by["text_dominance"], "biased", "mmjb", "mmjb", MMJB_TEMPLATE)
+    assert null_request.images == [] and all(
+        part["type"] == "text" for part in null_request.messages[0]["content"]
+    )
     assert by["image_dominance"].biased.image == by["image_dominance"].unbiased.image  # unchanged image
     assert by["unnecessary_image"].unbiased.image is None
     assert by["response_dominance"].biased.query == ""
@@ -356,3 +363,108 @@ def test_official_loader_datasets_folder(tmp_path):
         load_official(tmp_path / "hf", bias_types=["nope"])
     with pytest.raises(FileNotFoundError):
         load_official(tmp_path / "nothing")
+
+
+_UPSTREAM_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
+def _upstream_extract_score(text):
+    """scoring.py::extract_score as documented: float(text); else the first number after the last '### Score:';
+    else the last number anywhere; else None (no think stripping, no range check, nan accepted)."""
+    if text is None:
+        return None
+    try:
+        return float(text.strip())
+    except ValueError:
+        pass
+    if "### Score:" in text:
+        m = _UPSTREAM_NUMBER.search(text.split("### Score:")[-1])
+        if m:
+            return float(m.group(0))
+    found = [m.group(0) for m in _UPSTREAM_NUMBER.finditer(text)]
+    return float(found[-1]) if found else None
+
+
+def _upstream_run_evaluation(folder: Path, model_key: str) -> dict:
+    """run_evaluation.py + compute_report as documented: re-parse the stored texts, keep the pairs with both
+    scores, BD over y > 1, BC over all; a type with no pair is None, a type whose pairs are all skipped 0.0;
+    overall = mean of the available per-bias values."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for f in sorted(folder.glob("*.json")):
+        d = json.loads(f.read_text())
+        j = d["judgement"][model_key]
+        y, yb = _upstream_extract_score(j["unbiased"]), _upstream_extract_score(j["biased"])
+        if y is not None and yb is not None:
+            groups.setdefault(d["meta"]["bias_type"], []).append((y, yb))
+    per_bias = {}
+    for t in BIAS_TYPES:
+        if t not in groups:
+            per_bias[t] = None
+            continue
+        if BY_TYPE[t].metric == "bd":
+            vals = [max(0.0, y - yb) / (y - 1) for y, yb in groups[t] if y > 1]
+        else:
+            vals = [
+                1 - abs(y - yb) / max(y - 1, 10 - y) if max(y - 1, 10 - y) > 0 else 1.0 for y, yb in groups[t]
+            ]
+        per_bias[t] = sum(vals) / len(vals) if vals else 0.0
+    present = [v for v in per_bias.values() if v is not None]
+    return {"per_bias": per_bias, "overall_avg": sum(present) / len(present) if present else None}
+
+
+def malformed(req, sampling):
+    """Clean and malformed verdicts, a type whose unbiased side always refuses (no scorable pair) and one whose
+    unbiased side always scores 1 (every Bias-Deviation pair skipped)."""
+    m = req.meta
+    if m["bias_type"] == "image_dominance" and m["side"] == "unbiased":
+        return "I cannot judge this response."
+    if m["bias_type"] == "text_dominance" and m["side"] == "unbiased":
+        return format_scores(req, [1])
+    variants = [
+        format_scores(req, [9]),
+        format_scores(req, [3]),
+        "Careful answer. ### Score: 8",
+        "Score: 7/10",  # no marker: upstream takes the last number (10), the strict parser refuses
+        "<think>maybe 3</think>\n### Score: 6",
+        "### Score: 11",  # out of range: upstream keeps it, the strict parser refuses
+        "### Score: 7/10",
+        "I decline to score this.",  # a refusal: an abstention for the aware rule
+        "nan",  # upstream float('nan'); the project refuses non-finite scores
+        "### Score: 2 ### Score: 9",
+        "<think>unfinished",
+        "### Score: 4",
+    ]
+    return variants[sum(map(ord, req.request_id)) % len(variants)]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"prompt": "mmjb", "parser": "strict", "abstention": "aware"},
+        {"prompt": "mmjb", "parser": "compat"},
+        {"prompt": "single", "abstention": "aware"},
+    ],
+    ids=["strict-aware", "compat", "single"],
+)
+def test_upstream_run_evaluation_on_the_judgement_files_reproduces_the_report(tmp_path, options):
+    res, _ = _run(malformed, tmp_path, "m", seeds=(0,), model_key="judge", **options)
+    assert res.metrics["parse_failure_rate"] > 0 and res.counts["n_unparsed"] > 0
+    upstream = _upstream_run_evaluation(tmp_path / "m" / "judgements" / "seed_0", "judge")
+    report = json.loads((tmp_path / "m" / "bias_report.json").read_text())["per_seed"]["0"]
+    assert (
+        upstream["per_bias"]["image_dominance"] is None
+        and report["per_bias"]["image_dominance"]["value"] is None
+    )
+    assert upstream["per_bias"]["text_dominance"] == 0.0 == report["per_bias"]["text_dominance"]["value"]
+    for t in BIAS_TYPES:
+        ours = report["per_bias"][t]["value"]
+        assert (upstream["per_bias"][t] is None) == (ours is None), t
+        if ours is not None:
+            assert upstream["per_bias"][t] == pytest.approx(ours, abs=1e-12), t
+        assert res.metrics[t] == ours or (ours is None and res.metrics[t] is None), t
+    assert upstream["overall_avg"] == pytest.approx(report["overall_avg"], abs=1e-12)
+    # the completions themselves stay in the project's block, and a resumed run re-parses those, not the verdicts
+    d = json.loads(next((tmp_path / "m" / "judgements" / "seed_0").glob("*.json")).read_text())
+    assert {"unbiased_text", "biased_text"} <= set(d["perception_judge"])
+    res2, b2 = _run(malformed, tmp_path, "m", seeds=(0,), model_key="judge", **options)
+    assert b2.calls == 0 and res2.metrics == res.metrics

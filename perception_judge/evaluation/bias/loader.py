@@ -4,8 +4,9 @@ folder holding one) with the 13 :data:`FIELDS`, image fields null, a path or a `
 
 Null image cells (restricted sources, 21.6% of the rows upstream) are filled from ``images_dir``
 (``<id:04d>_<role>.jpg``, then ``<id:04d>.jpg``; .jpg, .jpeg or .png), except two defined exactly: the null image
-(biased side of ``text_dominance``, ``response_dominance``) and the unchanged image (biased side of
-``image_dominance``, ``instruction_misalignment``, ``detail_description``). A row whose expected image is still
+(a null biased cell of ``text_dominance``, ``response_dominance``: the request has no image part at all, as the
+published runner sends it) and the unchanged image (biased side of ``image_dominance``,
+``instruction_misalignment``, ``detail_description``). A row whose expected image is still
 missing is **not judged** (upstream B2 judged it without the image): it is skipped and counted, or
 ``on_missing="error"`` raises.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.bias.perturbations import BiasPair, BiasSide, null_image
+from perception_judge.evaluation.bias.perturbations import BiasPair, BiasSide
 from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, get_bias, normalize_category
 
 META_FIELDS = ("bias_category", "task_type", "domain_type", "difficulty", "unbiased_source", "biased_source")
@@ -188,11 +189,10 @@ def load_official(
         text_only = bias_type == "unnecessary_image"  # its unbiased call has no image part
         unb = None if text_only else _image(rec, "unbiased", img_dir, base, report)
         bia = _image(rec, "biased", img_dir, base, report)
-        if bia is None and bias_type in _NULL_IMAGE_TYPES:
-            bia = null_image()
-        elif bia is None and bias_type in _UNCHANGED_IMAGE_TYPES:
+        no_image = bia is None and bias_type in _NULL_IMAGE_TYPES  # sent without an image part, as upstream
+        if bia is None and bias_type in _UNCHANGED_IMAGE_TYPES:
             bia = unb
-        if (unb is None and not text_only) or bia is None:
+        if (unb is None and not text_only) or (bia is None and not no_image):
             report.missing_by_type[bias_type] = report.missing_by_type.get(bias_type, 0) + 1
             report.missing_ids.append(rid)
             continue
@@ -200,7 +200,9 @@ def load_official(
         unbiased = BiasSide(
             str(rec["unbiased_instruction"] or ""), unb, "official", "official" if unb is not None else None
         )
-        biased = BiasSide(str(rec["biased_instruction"] or ""), bia, "official", "official")
+        biased = BiasSide(
+            str(rec["biased_instruction"] or ""), bia, "official", "official" if bia is not None else None
+        )
         pairs.append(BiasPair(rid, bias_type, str(rec["response"]), unbiased, biased, meta))
         per_type[bias_type] += 1
     report.n_pairs, report.n_missing_image = len(pairs), len(report.missing_ids)

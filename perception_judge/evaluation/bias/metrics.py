@@ -113,7 +113,8 @@ class BiasValue:
     category: str = field(init=False)
     value: float | None = None
     n_pairs: int = 0  # paired records
-    samples: int = 0  # pairs with both scores present (the upstream count: for BD it includes skipped pairs)
+    samples: int = 0  # pairs with both scores present, abstentions scored by the rule included (the upstream
+    # count: for BD it includes skipped pairs)
     n_used: int = 0  # pairs that entered the mean
     n_unparsed: int = 0  # pairs dropped for a missing score
     n_skipped_low: int = 0  # BD pairs skipped for y <= m
@@ -153,6 +154,25 @@ def pair_value(
     return (bd_value(y, yb, min_score) if is_bd else bc_value(y, yb, min_score, max_score)), "used"
 
 
+def upstream_scores(
+    pair: ScoredPair,
+    abstention: str = "drop",
+    min_score: float = MIN_SCORE,
+    max_score: float = MAX_SCORE,
+) -> tuple[float | None, float | None]:
+    """The scores (y, ŷ) under which the published ``compute_report`` values the pair as :func:`pair_value`
+    does, for the judgement files: the pair's own scores, except that an abstained biased side (``"aware"``)
+    becomes the score that uses the whole room, ``ŷ = m`` for BD (``BD_i = 1``) and the farther end of the scale for
+    BC (``ŷ = m`` when ``y - m >= S - y``, else ``S``, so that ``BC_i = 0``). A pair counts in ``samples`` when both
+    are present."""
+    y, yb = pair.unbiased, pair.biased
+    if y is None or yb is not None or not (abstention == "aware" and pair.biased_abstained):
+        return y, yb
+    if BY_TYPE[pair.bias_type].metric == BD or y - min_score >= max_score - y:
+        return y, min_score
+    return y, max_score
+
+
 def per_bias(
     pairs: Iterable[ScoredPair],
     abstention: str = "drop",
@@ -171,7 +191,8 @@ def per_bias(
             raise ValueError(f"pair {p.pair_id!r}: unknown bias type {p.bias_type!r}")
         bv = out.setdefault(p.bias_type, BiasValue(p.bias_type))
         bv.n_pairs += 1
-        bv.samples += p.unbiased is not None and p.biased is not None
+        y, yb = upstream_scores(p, abstention, min_score, max_score)
+        bv.samples += y is not None and yb is not None
         bv.n_out_of_range += p.out_of_range
         v, status = pair_value(p, abstention, min_score, max_score)
         bv.n_unparsed += status == "unparsed"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -39,6 +40,7 @@ from perception_judge.evaluation.bias.prompts import (
     load_template,
     prompt_hash,
     score_messages,
+    upstream_extract_score,
 )
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, select
 
@@ -151,7 +153,7 @@ def _stored_texts(path: Path, model_key: str, resume_key: str) -> dict[str, str]
     if ours.get("resume_key") != resume_key:
         return {}
     for side in SIDES:
-        text, error = judgement.get(side), ours.get(f"{side}_error") or ""
+        text, error = ours.get(f"{side}_text", judgement.get(side)), ours.get(f"{side}_error") or ""
         if isinstance(text, str) and text and not error.startswith("backend error"):
             out[side] = text
             if ours.get(f"{side}_reasoning"):
@@ -159,16 +161,43 @@ def _stored_texts(path: Path, model_key: str, resume_key: str) -> dict[str, str]
     return out
 
 
+def _verdict_text(text: str, score: float | None) -> str:
+    """What the judgement file stores as a side's text: the completion when the published parser
+    (``upstream_extract_score``) reads the project's score from it, else a verdict it reads exactly: the score
+    itself (``"7.0"``), or ``""`` when the project has no score (upstream drops the pair, as the project does)."""
+    parsed = upstream_extract_score(text)
+    if parsed == score or (
+        parsed is not None and score is not None and math.isnan(parsed) and math.isnan(score)
+    ):
+        return text
+    return "" if score is None else repr(float(score))
+
+
 def _record(
-    pair: BiasPair, seed: int, model_key: str, results: dict[str, JudgeResult | None], provenance: dict
+    pair: BiasPair,
+    seed: int,
+    model_key: str,
+    results: dict[str, JudgeResult | None],
+    provenance: dict,
+    abstention: str,
 ) -> dict:
-    """The upstream per-sample layout of one pair, plus our ``perception_judge`` block."""
+    """The upstream per-sample layout of one pair, plus our ``perception_judge`` block (the completions, errors,
+    queries). The upstream ``judgement`` block holds the scores the project's report used
+    (:func:`~perception_judge.evaluation.bias.metrics.upstream_scores`) and texts the published
+    ``run_evaluation.py`` re-parses to the same scores, so that its ``compute_report`` gives the project's report."""
+    u, b = results.get("unbiased"), results.get("biased")
+    if u is not None and b is not None:
+        scores = dict(zip(SIDES, M.upstream_scores(_scored(pair, u, b), abstention)))
+    else:
+        scores = {side: r.scores[0] if r and r.scores else None for side, r in results.items()}
     judgement = {}
     ours: dict[str, Any] = dict(provenance)
     for side in SIDES:
         r, s = results.get(side), getattr(pair, side)
-        judgement[side] = r.text if r else ""
-        judgement[f"{side}_score"] = r.scores[0] if r and r.scores else None
+        text = r.text if r else ""
+        judgement[side] = _verdict_text(text, scores.get(side))
+        judgement[f"{side}_score"] = scores.get(side)
+        ours[f"{side}_text"] = text
         ours[f"{side}_error"] = r.error if r else "not judged"
         if r and r.reasoning:
             ours[f"{side}_reasoning"] = r.reasoning
@@ -220,7 +249,8 @@ def judge_seed(
                 todo.append((pair, side))
 
     def write(pair: BiasPair) -> None:
-        rec = _record(pair, seed, model_key, {s: results.get((pair.pair_id, s)) for s in SIDES}, provenance)
+        sides = {s: results.get((pair.pair_id, s)) for s in SIDES}
+        rec = _record(pair, seed, model_key, sides, provenance, opts.abstention)
         atomic_write_json(sample_file(out_dir, seed, pair.pair_id), rec, fsync=False)
 
     def finished(chunk: list[Judgement]) -> None:
