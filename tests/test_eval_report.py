@@ -74,7 +74,9 @@ def test_metric_direction_and_primary_metric_fallbacks():
     assert R.primary_metric("s", ["acc", "f1"], {"primary_metric": "f1"}) == "f1"
 
 
-def _write_eval(tmp_path, suites: dict[str, dict[str, dict[str, float]]], steps: dict[str, int]) -> None:
+def _write_eval(
+    tmp_path, suites: dict[str, dict[str, dict[str, float]]], steps: dict[str, int], protocols=None
+) -> None:
     cells, rows = [], []
     for suite, per_model in suites.items():
         for model, metrics in per_model.items():
@@ -87,7 +89,12 @@ def _write_eval(tmp_path, suites: dict[str, dict[str, dict[str, float]]], steps:
                 "suite": suite,
                 "seed": 0,
                 "status": "done",
-                "result": {"suite": suite, "metrics": metrics, "protocol": {}, "counts": {"n_items": 3}},
+                "result": {
+                    "suite": suite,
+                    "metrics": metrics,
+                    "protocol": (protocols or {}).get(suite, {}),
+                    "counts": {"n_items": 3},
+                },
             }
             atomic_write_json(tmp_path / "cells" / f"{cid}.json", cell)
             cells.append({k: cell[k] for k in ("cell", "model", "step", "suite", "seed", "status")})
@@ -195,3 +202,27 @@ def test_control_suites_never_pick_the_best_checkpoint():
     }
     s = R.best_model(tables, protocols, models)
     assert s["best"] == "final" and "perception_mismatched" not in s["per_suite"]
+
+
+def test_every_table_names_its_protocol_and_parser(tmp_path):
+    steps = {"base": 0, "final": 7}
+    vlrb = {m: {"vote.acc": 0.5 + 0.1 * i, "official.acc": 0.6 + 0.1 * i} for i, m in enumerate(steps)}
+    mllm = {m: {"mean.pair.acc.micro": 0.5, "flex.Ave": 0.4 + 0.1 * i} for i, m in enumerate(steps)}
+    protocols = {
+        "vlrewardbench": {"parser": "published: the benchmark's own rule"},
+        "mllm_judge": {"parser": "strict (project): exactly n tags"},
+    }
+    _write_eval(tmp_path, {"vlrewardbench": vlrb, "mllm_judge": mllm}, steps, protocols)
+    R.write_report(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    section = md.split("## vlrewardbench")[1].split("## ")[0]
+    project, official = section.index("**project protocol**"), section.index("**official protocol**")
+    assert project < section.index("vote.acc") < official < section.index("official.acc")
+    assert "Parser: published: the benchmark's own rule." in section
+    section = md.split("## mllm_judge")[1].split("## ")[0]
+    assert section.index("**published protocol**") < section.index("flex.Ave")
+    assert "Parser: strict (project): exactly n tags." in section
+    js = json.loads((tmp_path / "report.json").read_text())["tables"]
+    assert js["vlrewardbench"]["protocol_of"] == {"vote.acc": "project", "official.acc": "official"}
+    assert js["mllm_judge"]["protocol_of"]["flex.Ave"] == "published"
+    assert js["mllm_judge"]["parser"].startswith("strict")

@@ -73,6 +73,25 @@ def primary_metric(suite: str, metrics: list[str], protocol: dict[str, Any]) -> 
     return next(plain, None)
 
 
+PROTOCOL_FAMILIES = {
+    "project": "the project's rules (failures and ties count against the judge)",
+    "published": "a replica of the published evaluation script's aggregation",
+    "official": "the benchmark's official scoring rule (its cal.py: ties and unparsed items leave the denominator)",
+}
+
+
+def metric_family(metric: str) -> str:
+    """Which protocol a reported number follows: ``official.*`` the benchmark's official rule, ``flex.*`` the
+    published Flex-Judge script's, everything else the project's (see :data:`PROTOCOL_FAMILIES`)."""
+    head = metric.split(".", 1)[0]
+    return {"official": "official", "flex": "published"}.get(head, "project")
+
+
+def parser_of(protocol: dict[str, Any]) -> str:
+    """The parser that produced a suite's scores, as its protocol record names it."""
+    return str(protocol.get("parser") or "protocol (the project's strict score parser)")
+
+
 def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[str, Any]:
     """{columns, rows: [{model, step, values: {metric: (mean, std)}}]} for one suite."""
     by_model: dict[str, dict[str, tuple[float | None, float | None]]] = {}
@@ -357,8 +376,15 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "",
             ]
         else:
-            for start in range(0, len(cols), _MAX_COLS):
-                lines += _md_table(table, cols[start : start + _MAX_COLS])
+            groups: dict[str, list[str]] = {}
+            for c in cols:
+                groups.setdefault(metric_family(c), []).append(c)
+            for family, members in groups.items():
+                lines += [f"**{family} protocol**: {PROTOCOL_FAMILIES[family]}.", ""]
+                for start in range(0, len(members), _MAX_COLS):
+                    lines += _md_table(table, members[start : start + _MAX_COLS])
+        if table.get("parser"):
+            lines += [f"Parser: {table['parser']}.", ""]
         counts = report.get("counts", {}).get(suite)
         if counts:
             keys = sorted({k for c in counts.values() for k in c})
@@ -401,6 +427,8 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         for k, v in (result.get("counts") or {}).items():
             if isinstance(v, int | float):
                 agg[k] = agg.get(k, 0) + v
+    for s, table in tables.items():
+        table["parser"] = parser_of(protocols.get(s, {}))
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path | None] = []
@@ -418,6 +446,8 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "tables": {
             s: {
                 "columns": t["columns"],
+                "parser": t["parser"],
+                "protocol_of": {c: metric_family(c) for c in t["columns"]},
                 "rows": [
                     {**r, "values": {k: {"mean": v[0], "std": v[1]} for k, v in r["values"].items()}}
                     for r in t["rows"]
