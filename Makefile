@@ -15,15 +15,16 @@ export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
 # Default suite: everything except the slow, DeepSpeed, vLLM and GPU markers.
-PYTEST_ARGS ?= -m "not slow and not deepspeed and not gpu and not vllm"
+PYTEST_ARGS ?= -m "not slow and not deepspeed and not gpu and not vllm and not ray"
 
-.PHONY: install install-vllm test test-slow test-deepspeed test-vllm test-all lint format demo bench clean help
+.PHONY: install install-vllm test test-slow test-deepspeed test-ray test-vllm test-all lint format demo bench clean help
 
 help:
 	@echo "make install         create .venv/ with the tested CPU set (idempotent)"
 	@echo "make test            install if needed, then run the default test suite"
 	@echo "make test-slow       the slow tests (learning signal, long runs)"
 	@echo "make test-deepspeed  DeepSpeed ZeRO-2/3 on 2 CPU processes (installs deepspeed)"
+	@echo "make test-ray        sweep workers as Ray tasks on a local Ray cluster (installs ray)"
 	@echo "make install-vllm    create .venv-vllm/ with vLLM (the CPU build here, the regular one on a GPU machine)"
 	@echo "make test-vllm       real vLLM engines and servers on a tiny model (installs .venv-vllm/ if needed)"
 	@echo "make test-all        what CI runs: make test, then the slow, DeepSpeed and vLLM tests"
@@ -91,8 +92,13 @@ endif
 test-vllm: install-vllm
 	PERCEPTION_JUDGE_REQUIRE=vllm VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1 $(VPY) -m pytest -m vllm
 
+# Sweep workers as Ray tasks on a local cluster (the optional `ray` extra).
+test-ray: install
+	@$(PY) -c "import ray" 2>/dev/null || $(PIP) install -q -c constraints.txt '.[ray]' 2>&1 | $(PIP_FILTER)
+	PERCEPTION_JUDGE_REQUIRE=ray $(PY) -m pytest -m ray
+
 # Everything a CPU can run, in CI's order.
-test-all: test test-slow test-deepspeed test-vllm
+test-all: test test-slow test-deepspeed test-ray test-vllm
 
 lint: install
 	$(VENV)/bin/ruff check .

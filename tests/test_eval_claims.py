@@ -19,6 +19,7 @@ import pytest
 from perception_judge.evaluation.claims import Claims, PlanMismatch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import skip_or_fail
 from test_eval_sweep import dummy_run
 
 JUDGE = textwrap.dedent(
@@ -162,3 +163,63 @@ def test_a_stale_claim_is_taken_over_by_exactly_one_worker(tmp_path):
     finally:
         for w in (a, b, c):
             w.close()
+
+
+@pytest.mark.ray
+def test_ray_workers_on_a_local_cluster_match_one_process(tmp_path):
+    """`eval sweep --ray 2`: two Ray tasks run the --claim worker, the driver collects; the same cells and
+    results as one process (a local Ray cluster on this machine's CPUs)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        skip_or_fail("ray", "ray is not installed (make test-ray installs it)")
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)  # 2 models x 2 seeds
+    env = _env(tmp_path, JUDGE_SLEEP="0.002", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
+    one = subprocess.run(
+        _cmd(run_dir, tmp_path / "one"), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    one_calls = Counter(line.split(" ", 1)[1] for line in (tmp_path / "calls.log").read_text().splitlines())
+    (tmp_path / "calls.log").unlink()
+    out = tmp_path / "ray"
+    ray_run = subprocess.run(
+        _cmd(run_dir, out, "--ray", "2", "--ray-gpus", "0"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ray_run.returncode == 0, ray_run.stdout[-2000:] + ray_run.stderr[-3000:]
+    assert "ray: 2 workers, exit codes [0, 0]" in ray_run.stdout
+    calls = Counter(line.split(" ", 1)[1] for line in (tmp_path / "calls.log").read_text().splitlines())
+    assert calls == one_calls  # every cell judged once, by the Ray tasks (not the driver)
+    assert os.getpid() not in {
+        int(line.split()[0]) for line in (tmp_path / "calls.log").read_text().splitlines()
+    }
+    assert _rows(out) == _rows(tmp_path / "one")
+    assert not list((out / "claims").glob("*.claim"))
+
+
+def test_ray_without_the_package_names_the_extra(tmp_path, monkeypatch, capsys):
+    """Without ray installed, --ray stops before any cell with the install line (the default suite's check of
+    the Ray path; the claim worker itself is what the --claim tests above run)."""
+    import builtins
+
+    from perception_judge.evaluation import cli as eval_cli
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *a, **kw):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
+    parser = __import__("argparse").ArgumentParser()
+    eval_cli.add_arguments(parser)
+    args = parser.parse_args(["sweep", str(run_dir), "--out", str(tmp_path / "o"), "--suites", "bias",
+                              "--backend", "scripted", "--ray", "2", "-q"])  # fmt: skip
+    assert eval_cli.run(args) == 2
+    assert "perception-judge[ray]" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "cells").exists()

@@ -82,3 +82,100 @@ def test_the_part_index_defaults_to_the_slurm_array_task():
     with pytest.raises(PartitionError, match=r"0\.\.3"):
         resolve_part(4, 4, {})
     assert part_of("ff", 4) == 3 and part_of("10", 4) == 0
+
+
+def _table_source(folder: Path) -> Path:
+    """A jsonl table of 36 synthetic items with 6 duplicated rows (same content, other line) and 2 bad rows."""
+    synth.write_synthetic(folder, 36, seed=11)
+    items = [json.loads(x) for x in (folder / "items.jsonl").read_text().splitlines()]
+    rows = [
+        {
+            "image": it["image"],
+            "question": it["question"],
+            "answer_gt": it["answer"],
+            "chosen": it["response"],
+        }
+        for it in items
+    ]
+    rows += rows[:6]  # duplicates: one content key, built once, always in one part
+    rows.append({**rows[0], "chosen": ""})  # bad: no response
+    rows.append({**rows[1], "image": "images/missing.png"})  # bad: the image does not exist
+    path = folder / "table.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _fast_retries(folder: Path) -> Path:
+    path = folder / "fast-retries.yaml"
+    path.write_text("teacher:\n  backoff_base_s: 0.005\n  backoff_max_s: 0.02\n")
+    return path
+
+
+def _llm_build(table: Path, out: Path, url: str, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "perception_judge.cli", "build-ppjd", "--input", str(table), "--source", "mmpr",
+           "--out", str(out), "--teacher", "llm", "--base-url", url, "--model", "fake-teacher", "--concurrency", "2",
+           "--config", str(_fast_retries(out.parent)), "--no-progress", *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _failures(folders: list[Path]) -> dict[str, tuple[str, str]]:
+    from perception_judge.ppjd.store import read_failures
+
+    return {k: (f["stage"], f["reason"]) for d in folders for k, f in read_failures(d).items()}
+
+
+def test_a_part_killed_with_sigkill_and_rerun_gives_the_one_machine_result(tmp_path):
+    """Three parts at once against a teacher server with transient faults (429 / 500), over a source with
+    duplicates and bad rows; part 1 is killed with SIGKILL mid-build and re-run: the merged export is
+    byte-identical to one build and export, with the same record keys and the same failures."""
+    import signal
+    import time
+
+    from perception_judge.testing.fake_openai import FakeOpenAIServer, Faults
+
+    table = _table_source(tmp_path / "src")
+    with FakeOpenAIServer(latency_s=0.03, faults=Faults(rate_429=0.1, rate_500=0.1), seed=2) as srv:
+        one = tmp_path / "one"
+        ref = _llm_build(table, one, srv.base_url)
+        _, err = ref.communicate(timeout=300)
+        assert ref.returncode == 0, err[-2000:]
+
+        split = tmp_path / "split"
+        procs = [
+            _llm_build(table, split, srv.base_url, "--num-parts", "3", "--part", str(i)) for i in range(3)
+        ]
+        victim = part_dir(split, 1, 3)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and procs[1].poll() is None:
+            shards = list(victim.glob("records-*.jsonl")) if victim.exists() else []
+            if sum(p.read_bytes().count(b"\n") for p in shards) >= 2:
+                break
+            time.sleep(0.01)
+        assert procs[1].poll() is None, "part 1 finished before it could be killed"
+        os.kill(procs[1].pid, signal.SIGKILL)
+        procs[1].wait(timeout=30)
+        for i in (0, 2):
+            _, err = procs[i].communicate(timeout=300)
+            assert procs[i].returncode == 0, err[-2000:]
+        # the killed part is unfinished: export refuses it by name
+        assert main(["export", str(split), "--out", str(tmp_path / "t-early")]) == 2
+        rerun = _llm_build(table, split, srv.base_url, "--num-parts", "3", "--part", "1")
+        _, err = rerun.communicate(timeout=300)
+        assert rerun.returncode == 0, err[-2000:]
+
+    parts = [part_dir(split, i, 3) for i in range(3)]
+    keys = [[r.key for r in iter_records(p)] for p in parts]
+    assert all(len(k) == len(set(k)) for k in keys), "a record written twice after the kill"
+    assert set().union(*map(set, keys)) == {r.key for r in iter_records(one)}
+    assert sum(map(len, keys)) == len({r.key for r in iter_records(one)})  # duplicated rows built once
+    failures = _failures([one])
+    assert _failures(parts) == failures
+    assert ("precheck", "missing_fields") in failures.values() and (
+        "load",
+        "image_missing",
+    ) in failures.values()
+    assert main(["export", str(one), "--out", str(tmp_path / "t-one")]) == 0
+    assert main(["export", str(split), "--out", str(tmp_path / "t-split")]) == 0
+    ref_tables, got = _tables(tmp_path / "t-one"), _tables(tmp_path / "t-split")
+    assert ref_tables and got == ref_tables

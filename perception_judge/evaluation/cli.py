@@ -115,6 +115,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sw.add_argument(
         "--max-attempts", type=int, default=3, help="--claim: a cell that failed this often is left failed"
     )
+    sw.add_argument(
+        "--ray",
+        type=int,
+        metavar="N",
+        help="run N --claim workers as Ray tasks (pip install 'perception-judge[ray]'), then collect",
+    )
+    sw.add_argument(
+        "--ray-gpus", type=float, help="--ray: GPUs per worker (default 1 when the cluster has GPUs, else 0)"
+    )
+    sw.add_argument(
+        "--ray-address", help="--ray: a running cluster (auto inside one; default: start a local cluster)"
+    )
     _common(sw)
     rn = sub.add_parser(
         "run",
@@ -272,6 +284,16 @@ def run_sweep(args: argparse.Namespace) -> int:
     run = read_run(args.run_dir)
     out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else run.run_dir / "eval")
     plan = build_plan(args, cfg, out_dir)
+    if getattr(args, "ray", None):
+        from perception_judge.evaluation.ray_workers import run_on_ray
+
+        args.out_dir = out_dir
+        codes, state = run_on_ray(args, args.ray, args.ray_gpus, args.ray_address)
+        print(
+            f"ray: {len(codes)} workers, exit codes {sorted(codes)}; wrote {out_dir}/results.csv, results.json"
+        )
+        _print_collect_state(state)
+        return 1 if any(codes) or state["missing"] or state["failed"] else 0
     outcome, _ = sweep(
         run.run_dir,
         plan,
@@ -292,14 +314,18 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 1 if outcome.failed else 0
 
 
-def run_collect(args: argparse.Namespace) -> int:
-    from perception_judge.evaluation.sweep import collect
-
-    _, state = collect(args.eval_dir, report=not args.no_report)
+def _print_collect_state(state: dict[str, list[str]]) -> None:
     for what in ("missing", "failed", "claimed"):
         if state[what]:
             shown = ", ".join(state[what][:10]) + (" ..." if len(state[what]) > 10 else "")
             print(f"{len(state[what])} cell(s) {what}: {shown}", file=sys.stderr)
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    from perception_judge.evaluation.sweep import collect
+
+    _, state = collect(args.eval_dir, report=not args.no_report)
+    _print_collect_state(state)
     print(f"wrote {args.eval_dir}/results.csv, results.json" + ("" if args.no_report else ", report.md"))
     return 1 if state["missing"] or state["failed"] else 0
 
