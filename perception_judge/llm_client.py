@@ -25,6 +25,7 @@ from perception_judge.core.images import load_image, to_data_url
 RETRYABLE_REASONS = frozenset({"rate_limited", "server_error", "timeout", "connection", "bad_response"})
 _STATUS_REASONS = {401: "auth", 403: "auth", 404: "not_found", 400: "bad_request", 422: "bad_request"}
 _STATUS_REASONS |= {429: "rate_limited", 408: "server_error"}  # retried, like every 5xx
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "requests", "retries", "failures")
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class ClientConfig:
         return {**asdict(self), "api_key_set": self.resolve_api_key() is not None}
 
 
-# An InitVar is no field (absent from repr, asdict and fields()); this property reads and writes the stored value.
+# Set after the class: a property in its body would become the InitVar's default.
 ClientConfig.api_key = property(  # type: ignore[assignment,method-assign]
     lambda self: self._api_key, lambda self, value: setattr(self, "_api_key", value)
 )
@@ -161,13 +162,11 @@ def to_openai_messages(
 
 
 def _image_part(img: Any, max_side: int | None, fmt: str) -> dict[str, Any]:
-    if isinstance(img, str) and img.startswith(("data:", "http://", "https://")):
-        url = img
-    else:
-        url = to_data_url(
+    if not (isinstance(img, str) and img.startswith(("data:", "http://", "https://"))):
+        img = to_data_url(
             img if isinstance(img, Image.Image) else load_image(img), max_side=max_side, fmt=fmt
         )
-    return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "image_url", "image_url": {"url": img}}
 
 
 def _retry_after_seconds(headers: Any) -> float | None:
@@ -198,8 +197,7 @@ class _Endpoint:
 
 class ChatClient:
     """Async chat completions against one or more OpenAI-compatible servers (see the module docstring). It may be
-    used from successive ``asyncio.run`` calls: the HTTP clients are rebuilt for each new event loop. ``usage``
-    counts prompt / completion tokens, requests, retries and failed calls."""
+    used from successive ``asyncio.run`` calls: the HTTP clients are rebuilt for each new event loop."""
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
@@ -211,9 +209,7 @@ class ChatClient:
         self._sem: asyncio.Semaphore | None = None
         self._completion_type: Any = None
         self._rng = random.Random()
-        self.usage = dict.fromkeys(
-            ("prompt_tokens", "completion_tokens", "requests", "retries", "failures"), 0
-        )
+        self.usage = dict.fromkeys(USAGE_KEYS, 0)
 
     def __repr__(self) -> str:
         return f"ChatClient(model={self.config.model!r}, base_urls={self.config.base_urls!r})"
@@ -375,11 +371,12 @@ class ChatClient:
         raise e
 
     def _to_response(self, completion: Any, attempts: int) -> ChatResponse:
+        def bad(detail: str) -> LLMError:
+            return LLMError("bad_response", detail, attempts)
+
         choices = getattr(completion, "choices", None)
         if not choices:
-            raise LLMError(
-                "bad_response", f"no choices in the response ({type(completion).__name__})", attempts
-            )
+            raise bad(f"no choices in the response ({type(completion).__name__})")
         message = getattr(choices[0], "message", None)
         text = getattr(message, "content", None)
         reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
@@ -388,13 +385,9 @@ class ChatClient:
             parts = [t for t in parts if isinstance(t, str)]
             text = "".join(parts) if parts else None
         if text is not None and not isinstance(text, str):
-            raise LLMError(
-                "bad_response",
-                f"the message content is {type(text).__name__}, not text: a malformed response",
-                attempts,
-            )
+            raise bad(f"the message content is {type(text).__name__}, not text: a malformed response")
         if text is None and not reasoning:
-            raise LLMError("bad_response", "the response has no message content", attempts)
+            raise bad("the response has no message content")
         usage = getattr(completion, "usage", None)
         pt = int(getattr(usage, "prompt_tokens", 0) or 0)
         ct = int(getattr(usage, "completion_tokens", 0) or 0)

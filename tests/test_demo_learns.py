@@ -1,4 +1,4 @@
-"""GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 11 minutes on 2 CPU cores).
+"""GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 22 minutes on 2 CPU cores).
 
 `make demo` runs seed 0; this test draws the synthetic source with seed 1, so the claim holds on a draw nobody tuned
 the recipe to. The demo's base judge is blind (at chance with real and with mismatched images); after GRPO the last

@@ -37,6 +37,7 @@ class Claims:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.lease_s = float(lease_s)
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        self._clock = self.dir / f".clock-{self.worker.replace(':', '-')}"
         self.held: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -65,9 +66,8 @@ class Claims:
 
     def server_now(self) -> float:
         """The file server's clock: the mtime of a file this worker has just touched."""
-        probe = self.dir / f".clock-{self.worker.replace(':', '-')}"
-        probe.touch()
-        return probe.stat().st_mtime
+        self._clock.touch()
+        return self._clock.stat().st_mtime
 
     def acquire(self, cell: str) -> bool:
         """Claim ``cell``; False when another live worker holds it. A stale claim is taken over by one worker."""
@@ -88,12 +88,10 @@ class Claims:
                     gate.rmdir()
             return False
         try:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 if self.server_now() - self._path(cell).stat().st_mtime <= self.lease_s:
                     return False  # its owner came back
                 self._path(cell).unlink()
-            except FileNotFoundError:
-                pass
             return self._create(cell)
         finally:
             gate.rmdir()
@@ -126,7 +124,7 @@ class Claims:
         self._stop.set()
         for cell in list(self.held):
             self.release(cell)
-        (self.dir / f".clock-{self.worker.replace(':', '-')}").unlink(missing_ok=True)
+        self._clock.unlink(missing_ok=True)
 
 
 def claimed_cells(out_dir: str | os.PathLike[str]) -> list[str]:

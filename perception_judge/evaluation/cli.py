@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,11 @@ class JobConfig(Options):
 
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The flags among ``names`` that were given on the command line."""
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -144,9 +151,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rn.add_argument("--adapter", help="LoRA adapter for a single --model")
     rn.add_argument("--base-model", help="base model of adapter folders whose config names another path")
-    rn.add_argument(
-        "--think-prefix", choices=["auto", "off"], default=None, help="think prefill (default auto)"
-    )
+    rn.add_argument("--think-prefix", choices=["auto", "off"], help="think prefill (default auto)")
     rn.add_argument("--pixel-size", type=int, help="fixed pixel policy size (default 448)")
     rn.add_argument(
         "--pixel-mode", choices=["fixed", "smart", "none"], help="pixel policy mode (default fixed)"
@@ -220,9 +225,7 @@ def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> 
     from perception_judge.evaluation.sweep import EvalPlan
 
     sampling = dict(cfg.get("sampling") or {})
-    for key in ("temperature", "top_p", "top_k", "max_new_tokens"):
-        if getattr(args, key, None) is not None:
-            sampling[key] = getattr(args, key)
+    sampling.update(_given(args, "temperature", "top_p", "top_k", "max_new_tokens"))
     if sampling.get("top_k") == 0:
         sampling["top_k"] = None
     sampling.pop("seed", None)  # seeds come from --seeds / seeds:
@@ -240,9 +243,7 @@ def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> 
         backend = {k: v for k, v in backend.items() if k in takes}
         backend["kind"] = args.backend
     backend.setdefault("kind", "hf")
-    for flag in ("batch_size", "dtype", "device", "base_urls"):
-        if getattr(args, flag, None) is not None:
-            backend[flag] = getattr(args, flag)
+    backend.update(_given(args, "batch_size", "dtype", "device", "base_urls"))
     if args.quiet:
         backend.setdefault("progress", False)
     if backend["kind"] in ("vllm", "scripted"):
@@ -288,7 +289,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         from perception_judge.evaluation.ray_workers import run_on_ray
 
         args.out_dir = out_dir
-        codes, state = run_on_ray(args, args.ray, args.ray_gpus, args.ray_address)
+        codes, state = run_on_ray(claim_worker, args, args.ray, args.ray_gpus, args.ray_address)
         print(
             f"ray: {len(codes)} workers, exit codes {sorted(codes)}; wrote {out_dir}/results.csv, results.json"
         )
@@ -314,11 +315,18 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 1 if outcome.failed else 0
 
 
+def claim_worker(args: argparse.Namespace) -> int:
+    """One ``eval sweep --claim`` worker (the SLURM task's and the Ray task's function); returns its exit code."""
+    worker = copy.copy(args)
+    worker.claim, worker.ray = True, None
+    return run(worker)
+
+
 def _print_collect_state(state: dict[str, list[str]]) -> None:
-    for what in ("missing", "failed", "claimed"):
-        if state[what]:
-            shown = ", ".join(state[what][:10]) + (" ..." if len(state[what]) > 10 else "")
-            print(f"{len(state[what])} cell(s) {what}: {shown}", file=sys.stderr)
+    for what, cells in state.items():  # missing, failed, claimed
+        if cells:
+            shown = ", ".join(cells[:10]) + (" ..." if len(cells) > 10 else "")
+            print(f"{len(cells)} cell(s) {what}: {shown}", file=sys.stderr)
 
 
 def run_collect(args: argparse.Namespace) -> int:
@@ -340,16 +348,13 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
                 f"config models[{i}] must be a mapping with 'model' (and optional name, adapter, step)"
             )
         name = str(m.get("name") or Path(str(m.get("model") or m.get("fn"))).name)
-        entries.append(
-            ModelEntry(
-                name, m.get("step"), "model", {k: v for k, v in m.items() if k not in ("name", "step")}
-            )
-        )
+        spec = {k: v for k, v in m.items() if k not in ("name", "step")}
+        entries.append(ModelEntry(name, m.get("step"), "model", spec))
     for item in args.models:
         name, sep, target = item.partition("=")
         if not sep:
             name, target = Path(item.rstrip("/")).name or item, item
-        spec: dict[str, Any] = {"fn" if kind == "scripted" else "model": target}
+        spec = {"fn" if kind == "scripted" else "model": target}
         if args.adapter:
             spec["adapter"] = args.adapter
         if args.base_model:
@@ -357,10 +362,9 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
         entries.append(ModelEntry(name, None, "model", spec))
     if args.adapter and len(args.models) != 1:
         raise ValueError("--adapter applies to exactly one --model")
-    names = [e.name for e in entries]
-    dupes = {n for n in names if names.count(n) > 1}
+    dupes = sorted(n for n, k in Counter(e.name for e in entries).items() if k > 1)
     if dupes:
-        raise ValueError(f"duplicate model names {sorted(dupes)}: name them with --model NAME=TARGET")
+        raise ValueError(f"duplicate model names {dupes}: name them with --model NAME=TARGET")
     if not entries:
         raise ValueError("no model to evaluate: pass --model [NAME=]TARGET (or models: in --config)")
     return entries

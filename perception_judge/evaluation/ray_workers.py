@@ -1,36 +1,29 @@
 """Sweep workers as Ray tasks, for clusters without SLURM: ``eval sweep RUN --ray N`` (the optional ``ray`` extra).
 
-Each of the N tasks runs :func:`claim_worker`, the function a SLURM array task runs through ``eval sweep --claim``:
-it claims cells (``evaluation.claims``), judges them and writes their cell files, never the tables. Ray schedules
-the tasks (``num_gpus`` each: ``--ray-gpus``, by default 1 when the cluster has GPUs, else 0) and re-runs a task
-whose node died (``max_retries``); a re-run worker takes over the dead one's cells once their leases run out, so
-no cell runs twice to completion. When every task has returned, the driver collects: ``results.*`` and the report,
-byte-identical to ``eval collect OUT``. Connect to a running cluster with ``--ray-address`` (``auto`` inside one;
-by default a local cluster starts); every node needs the project installed and the run folder on a shared file
-system.
+Each of the N tasks runs :func:`~perception_judge.evaluation.cli.claim_worker`, the worker a SLURM array task runs
+through ``eval sweep --claim``: it claims cells (:mod:`.claims`) and writes their cell files, never the tables. Ray
+re-runs a task whose node died (``max_retries``); the re-run worker takes over the dead one's cells once their leases
+run out, so no cell runs twice to completion. When every task has returned, the driver collects, byte-identical to
+``eval collect OUT``. Every node needs the project installed and the run folder on a shared file system.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+from collections.abc import Callable
 from typing import Any
 
 
-def claim_worker(args: argparse.Namespace) -> int:
-    """One ``eval sweep --claim`` worker (the SLURM task's and the Ray task's function); returns its exit code."""
-    from perception_judge.evaluation.cli import run
-
-    worker = copy.copy(args)
-    worker.claim, worker.ray = True, None
-    return run(worker)
-
-
 def run_on_ray(
-    args: argparse.Namespace, workers: int, gpus: float | None = None, address: str | None = None
+    worker: Callable[[argparse.Namespace], int],
+    args: argparse.Namespace,
+    workers: int,
+    gpus: float | None = None,
+    address: str | None = None,
 ) -> tuple[list[int], dict[str, Any]]:
-    """Run ``workers`` :func:`claim_worker` tasks on Ray and collect; returns their exit codes and the collect
-    state (``missing`` / ``failed`` / ``claimed`` cells)."""
+    """Run ``workers`` tasks of ``worker(args)`` (the ``--claim`` worker, a module-level function Ray can pickle)
+    on Ray and collect; returns their exit codes and the collect state (``missing`` / ``failed`` / ``claimed``
+    cells)."""
     try:
         import ray
     except ImportError:
@@ -48,7 +41,7 @@ def run_on_ray(
     try:
         if gpus is None:
             gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
-        task = ray.remote(num_gpus=gpus, num_cpus=1, max_retries=2)(claim_worker)
+        task = ray.remote(num_gpus=gpus, num_cpus=1, max_retries=2)(worker)
         codes = [int(c) for c in ray.get([task.remote(args) for _ in range(workers)])]
     finally:
         if started:

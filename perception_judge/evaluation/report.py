@@ -45,6 +45,11 @@ def _fmt(mean: float | None, std: float | None = None, digits: int = 3) -> str:
     return s
 
 
+def _mean(row: dict[str, Any], metric: str) -> float | None:
+    """A table row's mean of ``metric`` (None when the model has none)."""
+    return row["values"].get(metric, (None, None))[0]
+
+
 def _is_aux(metric: str) -> bool:
     """Metrics shown only as error bars / in JSON, not as their own columns or panels (seed std)."""
     return metric.endswith("_std") or metric.startswith("std.")
@@ -87,22 +92,15 @@ def metric_family(metric: str) -> str:
     return {"official": "official", "flex": "published"}.get(head, "project")
 
 
-def parser_of(protocol: dict[str, Any]) -> str:
-    """The parser that produced a suite's scores, as its protocol record names it."""
-    return str(protocol.get("parser") or "protocol (the project's strict score parser)")
-
-
 def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[str, Any]:
     """{columns, rows: [{model, step, values: {metric: (mean, std)}}]} for one suite."""
+    rows = [r for r in rows if r["suite"] == suite]
     by_model: dict[str, dict[str, tuple[float | None, float | None]]] = {}
     steps: dict[str, Any] = {}
     for r in rows:
-        if r["suite"] == suite:
-            by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
-            steps[r["model"]] = r["step"]
-    columns = list(
-        dict.fromkeys(r["metric"] for r in rows if r["suite"] == suite and not _is_aux(r["metric"]))
-    )
+        by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
+        steps[r["model"]] = r["step"]
+    columns = list(dict.fromkeys(r["metric"] for r in rows if not _is_aux(r["metric"])))
     if suite == "bias":
         canon = [b.bias_type for b in BIASES] + list(CATEGORIES) + ["overall"]
         columns = [c for c in canon if c in columns] + [c for c in columns if c not in canon]
@@ -131,11 +129,7 @@ def best_model(
         if pm is None:
             continue
         hib = metric_direction(pm, proto)
-        vals = {
-            r["model"]: r["values"][pm][0]
-            for r in table["rows"]
-            if r["values"].get(pm, (None,))[0] is not None
-        }
+        vals = {r["model"]: v for r in table["rows"] if (v := _mean(r, pm)) is not None}
         if not vals:
             continue
         ranks = dict(zip(vals, map(float, rankdata([-v if hib else v for v in vals.values()]))))
@@ -224,9 +218,7 @@ def _bar_figure(
 def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
     """The nine biases per model as grouped bars (0-1; BD types left, BC types right)."""
     types = [b for b in BIASES if b.bias_type in table["columns"]]
-    rows = [
-        r for r in table["rows"] if any(r["values"].get(b.bias_type, (None,))[0] is not None for b in types)
-    ]
+    rows = [r for r in table["rows"] if any(_mean(r, b.bias_type) is not None for b in types)]
     if not types or not rows:
         return None
     labels = [
@@ -260,7 +252,7 @@ def plot_perception(table: dict[str, Any], path: Path) -> Path | None:
     )
     ax.axhline(0, color="black", lw=0.6)
     ax.set_xticklabels([lab for _, lab in metrics], fontsize=8, rotation=12)
-    low_tau = min((r["values"].get("batch_kendall_tau", (0,))[0] or 0) for r in rows)
+    low_tau = min(_mean(r, "batch_kendall_tau") or 0 for r in rows)
     ax.set_ylim(min(-0.05, low_tau - 0.05), 1.15)
     ax.set_title("Perceptual sensitivity per protocol (held-out PPJD)")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(5, len(rows)))
@@ -271,7 +263,7 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
     """Every numeric metric of a suite against the training step (one panel per metric, std over seeds as error
     bars). More than 16 metrics spill over into ``<name>_2.png``, ``<name>_3.png``, ...; returns the files."""
     rows = [r for r in table["rows"] if r["step"] is not None]
-    metrics = [m for m in table["columns"] if any(r["values"].get(m, (None,))[0] is not None for r in rows)]
+    metrics = [m for m in table["columns"] if any(_mean(r, m) is not None for r in rows)]
     if not rows or not metrics:
         return []
     plt = _plt()
@@ -283,23 +275,12 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
         fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.7 * nrows), squeeze=False)
         for ax, m in zip(axes.flat, page):
             pts = sorted(
-                (
-                    (r["step"], *r["values"][m], r["model"])
-                    for r in rows
-                    if r["values"].get(m, (None,))[0] is not None
-                ),
+                ((r["step"], *r["values"][m], r["model"]) for r in rows if _mean(r, m) is not None),
                 key=lambda p: (p[0], p[3] == "final"),
             )
-            errors = [p[2] or 0.0 for p in pts]
-            ax.errorbar(
-                [p[0] for p in pts],
-                [p[1] for p in pts],
-                yerr=errors if any(errors) else None,
-                marker="o",
-                ms=4,
-                lw=1.2,
-                capsize=2,
-            )
+            steps, means, stds, _ = zip(*pts)
+            err = [std or 0.0 for std in stds]
+            ax.errorbar(steps, means, yerr=err if any(err) else None, marker="o", ms=4, lw=1.2, capsize=2)
             for x, y, _, name in pts:
                 if name in ("base", "final"):
                     ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
@@ -350,8 +331,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# Evaluation report", ""]
     if report.get("run_dir"):
         lines += [f"Training run: `{report['run_dir']}`", ""]
-    plan = report.get("plan") or {}
-    if plan:
+    if plan := report.get("plan"):
         s = plan.get("sampling", {})
         lines += [
             f"Suites: {', '.join(plan.get('suites', []))}; seeds: {plan.get('seeds')}; limit: {plan.get('limit')}.",
@@ -385,8 +365,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                     lines += _md_table(table, members[start : start + _MAX_COLS])
         if table.get("parser"):
             lines += [f"Parser: {table['parser']}.", ""]
-        counts = report.get("counts", {}).get(suite)
-        if counts:
+        if counts := report.get("counts", {}).get(suite):
             keys = sorted({k for c in counts.values() for k in c})
             lines += ["Counts (totals over seeds):", "", "| model | " + " | ".join(keys) + " |"]
             lines.append("|---|" + "|".join(["---:"] * len(keys)) + "|")
@@ -394,13 +373,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"| {m} | " + " | ".join(str(c.get(k, "–")) for k in keys) + " |" for m, c in counts.items()
             ]
             lines.append("")
-    if report.get("failed_cells"):
-        lines += [
-            "## Failed cells",
-            "",
-            *[f"- `{c['cell']}`: {c.get('error')}" for c in report["failed_cells"]],
-            "",
-        ]
+    if failed := report.get("failed_cells"):
+        lines += ["## Failed cells", "", *[f"- `{c['cell']}`: {c.get('error')}" for c in failed], ""]
     if report.get("plots"):
         lines += ["## Plots", "", *[f"![{Path(p).stem}]({p})" for p in report["plots"]], ""]
     lines.append(
@@ -428,7 +402,8 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
             if isinstance(v, int | float):
                 agg[k] = agg.get(k, 0) + v
     for s, table in tables.items():
-        table["parser"] = parser_of(protocols.get(s, {}))
+        parser = protocols.get(s, {}).get("parser")  # the parser that produced the suite's scores
+        table["parser"] = str(parser or "protocol (the project's strict score parser)")
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path | None] = []

@@ -98,9 +98,7 @@ def write_results(out_dir: Path, saved: dict[str, Any] | None = None) -> dict[st
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         w.writerows({**r, "values": json.dumps(r["values"])} for r in rows)
-    first = {}
-    for c in cells:
-        first.setdefault(c["model"], c)
+    first = {c["model"]: c for c in reversed(cells)}  # each model's first cell
     data = {
         "run_dir": saved.get("run_dir"),
         "run": saved.get("run"),

@@ -1,15 +1,17 @@
 """Evaluation sweeps: every model of a training run (or a list of judges) × suite × seed, resumable.
 
 A *cell* is one (model, suite, seed), written to its own file when it ends (:mod:`.results`): a killed sweep
-loses at most the cells in flight, and a re-run skips every finished cell whose *fingerprint* (suite, seed,
-options, sampling, limit, backend settings, model folders, pixel policy, think prefix) is unchanged. A failed cell is retried on the next run. The models of a training run: ``base`` (its
-``base_model``, step 0), each ``checkpoint-<N>`` (full weights or a LoRA adapter) and ``final`` (at the run's root).
+loses at most the cells in flight, and a re-run skips every finished cell whose *fingerprint* (suite, seed, options,
+sampling, limit, backend settings, model folders, pixel policy, think prefix) is unchanged; a failed cell is retried
+on the next run. The models of a training run: ``base`` (its ``base_model``, step 0), each ``checkpoint-<N>`` (full
+weights or a LoRA adapter) and ``final`` (at the run's root).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
 import json
 import logging
 import os
@@ -30,11 +32,7 @@ from perception_judge.core.runinfo import RUN_FILE as RUN_FILE
 from perception_judge.core.runinfo import RunInfo, has_full_weights, read_run
 from perception_judge.core.schema import Sampling, content_key
 from perception_judge.evaluation.backends import load_backend, parse_spec
-from perception_judge.evaluation.backends.common import (
-    fingerprint,
-    has_processor,
-    is_adapter_dir,
-)
+from perception_judge.evaluation.backends.common import fingerprint, has_processor, is_adapter_dir
 from perception_judge.evaluation.base import SUITES, JudgeBackend, SuiteConfig, get_suite, progress_bar
 from perception_judge.evaluation.results import (
     CELLS_DIR,
@@ -89,19 +87,16 @@ def _final_step(run: RunInfo, checkpoints: list[ModelEntry]) -> int | None:
 
 
 def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]:
-    """base, every complete checkpoint (by step) and the final model of a run. Incomplete checkpoint folders
-    (no weights, no adapter) are skipped with a warning."""
+    """base, every complete checkpoint (by step) and the final model of a run."""
     ckpts: list[ModelEntry] = []
     for d in sorted(run.run_dir.iterdir()) if run.run_dir.is_dir() else []:
         m = _CKPT_RE.match(d.name)
-        if m and d.is_dir():
-            e = _entry_for_folder(d.name, int(m.group(1)), "checkpoint", d, run)
-            if e is None:
-                log.warning(
-                    "skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", d
-                )
-            else:
-                ckpts.append(e)
+        if not (m and d.is_dir()):
+            continue
+        if (e := _entry_for_folder(d.name, int(m.group(1)), "checkpoint", d, run)) is not None:
+            ckpts.append(e)
+        else:
+            log.warning("skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", d)
     ckpts.sort(key=lambda e: e.step or 0)
     entries = [ModelEntry("base", 0, "base", {"model": run.base_model})] if include_base else []
     final = _entry_for_folder("final", None, "final", run.run_dir, run)
@@ -248,14 +243,13 @@ class BackendPool:
                 max_lora_rank=max(adapter_rank(a) for a in adapters),
                 label="base",
             )
-        return (
-            owner.for_adapter(entry.spec["adapter"], label=entry.name) if entry.spec.get("adapter") else owner
-        )
+        adapter = entry.spec.get("adapter")
+        return owner.for_adapter(adapter, label=entry.name) if adapter else owner
 
-    def release(self, backend: JudgeBackend, entry: ModelEntry | None = None) -> None:
+    def release(self, backend: JudgeBackend, entry: ModelEntry) -> None:
         """Done with a model: close its backend; a shared engine closes after the last model it serves."""
-        base = str(entry.spec.get("model")) if entry is not None else None
-        if base is not None and base in self._shared:
+        base = str(entry.spec.get("model"))
+        if base in self._shared:
             self._users[base] -= 1
             if backend is not self._shared[base]:
                 backend.close()  # an adapter view: releases nothing of the shared engine
@@ -278,8 +272,7 @@ and each suite counts them as errors (never as the judge's parse failures)."""
 
 def backend_failure(counts: dict[str, Any]) -> str | None:
     """Why a finished suite's backend errors fail its cell (None when they stay within
-    :data:`MAX_BACKEND_ERROR_RATE`). Reads the counts every suite reports: ``n_backend_errors`` or
-    ``backend_errors`` over ``n_requests``, ``n_calls`` or ``judgments``."""
+    :data:`MAX_BACKEND_ERROR_RATE`), from the counts every suite reports."""
     errors = counts.get("n_backend_errors", counts.get("backend_errors")) or 0
     total = counts.get("n_requests") or counts.get("n_calls") or counts.get("judgments") or 0
     if not errors or not total or errors / total <= MAX_BACKEND_ERROR_RATE:
@@ -334,13 +327,13 @@ def check_cell_names(entries: list[ModelEntry]) -> None:
     seen: dict[str, str] = {}
     for entry in entries:
         key = cell_id(entry.name, "x", 0)
-        if key in seen and seen[key] != entry.name:
+        if seen.get(key) == entry.name:
+            raise ValueError(f"judge {entry.name!r} is listed twice")
+        if key in seen:
             raise ValueError(
                 f"judges {seen[key]!r} and {entry.name!r} would share the result files {key.split('__')[0]}__*: "
                 "give them names that differ in letters, digits, '.', '_' or '-'"
             )
-        if key in seen:
-            raise ValueError(f"judge {entry.name!r} is listed twice")
         seen[key] = entry.name
 
 
@@ -374,8 +367,7 @@ def _run_cell(
         try:
             result = get_suite(suite)(backend, suite_config(entry, suite, seed, plan, run))
             cell.update(status="done", result=_jsonable(result.to_dict()))
-            too_many = backend_failure(result.counts)
-            if too_many:  # the numbers would rest on the calls that happened to succeed
+            if too_many := backend_failure(result.counts):  # the numbers would rest on the calls that worked
                 cell.update(status="failed", error=too_many)
         except Exception as e:
             cell.update(
@@ -404,25 +396,21 @@ def run_cells(
     (plan.out_dir / CELLS_DIR).mkdir(parents=True, exist_ok=True)
     outcome = SweepOutcome()
     todo: dict[str, list[tuple[ModelEntry, str, int, str]]] = {}
-    for entry in entries:
-        for suite in plan.suites:
-            for seed in plan.seeds:
-                cid = cell_id(entry.name, suite, seed)
-                fp = cell_fingerprint(entry, suite, seed, plan)
-                old = read_cell(cell_path(plan.out_dir, cid)) or {}
-                same = old.get("fingerprint") == fp
-                if old.get("status") == "done" and not plan.force:
-                    if same:
-                        outcome.add(old, "skipped")
-                        continue
-                    log.info("cell %s: settings changed since it was run; running it again", cid)
-                retried = (
-                    old.get("status") == "failed" and same and int(old.get("attempts", 1)) >= max_attempts
-                )
-                if claims is not None and retried:
-                    outcome.add(old, "failed")  # retried enough: left for a person to look at
-                    continue
-                todo.setdefault(entry.name, []).append((entry, suite, seed, fp))
+    for entry, suite, seed in itertools.product(entries, plan.suites, plan.seeds):
+        cid = cell_id(entry.name, suite, seed)
+        fp = cell_fingerprint(entry, suite, seed, plan)
+        old = read_cell(cell_path(plan.out_dir, cid)) or {}
+        same = old.get("fingerprint") == fp
+        if old.get("status") == "done" and not plan.force:
+            if same:
+                outcome.add(old, "skipped")
+                continue
+            log.info("cell %s: settings changed since it was run; running it again", cid)
+        retried = old.get("status") == "failed" and same and int(old.get("attempts", 1)) >= max_attempts
+        if claims is not None and retried:
+            outcome.add(old, "failed")  # retried enough: left for a person to look at
+            continue
+        todo.setdefault(entry.name, []).append((entry, suite, seed, fp))
     pool = BackendPool(plan, [e for e in entries if e.name in todo], backend_factory)
     bar = progress_bar(sum(map(len, todo.values())) if progress else 0, "cells", "cell")
     try:
@@ -462,7 +450,7 @@ def run_cells(
                     atomic_write_json(path, cell)
                     if claims is not None:
                         claims.release(cid)
-                    outcome.add(cell, "done" if cell["status"] == "done" else "failed")
+                    outcome.add(cell, cell["status"])  # "done" or "failed"
             finally:
                 if backend is not None:
                     pool.release(backend, entry)

@@ -90,8 +90,7 @@ def _error(command: str, message: Any, code: int) -> int:
 
 def _given(args: argparse.Namespace, model: type[Options], prefix: str = "") -> dict[str, Any]:
     """The values of the flags of ``model`` that were given."""
-    values = {name: getattr(args, prefix + name, None) for name in model.model_fields}
-    return {name: value for name, value in values.items() if value is not None}
+    return {name: v for name in model.model_fields if (v := getattr(args, prefix + name, None)) is not None}
 
 
 def _split_names(value: Any) -> Any:
@@ -242,10 +241,8 @@ class BuildOptions(_Options):
 
 
 _SECTIONS = {"source": SourceOptions, "teacher": TeacherOptions, "build": BuildOptions}
-_CLIENT_KEYS = {f.name for f in fields(ClientConfig)} & set(TeacherOptions.model_fields) - {
-    "base_urls",
-    "model",
-}
+_CLIENT_KEYS = {f.name for f in fields(ClientConfig)} & set(TeacherOptions.model_fields)
+_CLIENT_KEYS -= {"base_urls", "model"}
 
 
 def _parse_job(data: dict[str, Any], where: str) -> tuple[SourceOptions, TeacherOptions, BuildOptions]:
@@ -256,10 +253,8 @@ def _parse_job(data: dict[str, Any], where: str) -> tuple[SourceOptions, Teacher
         for name in _SECTIONS:
             if not isinstance(data.get(name) or {}, dict):
                 raise OptionError(f"section {name!r} must be a mapping")
-        return (
-            SourceOptions.parse(data.get("source"), "source", "keys in 'source'"),
-            TeacherOptions.parse(data.get("teacher"), "teacher", "keys in 'teacher'"),
-            BuildOptions.parse(data.get("build"), "build", "keys in 'build'"),
+        return tuple(
+            model.parse(data.get(name), name, f"keys in {name!r}") for name, model in _SECTIONS.items()
         )
     except OptionError as e:
         raise ConfigError(f"{where}: {e}") from None
@@ -294,14 +289,10 @@ def _build_args(p: argparse.ArgumentParser) -> None:
 
 
 def _pairs(entries: list[str], key: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for e in entries:
-        k, sep, v = e.partition("=")
-        if not sep:
-            flag, shape = _PAIR_FLAGS[key]
-            raise ConfigError(f"{flag} {e!r}: expected {shape}")
-        out[k.strip()] = v.strip()
-    return out
+    if bad := [e for e in entries if "=" not in e]:
+        flag, shape = _PAIR_FLAGS[key]
+        raise ConfigError(f"{flag} {bad[0]!r}: expected {shape}")
+    return {k.strip(): v.strip() for k, _, v in (e.partition("=") for e in entries)}
 
 
 def _job_options(args: argparse.Namespace) -> tuple[SourceOptions, TeacherOptions, BuildOptions]:

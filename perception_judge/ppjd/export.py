@@ -174,14 +174,13 @@ def _image_cell(ppjd_dir: Path, record: PPJDRecord) -> dict[str, Any] | None:
 
 def _check_record(record: PPJDRecord) -> None:
     for name in ("question", "r_c", "r_rp", "r_rp_r"):
-        if not isinstance(getattr(record, name), str) or not getattr(record, name).strip():
+        if not isinstance(value := getattr(record, name), str) or not value.strip():
             raise ExportError(f"record {record.key}: field {name!r} is empty")
 
 
 def _records(ppjd_dir: Path, allow_incomplete: bool) -> tuple[list[tuple[Path, PPJDRecord]], dict[str, Any]]:
-    """Every record with the folder it lives in, in canonical key order, so an export depends only on the set of
-    records: a one-machine build and a build split into parts (merged here) give the same tables. A key in two
-    parts is an error naming both."""
+    """Every record with the folder it lives in, in key order (see the module docstring), the parts of a split
+    build merged; a key in two parts is an error naming both."""
     partitioned = read_partition(ppjd_dir) is not None
     parts, info = merge_plan(ppjd_dir, allow_incomplete) if partitioned else ([ppjd_dir], {})
     owner: dict[str, Path] = {}
@@ -222,10 +221,8 @@ def export_ppjd(
     src, out = Path(ppjd_dir), Path(out_dir)
     if read_partition(src) is None and not shard_paths(src):
         raise FileNotFoundError(f"no PPJD records in {str(src)!r} (expected records-*.jsonl from build-ppjd)")
-    if split_path(out, "train").exists() and not config.overwrite:
-        raise FileExistsError(
-            f"{str(split_path(out, 'train'))!r} exists; pass --overwrite to replace the export"
-        )
+    if (train := split_path(out, "train")).exists() and not config.overwrite:
+        raise FileExistsError(f"{str(train)!r} exists; pass --overwrite to replace the export")
 
     records, partition = _records(src, config.allow_incomplete)
     val_groups = choose_validation_groups(

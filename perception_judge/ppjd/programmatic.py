@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perception_judge import synth
+from perception_judge.llm_client import USAGE_KEYS
 from perception_judge.ppjd.teacher import Counterfactuals, StageError, TeacherInput
 
 
@@ -19,7 +20,7 @@ class ProgrammaticTeacher:
         return {"kind": "programmatic", "seed": self.seed, "spec_version": synth.SPEC_VERSION}
 
     def usage(self) -> dict[str, int]:
-        return dict.fromkeys(("prompt_tokens", "completion_tokens", "requests", "retries", "failures"), 0)
+        return dict.fromkeys(USAGE_KEYS, 0)
 
     async def aclose(self) -> None:
         return None

@@ -57,9 +57,7 @@ class BuildConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     progress: bool | None = None  # None: a bar when stderr is a terminal, periodic log lines otherwise
     handle_signals: bool = False
-    stop_grace_s: float = (
-        10.0  # after SIGINT/SIGTERM: seconds the items in flight get before they are cancelled
-    )
+    stop_grace_s: float = 10.0  # after SIGINT/SIGTERM: seconds the items in flight get before cancellation
     # a build split across machines: this run takes the keys with int(key, 16) % num_parts == part
     num_parts: int = 1
     part: int = 0
@@ -378,9 +376,7 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
     finally:
         for sig in signals_installed:
             loop.remove_signal_handler(sig)
-        for t in tasks:
-            if not t.done():
-                t.cancel()
+        cancel_in_flight()
         progress.close()
         summary.status = status
         summary.elapsed_s = round(time.monotonic() - started, 3)

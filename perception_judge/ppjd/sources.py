@@ -177,11 +177,10 @@ class TableSource:
                         continue
                     try:
                         row = json.loads(raw)
-                        error = (
-                            None if isinstance(row, dict) else f"row is a {type(row).__name__}, not an object"
-                        )
                     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                        row, error = None, f"invalid JSON: {e}"
+                        yield f, n, None, f"invalid JSON: {e}"
+                        continue
+                    error = None if isinstance(row, dict) else f"row is a {type(row).__name__}, not an object"
                     yield f, n, None if error else row, error
 
     def _field(self, row: dict[str, Any], name: str) -> tuple[Any, str | None]:

@@ -39,13 +39,8 @@ class StageError(Exception):
 
     def __init__(self, stage: str, reason: str, detail: str = "", attempts: int = 1, fatal: bool = False):
         super().__init__(f"{stage}/{reason}: {detail}" if detail else f"{stage}/{reason}")
-        self.stage, self.reason, self.detail, self.attempts, self.fatal = (
-            stage,
-            reason,
-            detail,
-            attempts,
-            fatal,
-        )
+        self.stage, self.reason, self.detail = stage, reason, detail
+        self.attempts, self.fatal = attempts, fatal
 
 
 @dataclass
@@ -167,17 +162,22 @@ def stage_messages(
     ]
 
 
+def message_text(messages: list[dict[str, Any]], role: str) -> str:
+    """The text of the ``role`` messages: string content and the text parts of list content, one per line."""
+    out = []
+    for m in messages:
+        content = m.get("content") if m.get("role") == role else None
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out.extend(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "\n".join(out)
+
+
 def stage_of_messages(messages: list[dict[str, Any]]) -> str | None:
     """Which teacher stage a request is (by its system prompt), or None (used by the fake server)."""
-    for m in messages:
-        if m.get("role") == "system":
-            content = m.get("content")
-            if not isinstance(content, str):
-                content = " ".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
-            for stage, marker in STAGE_MARKERS.items():
-                if content.startswith(marker):
-                    return stage
-    return None
+    system = message_text(messages, "system")
+    return next((stage for stage, marker in STAGE_MARKERS.items() if system.startswith(marker)), None)
 
 
 def extract_block(text: str, tag: str) -> str | None:
@@ -247,13 +247,13 @@ def _seed_for(seed: int, key: str, stage: str, attempt: int) -> int:
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 
+_VERDICTS = {"true": True, "yes": True, "correct": True, "false": False, "no": False, "incorrect": False}
+
+
 def _as_bool(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value
-    word = value.strip().lower() if isinstance(value, str) else ""
-    if word in ("true", "yes", "correct"):
-        return True
-    return False if word in ("false", "no", "incorrect") else None
+    return _VERDICTS.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 class _Retry(Exception):
@@ -298,9 +298,7 @@ class LLMTeacher:
                 resp = await self.client.chat(
                     messages,
                     images,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    max_tokens=sampling.max_tokens,
+                    **asdict(sampling),  # temperature, top_p, max_tokens
                     seed=_seed_for(self.config.seed, inp.key, stage, attempt),
                     response_format={"type": "json_object"} if self.config.json_mode else None,
                 )

@@ -86,18 +86,13 @@ class Validated:
     similarity_rp: float
 
 
-def extract_answers(cf: Counterfactuals) -> tuple[str, str]:
+def validate(item: SourceItem, cf: Counterfactuals, config: ValidationConfig) -> Validated:
+    """Answers and checks (see the module docstring); raises StageError(answers|validate, reason)."""
     a1, a2 = extract_final_answer(cf.r_rp), extract_final_answer(cf.r_rp_r)
     if not a1:
         raise StageError("answers", "no_answer_rp", "r_rp states no final answer")
     if not a2:
         raise StageError("answers", "no_answer_rp_r", "r_rp+r states no final answer")
-    return a1, a2
-
-
-def validate(item: SourceItem, cf: Counterfactuals, config: ValidationConfig) -> Validated:
-    """Answers and checks (see the module docstring); raises StageError(answers|validate, reason)."""
-    a1, a2 = extract_answers(cf)
     texts = (("r_rp", cf.r_rp), ("r_rp+r", cf.r_rp_r))
     for (name, _), answer, reason in zip(texts, (a1, a2), ("rp_matches_gt", "rp_r_matches_gt"), strict=True):
         if answers_match(answer, item.answer):

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from perception_judge.core.protocol import count_image_placeholders
-from perception_judge.ppjd.teacher import extract_block, stage_of_messages
+from perception_judge.ppjd.teacher import extract_block, message_text, stage_of_messages
 
 _TRANSPORT = ("429", "500", "hang", "bad_body")
 FAULTS = (*_TRANSPORT, "malformed_json", "truncated", "sloppy_latex", "verify_reject")
@@ -41,9 +41,7 @@ class Faults:
     rate_bad_body: float = 0.0  # HTTP 200 whose body is not JSON
     rate_malformed_json: float = 0.0  # message content whose JSON cannot be parsed
     rate_truncated: float = 0.0  # content cut in half, finish_reason "length"
-    rate_sloppy_latex: float = (
-        0.0  # JSON strings with single (unescaped) LaTeX backslashes, as models write them
-    )
+    rate_sloppy_latex: float = 0.0  # LaTeX backslashes unescaped in JSON strings, as models write them
     rate_verify_reject: float = 0.0  # the verify stage answers "correct": false
     retry_after_s: float = 0.05
     hang_s: float = 3.0
@@ -75,22 +73,11 @@ def _facts_from(solution: str, question: str) -> list[str]:
     return [*facts, *fillers[: max(0, 3 - len(facts))]][:6]
 
 
-def _text_of(messages: list[dict[str, Any]], role: str) -> str:
-    out = []
-    for m in messages:
-        c = m.get("content") if m.get("role") == role else None
-        if isinstance(c, str):
-            out.append(c)
-        elif isinstance(c, list):
-            out.extend(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
-    return "\n".join(out)
-
-
 def teacher_reply(body: dict[str, Any], verify_ok: bool = True) -> dict[str, Any] | str:
     """The reply object (JSON-able) a plausible teacher gives to one of our stage prompts, or judge text."""
     messages = body.get("messages") or []
     stage = stage_of_messages(messages)
-    user = _text_of(messages, "user")
+    user = message_text(messages, "user")
     solution = extract_block(user, "solution") or ""
     if stage == "verify":
         note = "The solution agrees with the evidence." if verify_ok else "The solution misreads the image."
@@ -320,15 +307,12 @@ class _Handler(BaseHTTPRequestHandler):
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if srv.reasoning:
             message["reasoning_content"] = "Let me look at the request carefully."
-        text_chars = sum(len(_text_of(messages, r)) for r in ("system", "user"))
+        text_chars = sum(len(message_text(messages, r)) for r in ("system", "user"))
         prompt_tokens = text_chars // 4 + 256 * count_image_placeholders(messages, "image_url")
         completion_tokens = max(1, len(content) // 4)
-        for name, n in (
-            ("status_200", 1),
-            ("prompt_tokens", prompt_tokens),
-            ("completion_tokens", completion_tokens),
-        ):
-            srv.count(name, n)
+        srv.count("status_200")
+        srv.count("prompt_tokens", prompt_tokens)
+        srv.count("completion_tokens", completion_tokens)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
         self._json(
             200,
