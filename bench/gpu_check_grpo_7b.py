@@ -13,6 +13,7 @@ runs to ``--completion-length``: the work per step is fixed.
 
     python bench/gpu_check_grpo_7b.py                    # one GPU: 1 warm-up + 3 measured steps, HF generation
     python bench/gpu_check_grpo_7b.py --use-vllm         # vLLM colocate rollouts (vllm installed)
+    python bench/gpu_check_grpo_7b.py --use-vllm --vllm-mode server   # 2+ GPUs: `trl vllm-serve` on the last one
     accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml bench/gpu_check_grpo_7b.py
     python bench/gpu_check_grpo_7b.py --tiny             # CPU dry run of the same code path (tests use it)
 
@@ -241,7 +242,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--completion-length", type=int, default=1024)
     ap.add_argument("--image-size", type=int, default=448)
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient (>0 loads a reference model)")
-    ap.add_argument("--use-vllm", action="store_true", help="vLLM colocate rollouts")
+    ap.add_argument(
+        "--use-vllm", action="store_true", help="vLLM rollouts (colocate unless --vllm-mode server)"
+    )
+    ap.add_argument(
+        "--vllm-mode",
+        choices=("colocate", "server"),
+        default="colocate",
+        help="server: start `trl vllm-serve` on --server-gpu (default: the last visible GPU) and train on GPU 0; "
+        "needs 2 GPUs (NCCL cannot put the trainer and the server on one device)",
+    )
+    ap.add_argument("--server-gpu", type=int, default=None, help="GPU index of the vLLM server (server mode)")
+    ap.add_argument("--server-port", type=int, default=8765, help="port of the vLLM server (server mode)")
     ap.add_argument("--no-gradient-checkpointing", action="store_true")
     ap.add_argument("--work-dir", default=None, help="scratch folder (default: a temporary one)")
     args = ap.parse_args(argv)
@@ -270,6 +282,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         if scratch is not None:
             scratch.cleanup()
+
+
+def _start_server(args: argparse.Namespace, folder: Path) -> Any:
+    """``trl vllm-serve`` on its own GPU for server-mode rollouts; trl's client waits for it to be healthy."""
+    import subprocess
+
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        raise SystemExit(
+            "gpu_check_grpo_7b: --vllm-mode server needs 2 GPUs (one for the trainer, one for vLLM)"
+        )
+    gpu = torch.cuda.device_count() - 1 if args.server_gpu is None else args.server_gpu
+    log = open(folder.parent / "vllm_serve.log", "w")  # noqa: SIM115 - lives as long as the server
+    cmd = [sys.executable, "-m", "trl.scripts.vllm_serve", "--model", str(folder), "--port", str(args.server_port),
+           "--max_model_len", str(4096 + args.completion_length), "--gpu_memory_utilization", "0.85"]  # fmt: skip
+    print(f"gpu_check_grpo_7b: starting the vLLM server on GPU {gpu} (log: {log.name})")
+    return subprocess.Popen(cmd, env=dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu)), stdout=log, stderr=log)
 
 
 def _check(
@@ -305,7 +335,9 @@ def _check(
         report_to="none",
         gradient_checkpointing=not args.no_gradient_checkpointing and not args.tiny,
         use_vllm=args.use_vllm,
-        vllm_mode="colocate",
+        vllm_mode=args.vllm_mode,
+        vllm_server_base_url=f"http://127.0.0.1:{args.server_port}" if args.vllm_mode == "server" else None,
+        vllm_server_timeout=600.0,
         vllm_gpu_memory_utilization=0.3,
         vllm_max_model_length=4096 + args.completion_length,
         disable_tqdm=True,
@@ -328,6 +360,8 @@ def _check(
         model.config._name_or_path = str(folder)
         model.name_or_path = str(folder)
     build_s = time.perf_counter() - t0
+    serve = args.use_vllm and args.vllm_mode == "server" and state.is_main_process
+    server = _start_server(args, folder) if serve else None
 
     policy = PixelPolicy(mode="fixed", size=args.image_size, factor=28)
     n_rows = max(8, args.per_device_batch * state.num_processes * (args.warmup + args.steps))
@@ -347,7 +381,12 @@ def _check(
     )
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=60)
 
     marks = clock.marks
     measured = [m for m in marks if m[2] >= args.warmup]
@@ -365,7 +404,7 @@ def _check(
         "parameters": n_params,
         "processes": world,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "rollouts": "vLLM colocate" if args.use_vllm else "HF generate",
+        "rollouts": f"vLLM {args.vllm_mode}" if args.use_vllm else "HF generate",
         "tokens_per_s_per_gpu": tokens_per_s_per_gpu,
         "step_s": step_s,
         "tokens_per_step": (tok_b - tok_a) / max(1, len(measured) - 1),
