@@ -1,6 +1,6 @@
 """The learnability check of the tiny substrate (``perception_judge.evaluation.learnability``), as benchmark ratios.
 
-Supervised training on the PPJD verdict target on the demo's tiny judge (1500 steps of 32 fresh tiny-world records),
+Supervised training on the PPJD verdict target on the demo's tiny judge (2000 steps of 32 fresh tiny-world records),
 then held-out r_c-vs-r_rp pair accuracy on images it never saw (target >= 0.95) and the same with every image
 replaced by another record's (target <= 0.6). About 4-5 minutes on 2 CPU cores. ``--seed`` checks another draw.
 """
@@ -15,7 +15,7 @@ from perception_judge.evaluation.learnability import CONTROL_CEILING, TARGET_ACC
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     r = run_check(steps=args.steps, seed=args.seed)

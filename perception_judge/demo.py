@@ -1,7 +1,8 @@
 """``make demo`` / ``perception-judge demo``: the whole loop at toy scale, offline, under ``runs/demo/``.
 
     tiny synthetic world (colour and count images) -> PPJD (programmatic teacher) -> training-set export (tiny
-    prompt style) -> tiny Qwen-VL judge (format warm start: it writes verdicts but does not look) -> GRPO
+    prompt style) -> learnability check (a supervised tiny Qwen-VL judge) -> base judge (that judge made blind: it
+    writes verdicts but does not look) -> GRPO
     (``accelerate launch train_grpo.py recipes/tiny_demo.yaml``) -> evaluation sweep (perception suite with real and
     with mismatched images, bias suite) over the base model and every checkpoint -> report, learning curve and
     ``summary.json`` (does the judge learn to look?)
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
 ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
-DEMO_FORMAT = 2
+DEMO_FORMAT = 3
 FAMILIES = "colour,count"
 _NOISE = (
     "it/s]",
@@ -86,6 +87,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "warm_start_steps": getattr(args, "warm_start_steps", None),
         "learnability_steps": getattr(args, "learnability_steps", 0),
         "blind_steps": getattr(args, "blind_steps", 0),
+        "explore_steps": getattr(args, "explore_steps", 0),
         "reset_connector": getattr(args, "reset_connector", False),
         "recipe_sha": _sha(ROOT / RECIPE),
         "eval_config_sha": _sha(ROOT / EVAL_CONFIG),
@@ -202,11 +204,12 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
                 (0, 1),
             ),
             Stage(
-                "4b/5 base judge: the supervised judge made blind (its think becomes a random value, vision frozen: "
-                "it keeps the verdict format and stops looking)",
+                "4b/5 base judge: the supervised judge made blind (vision frozen, its think becomes a random value, "
+                "then one of the values the answers state: it keeps the verdict format, stops looking and explores)",
                 "4b/5 base judge: done before, skipped" if done["base"] else None,
                 [*cli, "make-tiny-model", "--from-supervised", f"{rel}/supervised-model", "--out",
-                 f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), *seed,
+                 f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), "--explore-steps",
+                 str(args.explore_steps), *seed,
                  *(["--reset-connector"] if args.reset_connector else [])],
             ),
         ]  # fmt: skip
@@ -245,6 +248,9 @@ def main_demo(args: argparse.Namespace) -> int:
         PYTHONUNBUFFERED="1",
     )
     env.setdefault("WANDB_MODE", "disabled")
+    # One thread: the tiny judge trains as fast as with two, and the float reduction order (hence the GRPO trajectory)
+    # no longer depends on the machine's core count.
+    env.setdefault("OMP_NUM_THREADS", "1")
     log = out / "demo.log"
     print(
         f"perception-judge demo ({'starting fresh' if mode == 'fresh' else 'resuming'}) in {rel}/; log: {rel}/demo.log"
@@ -328,8 +334,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         ("--warm-start-steps", None, "format warm-start steps of a generated judge (default: the recipe's)"),
         ("--blind-steps", 300, "steps that make the supervised judge blind (default %(default)s)"),
         (
+            "--explore-steps",
+            900,
+            "then steps that make its think explore the answers' values (default %(default)s)",
+        ),
+        (
             "--learnability-steps",
-            1500,
+            2000,
             "supervised steps of the learnability check run before GRPO (default %(default)s, about 4 minutes; 0 "
             "skips it)",
         ),

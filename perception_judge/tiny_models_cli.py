@@ -36,6 +36,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "depends on the image), vision frozen (default %(default)s)",
     )
     p.add_argument(
+        "--explore-steps",
+        type=int,
+        default=900,
+        help="with --from-supervised: then supervised steps whose think is a value an answer states, the first "
+        "answer's 2 times in 3 (sampled it explores both answers' values; greedy it follows the first slot and stays "
+        "at chance; default %(default)s)",
+    )
+    p.add_argument(
         "--reset-connector",
         action="store_true",
         help="with --from-supervised: also re-initialise the vision-language connector first",
@@ -54,12 +62,18 @@ def _run(args: argparse.Namespace) -> int:
         staging = out.with_name(f".{out.name}.building")
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(src, staging)
-        stats = make_blind(staging, args.blind_steps, seed=args.seed, reset_connector=args.reset_connector)
+        stats = make_blind(
+            staging,
+            args.blind_steps,
+            seed=args.seed,
+            reset_connector=args.reset_connector,
+            explore_steps=args.explore_steps,
+        )
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
         print(
             f"blind judge from {src} written to {out}: {stats['steps']} steps, loss {stats['loss_first']} -> "
-            f"{stats['loss_last']} in {stats['seconds']} s"
+            f"{stats['loss_last']} in {stats['seconds']} s; {args.explore_steps} exploring steps"
         )
         return 0
     out = make_tiny_model(args.arch, args.out, seed=args.seed)

@@ -1,9 +1,10 @@
-"""GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 22 minutes on 2 CPU cores).
+"""GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 15 minutes on 2 CPU cores).
 
-`make demo` runs seed 0; this test draws the synthetic source with seed 1, so the claim holds on a draw nobody tuned
-the recipe to. The demo's base judge is blind (at chance with real and with mismatched images); after GRPO the last
-checkpoint must judge r_c over r_rp far above chance *and* far above the same checkpoint scored with every image
-replaced by another record's: it uses the image, not the text.
+`make demo` runs seed 0; this test draws the synthetic source (and the judge's weights) with seed 1, so the claim
+holds on a second draw, not only the default one (docs/tiny-substrate.md has both, and a third). The demo's base
+judge is blind (at chance with real and with mismatched images); after GRPO the last checkpoint must judge r_c over
+r_rp far above chance *and* far above the same checkpoint scored with every image replaced by another record's:
+it uses the image, not the text.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def test_grpo_lifts_heldout_accuracy_far_above_the_mismatched_image_control(tmp_
     assert base["step"] is None and last["step"] and last["step"] > 0
 
     assert abs(base["c_vs_rp"]["accuracy"] - 0.5) < 0.1, base  # the blind base judge sits at chance
-    assert last["c_vs_rp"]["ci95"][0] > 0.7, last
+    assert last["c_vs_rp"]["accuracy"] >= 0.85 and last["c_vs_rp"]["ci95"][0] > 0.75, (
+        last
+    )  # the issue's target
     assert last["c_vs_rpr"]["accuracy"] > 0.75, last
     control = last["c_vs_rp_mismatched"]["accuracy"]
     assert control <= 0.6, last

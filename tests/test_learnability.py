@@ -1,4 +1,4 @@
-"""The learnability check of the tiny substrate (slow: about 4-5 minutes on 2 CPU cores per seed)."""
+"""The learnability check of the tiny substrate (slow: about 4-5 minutes on 2 CPU cores per seed, one thread)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from perception_judge.evaluation.learnability import CONTROL_CEILING, TARGET_ACC
 def test_supervised_verdicts_teach_the_tiny_judge_to_look(seed, tmp_path):
     """Supervised training on the verdict target reaches >= 0.95 held-out r_c-vs-r_rp accuracy on unseen images, and
     the same model falls to chance when every image is another record's: it uses the image, not the text."""
-    r = run_check(steps=1500, seed=seed, n_heldout=200, work_dir=tmp_path)
+    r = run_check(steps=2000, seed=seed, n_heldout=200, work_dir=tmp_path)
     assert r["heldout"]["pair_acc_c_vs_rp"] >= TARGET_ACCURACY, r
     assert r["heldout"]["pair_acc_c_vs_rp_ci95_lo"] > 0.9, r
     assert r["mismatched"]["pair_acc_c_vs_rp"] <= CONTROL_CEILING, r

@@ -120,3 +120,56 @@ def test_format_warm_start_learns_the_format_and_is_built_atomically(tmp_path):
     # and the weights differ from the random-weight build of the same seed
     plain = make_tiny_model("qwen2_5_vl", tmp_path / "plain", seed=0)
     assert _weights_digest(plain) != _weights_digest(target)
+
+
+def test_think_sources_draw_their_values_where_they_say():
+    """truth: the value shown; prior: any value of the family; position: a value the answers state, the first
+    answer's 2 times in 3 (so sampling explores the other answer's while greedy decoding follows the first slot)."""
+    import random
+    from collections import Counter
+
+    from perception_judge import synth
+    from perception_judge.tiny_models import FIRST_SLOT_BIAS, _tiny_example, tiny_records
+
+    records = tiny_records(60, seed=3)
+    rng = random.Random(0)
+    first, stated, n = 0, 0, 0
+    prior_values: Counter = Counter()
+    for _ in range(40):
+        for rec in records:
+            messages, _, target = _tiny_example(rng, rec, "position")
+            text = messages[-1]["content"][-1]["text"]
+            if " C " in text or " B " not in text:  # pair rows only: "A <answer> B <answer>"
+                continue
+            answers = text.split(" A ", 1)[1].split(" B ")
+            values = [synth.response_value(a.strip()) for a in answers]
+            think = target.split()[0]
+            n += 1
+            stated += think in values
+            first += think == values[0]
+            _, _, prior_target = _tiny_example(rng, rec, "prior")
+            prior_values[prior_target.split()[0]] += 1
+            _, _, truth_target = _tiny_example(rng, rec, "truth")
+            assert truth_target.split()[0] == rec["value"]
+    assert n > 500 and stated == n, "the exploring think always names a value an answer states"
+    assert abs(first / n - FIRST_SLOT_BIAS) < 0.05, first / n
+    assert len(prior_values) == len(synth.tiny_values("colour")) + len(synth.tiny_values("count"))
+
+
+def test_make_blind_records_both_phases_and_keeps_the_vision_tower(tmp_path):
+    """make-tiny-model --from-supervised: the prior phase, then the exploring phase, vision frozen in both."""
+    import json
+
+    from safetensors.torch import load_file
+
+    src = make_tiny_model("qwen2_5_vl", tmp_path / "sup", seed=0)
+    out = tmp_path / "blind"
+    assert cli_main(["make-tiny-model", "--from-supervised", str(src), "--out", str(out), "--blind-steps", "6",
+                     "--explore-steps", "4"]) == 0  # fmt: skip
+    blind = json.loads((out / "tiny_model.json").read_text())["blind"]
+    assert blind["think_source"] == "prior" and blind["steps"] == 6 and blind["freeze_vision"]
+    assert blind["explore"]["think_source"] == "position" and blind["explore"]["steps"] == 4
+    before, after = load_file(src / "model.safetensors"), load_file(out / "model.safetensors")
+    vision = [k for k in before if ".visual." in k or k.startswith("visual.")]
+    assert vision and all(before[k].equal(after[k]) for k in vision), "the vision tower is frozen"
+    assert any(not before[k].equal(after[k]) for k in before if k not in vision), "the language model trained"
