@@ -1,7 +1,7 @@
 """GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 15 minutes on 2 CPU cores).
 
 `make demo` runs seed 0; this test draws the synthetic source (and the judge's weights) with seed 1, so the claim
-holds on a second draw, not only the default one (docs/tiny-substrate.md has both, and a third). The demo's base
+holds on a second draw, not only the default one (docs/tiny-substrate.md has both). The demo's base
 judge is blind (at chance with real and with mismatched images); after GRPO the last checkpoint must judge r_c over
 r_rp far above chance *and* far above the same checkpoint scored with every image replaced by another record's:
 it uses the image, not the text.
