@@ -327,6 +327,19 @@ def _tiny_policy(image_size: int) -> PixelPolicy:
     return PixelPolicy(mode="fixed", size=image_size, factor=image_size)
 
 
+def _warmup_cosine(steps: int) -> Any:
+    """The rate factor at step ``i``: linear warm-up over the first ``min(50, steps // 10)`` steps, then a cosine from
+    1 down to 0.1 at ``steps``."""
+    warmup = min(50, steps // 10)
+
+    def factor(i: int) -> float:
+        if i < warmup:
+            return (i + 1) / warmup
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * i / max(1, steps)))
+
+    return factor
+
+
 def supervised_tiny_judge(
     model_dir: str | Path,
     steps: int,
@@ -368,17 +381,7 @@ def supervised_tiny_judge(
                 param.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
-    warmup = min(50, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then cosine down to 10% of the rate
-        optimizer,
-        lambda i: (
-            1.0
-            if not cosine
-            else (i + 1) / warmup
-            if i < warmup
-            else 0.1 + 0.45 * (1 + math.cos(math.pi * i / max(1, steps)))
-        ),
-    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_cosine(steps)) if cosine else None
     model.train()
     losses: list[float] = []
     t0 = time.perf_counter()
@@ -408,7 +411,8 @@ def supervised_tiny_judge(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        schedule.step()
+        if schedule is not None:
+            schedule.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
         bar.update(1)

@@ -10,7 +10,9 @@ held-out r_c-vs-r_rp pair accuracy >= 0.95 and the mismatched-image control <= 0
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,18 @@ def score_pairs(
     return {"metrics": metrics, "counts": counts}
 
 
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_check(
     steps: int = 2000,
     seed: int = 0,
@@ -71,29 +85,9 @@ def run_check(
     """Run the check; returns the measurements and ``passed``. ``keep_model`` saves the supervised judge there.
     ``threads``: torch threads while it runs (one is as fast for this model, and the float reduction order, hence
     the draw, then does not depend on the machine's core count)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return _run_check(steps, seed, n_heldout, heldout_seed, arch, work_dir, progress, keep_model)
-    finally:
-        torch.set_num_threads(before)
-
-
-def _run_check(
-    steps: int,
-    seed: int,
-    n_heldout: int,
-    heldout_seed: int,
-    arch: str,
-    work_dir: str | Path | None,
-    progress: bool,
-    keep_model: str | Path | None,
-) -> dict[str, Any]:
     from perception_judge.tiny_models import make_tiny_model, supervised_tiny_judge
 
-    with tempfile.TemporaryDirectory(prefix="pj-learnability-") as tmp:
+    with _torch_threads(threads), tempfile.TemporaryDirectory(prefix="pj-learnability-") as tmp:
         model_dir = make_tiny_model(arch, Path(work_dir or tmp) / "model", seed=seed)
         train = supervised_tiny_judge(model_dir, steps, think_source="truth", seed=seed, progress=progress)
         records = heldout_records(n_heldout, heldout_seed)
