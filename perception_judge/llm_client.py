@@ -229,11 +229,9 @@ class ChatClient:
         self._completion_type = ChatCompletion
         self._loop = loop  # a new event loop: the old HTTP pools belong to a dead one
         self._sem = asyncio.Semaphore(self.config.concurrency)
+        key, timeout = self._key or "EMPTY", self.config.timeout_s
         self._clients = [
-            AsyncOpenAI(
-                base_url=ep.url, api_key=self._key or "EMPTY", max_retries=0, timeout=self.config.timeout_s
-            )
-            for ep in self._endpoints
+            AsyncOpenAI(base_url=e.url, api_key=key, max_retries=0, timeout=timeout) for e in self._endpoints
         ]
 
     def _pick(self) -> int:
@@ -257,12 +255,8 @@ class ChatClient:
         honoured = min(retry_after, cfg.retry_after_max_s)
         if retry_after > cfg.backoff_max_s:
             log.warning(
-                "the server asks to retry after %.0f s (beyond backoff_max_s %.0f s); waiting %.0f s "
-                "(retry_after_max_s %.0f s)",
-                retry_after,
-                cfg.backoff_max_s,
-                honoured,
-                cfg.retry_after_max_s,
+                f"the server asks to retry after {retry_after:.0f} s (beyond backoff_max_s {cfg.backoff_max_s:.0f} "
+                f"s); waiting {honoured:.0f} s (retry_after_max_s {cfg.retry_after_max_s:.0f} s)"
             )
         return max(delay, honoured)
 
@@ -393,10 +387,8 @@ class ChatClient:
         ct = int(getattr(usage, "completion_tokens", 0) or 0)
         self.usage["prompt_tokens"] += pt
         self.usage["completion_tokens"] += ct
-        reasoning = str(reasoning) if reasoning else None
-        return ChatResponse(
-            text or "", reasoning, pt, ct, getattr(choices[0], "finish_reason", None), attempts
-        )
+        finish = getattr(choices[0], "finish_reason", None)
+        return ChatResponse(text or "", str(reasoning) if reasoning else None, pt, ct, finish, attempts)
 
     async def aclose(self) -> None:
         clients, self._clients = self._clients, []

@@ -57,9 +57,8 @@ def ranking_reward(scores: Sequence[float] | None, order: str, ties: str = "zero
     if ties == "zero" and len(set(ranked)) != len(ranked):
         return 0.0
     pairs = list(itertools.combinations(ranked, 2))
-    return sum(1.0 if better > worse else 0.5 if better == worse else 0.0 for better, worse in pairs) / len(
-        pairs
-    )
+    concordant = sum(1.0 if better > worse else 0.5 if better == worse else 0.0 for better, worse in pairs)
+    return concordant / len(pairs)
 
 
 def pair_reward(scores: Sequence[float] | None, order: str, ties: str = "zero") -> float:
@@ -113,11 +112,10 @@ def completion_text(completion: Any) -> tuple[str, str | None]:
 @dataclasses.dataclass(eq=False)
 class JudgeReward:
     """A named, configurable trl reward callable: :meth:`score` of every row whose protocol is in ``protocols``,
-    None for the others (trl skips those).
+    None for the others (trl skips those); trl logs it under ``__name__`` (``rewards/<name>/mean``).
 
-    trl logs each reward under ``__name__`` (``rewards/<name>/mean``). ``think_open`` tells the parser that the
-    rendered prompt ends inside an open think block (the trainer reads it from the chat template), so a completion
-    that never writes ``</think>`` is unclosed and earns nothing. With ``log_parse_failures`` the reward also logs
+    ``think_open``: the rendered prompt ends inside an open think block (read from the chat template), so a
+    completion that never writes ``</think>`` is unclosed and earns nothing. ``log_parse_failures``: also log
     ``<name>/parse_failure_rate`` through trl's ``log_metric``.
     """
 
@@ -136,8 +134,7 @@ class JudgeReward:
 
     def with_options(self, **options: Any) -> JudgeReward:
         """A copy with some options changed (``ties``, ``tau``, ``think_open``)."""
-        unknown = set(options) - {"ties", "tau", "think_open"}
-        if unknown:
+        if unknown := set(options) - {"ties", "tau", "think_open"}:
             raise ValueError(f"reward {self.name!r} has no option(s) {sorted(unknown)}")
         return dataclasses.replace(self, **options)
 
@@ -158,17 +155,16 @@ class JudgeReward:
     def __call__(
         self, prompts: list[Any] | None = None, completions: list[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
-        completions = completions or []
-        columns = {col: kwargs.get(col) for col in (COL_PROTOCOL, COL_GROUND_TRUTH)}
-        for col, values in columns.items():
-            if values is None:
+        for col in (COL_PROTOCOL, COL_GROUND_TRUTH):
+            if kwargs.get(col) is None:
                 raise KeyError(
                     f"reward {self.name!r} needs the dataset column {col!r} (trl passes dataset columns as "
                     "keyword arguments; keep remove_unused_columns=False)"
                 )
         out: list[float | None] = []
         failures: list[bool] = []
-        for i, (completion, protocol, truth) in enumerate(zip(completions, *columns.values(), strict=True)):
+        rows = zip(completions or [], kwargs[COL_PROTOCOL], kwargs[COL_GROUND_TRUTH], strict=True)
+        for i, (completion, protocol, truth) in enumerate(rows):
             try:
                 validate_ground_truth(protocol, truth)
             except ValueError as e:

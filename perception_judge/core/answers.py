@@ -1,14 +1,7 @@
 """Final-answer extraction, normalisation and comparison for PPJD validation.
 
-* :func:`extract_final_answer` reads the last ``\\boxed{...}`` (any nesting depth), then falls back to a
-  "Final answer: ..." / "The answer is ..." statement, else returns ``""``.
-* :func:`normalize_answer` makes surface variants compare equal (``$``, ``\\text{}``, ``3.0`` vs ``3``,
-  ``1,000`` vs ``1000``, ``(B)`` vs ``b``, trailing punctuation, case, spaces).
-* :func:`answers_match` compares two answers after normalisation, numerically when both are numbers
-  (fractions included).
-
-An empty answer never matches anything: validation treats "no final answer" as its own rejection instead of
-as "different from the ground truth" (a defect of the published release).
+An empty answer never matches anything: validation treats "no final answer" as its own rejection instead of as
+"different from the ground truth" (a defect of the published release).
 """
 
 from __future__ import annotations
@@ -58,8 +51,7 @@ def extract_final_answer(text: str) -> str:
     """The final answer stated by a response: last ``\\boxed{}``, else the last "final answer" statement, else ""."""
     if not isinstance(text, str) or not text.strip():
         return ""
-    boxed = find_boxed(text)
-    if boxed:
+    if boxed := find_boxed(text):
         return boxed[-1].strip()
     for pattern in _FINAL_PATTERNS:
         stated = [m.group(1).strip() for m in pattern.finditer(text)]
@@ -111,13 +103,11 @@ def normalize_answer(answer: str) -> str:
     s = _strip_decorations(s).lower()
     s = re.sub(r"\s+", " ", s)
     s = _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), s)
-    return _format_number(float(s)) if _NUMBER.match(s) else s
-
-
-def _format_number(value: float) -> str:
-    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
+    if not _NUMBER.match(s):
+        return s
+    value = float(s)
+    whole = math.isfinite(value) and value == int(value) and abs(value) < 1e15
+    return str(int(value)) if whole else repr(value)
 
 
 def _as_number(s: str) -> float | None:
@@ -125,10 +115,8 @@ def _as_number(s: str) -> float | None:
     if _NUMBER.match(s):
         return float(s)
     m = _FRACTION.match(s)
-    if m:
-        den = float(m.group(2))
-        return float(m.group(1)) / den if den else None
-    return None
+    den = float(m.group(2)) if m else 0.0
+    return float(m.group(1)) / den if den else None
 
 
 def _option_letter(s: str) -> str | None:

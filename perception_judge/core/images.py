@@ -68,10 +68,8 @@ class PixelPolicy:
     def apply(self, image: Image.Image) -> Image.Image:
         """RGB image resized by the policy (bicubic)."""
         image = to_rgb(image)
-        w, h = self.target_size(*image.size)
-        if (w, h) == image.size:
-            return image
-        return image.resize((w, h), Image.Resampling.BICUBIC)
+        size = self.target_size(*image.size)
+        return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,9 +163,8 @@ def cell_bytes(cell: dict[str, Any]) -> bytes:
     a number: a hostile or broken row)."""
     raw = cell["bytes"]
     if not isinstance(raw, bytes | bytearray | memoryview):
-        raise ImageError(
-            "bad_path", f"image cell 'bytes' is {type(raw).__name__}, expected the encoded image as bytes"
-        )
+        kind = type(raw).__name__
+        raise ImageError("bad_path", f"image cell 'bytes' is {kind}, expected the encoded image as bytes")
     return bytes(raw)
 
 
@@ -201,9 +198,8 @@ def load_image(
             except ImageError:
                 raise
             except (OSError, ValueError) as e:  # a name too long, a directory, permissions ...
-                raise ImageError(
-                    "bad_path", f"cannot read image {s[:120]!r}: {type(e).__name__}: {e}"
-                ) from None
+                detail = f"cannot read image {s[:120]!r}: {type(e).__name__}: {e}"
+                raise ImageError("bad_path", detail) from None
     elif src is None:
         raise ImageError("missing", "no image")
     else:
@@ -213,9 +209,8 @@ def load_image(
     if not data:
         raise ImageError("corrupt", "empty image data")
     try:
-        with Image.open(io.BytesIO(data)) as probe:
-            _check_pixels(probe.size, max_pixels)
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data))  # lazy: the size is known before any pixel is decoded
+        _check_pixels(image.size, max_pixels)
         image.load()
     except ImageError:
         raise

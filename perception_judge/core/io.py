@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -92,8 +93,6 @@ def progress_bar(
 ) -> Any:
     """The tqdm bar of every long loop (synthesis, PPJD builds, supervised steps, judge calls). ``enabled=None``
     shows it when stderr is a terminal; a bar with nothing to do is never shown."""
-    import sys
-
     from tqdm.auto import tqdm
 
     show = sys.stderr.isatty() if enabled is None else enabled

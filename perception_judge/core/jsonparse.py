@@ -17,6 +17,7 @@ cut-off or garbled teacher reply would pass as a valid record instead of raising
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any
@@ -94,12 +95,6 @@ def repair_json_text(s: str) -> str:
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
 
 
-def _strip_reasoning(text: str) -> str:
-    if "</think>" in text:
-        return text.rsplit("</think>", 1)[1]
-    return text
-
-
 def _balanced_objects(text: str) -> tuple[list[str], bool]:
     """Top-level ``{...}`` spans (string-aware); and whether an object was left open (truncated)."""
     spans: list[str] = []
@@ -122,45 +117,32 @@ def _loads(candidate: str) -> Any:
 
 
 def parse_json_object(text: str, required: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
-    """The first JSON object in ``text`` that parses (after LaTeX/escape repair) and has the ``required`` keys.
-
-    Looks in code fences first, then at every top-level ``{...}`` in the text (reasoning before a
-    ``</think>`` is ignored). Raises :class:`JSONParseError` with a reason code otherwise.
-    """
+    """The first JSON object in ``text`` that parses (after LaTeX/escape repair) and has the ``required``
+    keys: code fences first, then every top-level ``{...}``. Raises :class:`JSONParseError` otherwise."""
     if not isinstance(text, str) or not text.strip():
         raise JSONParseError("no_json", "empty text")
-    body = _strip_reasoning(text.lstrip("\ufeff"))
-    candidates: list[str] = [m.group(1) for m in _FENCE.finditer(body)]
+    body = text.lstrip("\ufeff").rsplit("</think>", 1)[-1]  # the reasoning before </think> is not the answer
     spans, truncated = _balanced_objects(body)
-    candidates += spans
+    candidates = [m.group(1) for m in _FENCE.finditer(body)] + spans
     last_error = ""
     found_object_without_keys = False
-    for cand in candidates:
-        cand = cand.strip()
-        if not cand:
-            continue
+    for cand in filter(None, (c.strip() for c in candidates)):
         try:
             obj = _loads(cand)
         except json.JSONDecodeError as e:
-            inner, _ = _balanced_objects(cand)
-            obj = None
-            for sub in inner:
-                try:
+            last_error, obj = f"{e.msg} at char {e.pos}", None
+            for sub in _balanced_objects(cand)[0]:  # else the first object inside it that parses
+                with contextlib.suppress(json.JSONDecodeError):
                     obj = _loads(sub)
                     break
-                except json.JSONDecodeError:
-                    continue
             if obj is None:
-                last_error = f"{e.msg} at char {e.pos}"
                 continue
         if not isinstance(obj, dict):
             continue
         missing = [k for k in required if k not in obj]
-        if missing:
-            found_object_without_keys = True
-            last_error = f"object lacks {missing}"
-            continue
-        return obj
+        if not missing:
+            return obj
+        found_object_without_keys, last_error = True, f"object lacks {missing}"
     if found_object_without_keys:
         raise JSONParseError("missing_keys", last_error)
     if truncated and not spans:

@@ -46,8 +46,7 @@ class Options(BaseModel):
         """The options of ``where`` (a suite or job section) from ``values``. None keeps the default of a field
         that cannot hold None. ``what`` words the unknown-key message (default ``option(s) for WHERE``)."""
         values = values or {}
-        unknown = sorted(set(values) - set(cls.model_fields))
-        if unknown:
+        if unknown := sorted(set(values) - set(cls.model_fields)):
             raise OptionError(
                 f"unknown {what or f'option(s) for {where}'} {unknown}; known: {sorted(cls.model_fields)}"
             )

@@ -121,32 +121,28 @@ def build_messages(
     protocol: str, question: str, responses: list[str], n_images: int = 1, style: str = "full"
 ) -> list[dict[str, Any]]:
     """trl conversational messages for one judge prompt in a prompt ``style`` (:data:`PROMPT_STYLES`).
-
     Content is always a list of blocks (so the messages store cleanly in Arrow / parquet); the user turn
-    starts with ``n_images`` bare ``{"type": "image"}`` placeholders (0 for text-only items).
-    """
+    starts with ``n_images`` bare ``{"type": "image"}`` placeholders."""
     validate_protocol(protocol)
     validate_style(style)
     _check_responses(protocol, responses)
     if n_images < 0:
         raise ValueError("n_images must be >= 0")
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in range(n_images)]
     if style == "tiny":
-        system = TINY_SYSTEM
-        content.append({"type": "text", "text": tiny_user_text(question, responses)})
+        system, text = TINY_SYSTEM, tiny_user_text(question, responses)
     else:
-        system = system_prompt(protocol, len(responses))
-        content.append({"type": "text", "text": user_text(protocol, question, responses)})
+        system, text = system_prompt(protocol, len(responses)), user_text(protocol, question, responses)
+    images = [{"type": "image"} for _ in range(n_images)]
     return [
         {"role": "system", "content": [{"type": "text", "text": system}]},
-        {"role": "user", "content": content},
+        {"role": "user", "content": [*images, {"type": "text", "text": text}]},
     ]
 
 
 def count_image_placeholders(messages: list[dict[str, Any]], block_type: str = "image") -> int:
     """Image blocks in messages: ``{"type": "image"}`` placeholders, or ``"image_url"`` parts of an OpenAI request."""
     blocks = [part for m in messages if isinstance(m.get("content"), list) for part in m["content"]]
-    return sum(1 for part in blocks if isinstance(part, dict) and part.get("type") == block_type)
+    return sum(isinstance(part, dict) and part.get("type") == block_type for part in blocks)
 
 
 _THINK_SUFFIX_JINJA = "{% if add_generation_prompt %}{{ '<think>\\n' }}{% endif %}"
@@ -186,20 +182,16 @@ def template_opens_think(processing_class: Any) -> bool:
 def prepare_processor(processing_class: Any, think_prefix: str = "auto") -> Any:
     """Install the think prefix into a processor's (and its tokenizer's) chat template, in place; idempotent.
 
-    ``think_prefix="auto"`` appends ``<think>\\n`` to the generation prompt when the template does not already
-    open a think block; ``"off"`` leaves the template alone. Returns the processor. Call it on the processor
-    that trl's GRPOTrainer gets, and :func:`render_generation_prompt` calls it for evaluation, so both see the
-    same template.
-    """
+    ``"auto"`` appends ``<think>\\n`` to the generation prompt unless the template opens a think block
+    itself; ``"off"`` leaves it alone. Call it on the processor trl's GRPOTrainer gets;
+    :func:`render_generation_prompt` calls it for evaluation, so both see the same template."""
     if think_prefix not in ("auto", "off"):
         raise ValueError(f"think_prefix must be 'auto' or 'off', got {think_prefix!r}")
     if think_prefix == "off" or template_opens_think(processing_class):
         return processing_class
     patched = chat_template_of(processing_class) + _THINK_SUFFIX_JINJA
     processing_class.chat_template = patched
-    tok = _tokenizer_of(processing_class)
-    if tok is not processing_class:
-        tok.chat_template = patched
+    _tokenizer_of(processing_class).chat_template = patched  # the processor itself when it has no tokenizer
     if not template_opens_think(processing_class):  # pragma: no cover - a template that ignores our suffix
         raise RuntimeError("could not install the <think> prefix into the chat template")
     return processing_class

@@ -23,13 +23,8 @@ def is_secret_name(name: str) -> bool:
 def redact(obj: Any) -> Any:
     """A copy of ``obj`` (dicts, lists, tuples, strings) with secrets replaced (see the module docstring)."""
     if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if isinstance(v, str) and v and is_secret_name(k):
-                out[k] = REDACTED
-            else:
-                out[k] = redact(v)
-        return out
+        secret = {k for k, v in obj.items() if isinstance(v, str) and v and is_secret_name(k)}
+        return {k: REDACTED if k in secret else redact(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return type(obj)(redact(v) for v in obj)
     if isinstance(obj, str) and _SECRET_VALUE.match(obj.strip()):

@@ -55,13 +55,8 @@ def read_run(run_dir: str | os.PathLike[str]) -> RunInfo:
     if tuning not in ("full", "lora"):
         raise ValueError(f"{str(path)!r}: tuning must be 'full' or 'lora', got {tuning!r}")
     train_set = raw.get("train_set")
-    if (
-        train_set
-        and not os.path.isabs(train_set)
-        and not Path(train_set).exists()
-        and (run_dir / train_set).exists()
-    ):
-        train_set = str(run_dir / train_set)
+    if train_set and not os.path.isabs(train_set) and not Path(train_set).exists():
+        train_set = str(run_dir / train_set) if (run_dir / train_set).exists() else train_set
     return RunInfo(
         run_dir=run_dir,
         base_model=base,
@@ -85,11 +80,8 @@ def write_run_info(output_dir: str | os.PathLike[str], info: dict[str, Any]) -> 
     return path
 
 
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
+WEIGHT_FILES = tuple(
+    name + ext for name in ("model.safetensors", "pytorch_model.bin") for ext in ("", ".index.json")
 )
 """The file names a full transformers save writes (one file, or the index of its shards)."""
 
@@ -111,8 +103,7 @@ def list_checkpoints(output_dir: str | os.PathLike[str]) -> list[str]:
 
 def update_run_info(folder: str | os.PathLike[str], /, **fields: Any) -> None:
     """Merge ``fields`` into the run file in ``folder`` and refresh its checkpoint list."""
-    path = Path(folder) / RUN_FILE
-    info = json.loads(path.read_text()) if path.is_file() else {}
+    info = read_run_info(folder) if (Path(folder) / RUN_FILE).is_file() else {}
     info.update(fields)
     info["checkpoints"] = list_checkpoints(folder)
     info["updated_at"] = now()

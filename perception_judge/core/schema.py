@@ -20,10 +20,9 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 PROTOCOLS: tuple[str, ...] = ("batch", "pair", "single")
-Protocol = Literal["batch", "pair", "single"]
 
 SLOTS = "ABCDEFGHIJ"
 """Slot letters; ``SLOTS[i]`` is "Assistant i+1". At most 10 responses per prompt."""
@@ -52,16 +51,9 @@ COL_KINDS = "kinds"  # response kind per slot, e.g. ["r_rp_r", "r_c", "r_rp"]
 COL_RECORD_KEY = "record_key"
 COL_IMAGE_GROUP = "image_group"  # sha256 of the source image: the train/validation split groups on it
 TRAIN_COLUMNS: tuple[str, ...] = (
-    COL_PROMPT,
-    COL_IMAGES,
-    COL_PROTOCOL,
-    COL_GROUND_TRUTH,
-    COL_QUESTION,
-    COL_RESPONSES,
-    COL_KINDS,
-    COL_RECORD_KEY,
-    COL_IMAGE_GROUP,
-)
+    COL_PROMPT, COL_IMAGES, COL_PROTOCOL, COL_GROUND_TRUTH, COL_QUESTION, COL_RESPONSES, COL_KINDS,
+    COL_RECORD_KEY, COL_IMAGE_GROUP,
+)  # fmt: skip
 
 
 def sha256_hex(data: bytes | str) -> str:

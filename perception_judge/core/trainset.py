@@ -13,6 +13,7 @@ feature, so the rows go to trl's GRPOTrainer as they are.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,20 +27,14 @@ def features() -> Any:
     """The ``datasets.Features`` of a training row (messages with block-list content, images as Image)."""
     from datasets import Features, Image, List, Value
 
-    block = {"type": Value("string"), "text": Value("string")}
-    return Features(
-        {
-            "prompt": List({"role": Value("string"), "content": List(block)}),
-            "images": List(Image()),
-            "protocol": Value("string"),
-            "ground_truth": Value("string"),
-            "question": Value("string"),
-            "responses": List(Value("string")),
-            "kinds": List(Value("string")),
-            "record_key": Value("string"),
-            "image_group": Value("string"),
-        }
-    )
+    text = Value("string")
+    lists = {
+        "prompt": List({"role": text, "content": List({"type": text, "text": text})}),
+        "images": List(Image()),
+        "responses": List(text),
+        "kinds": List(text),
+    }
+    return Features({c: lists.get(c, text) for c in TRAIN_COLUMNS})  # every other column is a string
 
 
 def training_row(
@@ -76,8 +71,7 @@ def rows_to_dataset(rows: Iterable[dict[str, Any]]) -> Any:
 
     rows = list(rows)
     for i, row in enumerate(rows):
-        missing = [c for c in TRAIN_COLUMNS if c not in row]
-        if missing:
+        if missing := [c for c in TRAIN_COLUMNS if c not in row]:
             raise ValueError(f"training row {i} ({row.get('record_key', '?')}) lacks columns {missing}")
     columns = {c: [row[c] for row in rows] for c in TRAIN_COLUMNS}
     return Dataset.from_dict(columns, features=features())
@@ -85,12 +79,9 @@ def rows_to_dataset(rows: Iterable[dict[str, Any]]) -> Any:
 
 def prompt_style_of(folder: str | Path) -> str:
     """The prompt style an exported training set was rendered in (``export_info.json``; ``full`` when absent)."""
-    import json
-
     info = Path(folder) / "export_info.json"
-    if not info.is_file():
-        return "full"
-    return str(json.loads(info.read_text()).get("settings", {}).get("prompt_style", "full"))
+    settings = json.loads(info.read_text()).get("settings", {}) if info.is_file() else {}
+    return str(settings.get("prompt_style", "full"))
 
 
 def split_path(folder: str | Path, split: str) -> Path:
@@ -117,8 +108,7 @@ def load_training_set(folder: str | Path, splits: Iterable[str] = SPLITS) -> Any
             names = pq.read_schema(path).names
         except Exception as e:  # pyarrow raises several types for a damaged file
             raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
-        missing = [c for c in TRAIN_COLUMNS if c not in names]
-        if missing:
+        if missing := [c for c in TRAIN_COLUMNS if c not in names]:
             raise ValueError(
                 f"{path}: missing column(s) {missing}; a training set has {list(TRAIN_COLUMNS)} "
                 "(written by `perception-judge export`)"
@@ -126,9 +116,7 @@ def load_training_set(folder: str | Path, splits: Iterable[str] = SPLITS) -> Any
     ds = load_dataset("parquet", data_files=files)
     out = {}
     for split, table in ds.items():
-        extra = [c for c in table.column_names if c not in want]
-        if extra:
-            table = table.remove_columns(extra)
+        table = table.remove_columns([c for c in table.column_names if c not in want])
         try:
             out[split] = table.cast(want)
         except (ValueError, TypeError) as e:

@@ -1,10 +1,10 @@
 """The evaluation contracts and the one judge loop.
 
 A backend (:class:`JudgeBackend`) turns judge requests into results, parsing completions with the parser each
-request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite is a
-function ``run(backend, config: SuiteConfig) -> SuiteResult`` registered in :data:`SUITES` (imported lazily):
-it builds its requests, judges them with :func:`judge_items` and computes flat ``{name: float | None}`` metrics
-(``None`` = no data, never a silent 0.0) whose meaning it declares (:class:`Metric`, :func:`metric_hints`).
+request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite,
+``run(backend, config: SuiteConfig) -> SuiteResult`` in :data:`SUITES` (imported lazily), judges with
+:func:`judge_items` and returns flat ``{name: float | None}`` metrics (``None`` = no data, never a silent 0.0)
+whose meaning it declares (:class:`Metric`, :func:`metric_hints`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from perception_judge.core.images import PixelPolicy, load_image
 from perception_judge.core.io import atomic_open
+from perception_judge.core.io import progress_bar as _progress_bar
 from perception_judge.core.protocol import count_image_placeholders, parse_scores
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 
@@ -131,8 +132,7 @@ a bias, the verbosity suite's preference for padding."""
 
 
 def lower_is_better(metric: str) -> bool:
-    """Whether lower values of ``metric`` are better, by its name (:data:`_LOWER_IS_BETTER`): the report's
-    fallback for metrics that no suite declared (:func:`metric_hints`)."""
+    """Lower is better, by the name: the report's fallback for undeclared metrics (:func:`metric_hints`)."""
     return bool(_LOWER_IS_BETTER.search(metric))
 
 
@@ -181,9 +181,7 @@ def set_progress(enabled: bool) -> None:
 
 def progress_bar(total: int, desc: str, unit: str = "it", **kwargs: Any) -> Any:
     """A tqdm bar for long evaluation loops (disabled when there is nothing to do or progress is off)."""
-    from perception_judge.core.io import progress_bar as bar
-
-    return bar(total, desc, unit, enabled=_PROGRESS["enabled"], **kwargs)
+    return _progress_bar(total, desc, unit, enabled=_PROGRESS["enabled"], **kwargs)
 
 
 class JudgeBackend(abc.ABC):
@@ -205,9 +203,8 @@ class JudgeBackend(abc.ABC):
         return {"backend": self.name, "pixel_policy": self.pixel_policy.to_dict()}
 
     def prepare_images(self, request: JudgeRequest) -> list[Any]:
-        """The request's images loaded (:func:`~perception_judge.core.images.load_image`) and put through the pixel
-        policy, after checking that they match the image placeholders. Raises ``ValueError`` /
-        :class:`~perception_judge.core.images.ImageError` naming the request."""
+        """The request's images, loaded and put through the pixel policy once they match its placeholders;
+        raises ``ValueError`` / :class:`~perception_judge.core.images.ImageError` naming the request."""
         n = count_image_placeholders(request.messages)
         if n != len(request.images):
             raise ValueError(
@@ -325,13 +322,14 @@ class SuiteConfig:
 
 @dataclass
 class SuiteResult:
+    """``protocol``: how the numbers were produced (prompt, aggregation, seeds); ``counts``: n items, n parse
+    failures, ...; ``samples_path``: the per-sample outputs the suite wrote."""
+
     suite: str
     metrics: dict[str, float | None]
-    protocol: dict[str, Any] = field(
-        default_factory=dict
-    )  # how numbers were produced: prompt, aggregation, seeds
-    counts: dict[str, int] = field(default_factory=dict)  # n items, n parse failures, n dropped, ...
-    samples_path: str | None = None  # per-sample outputs written by the suite
+    protocol: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    samples_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -339,8 +337,7 @@ class SuiteResult:
 
 
 def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
-    """A suite's per-sample file, written atomically: one JSON object a line (non-ASCII kept, other types as
-    strings)."""
+    """A suite's per-sample file, written atomically: a JSON object a line (non-ASCII kept, others as str)."""
     with atomic_open(path, "w", fsync=False) as f:
         for line in lines:
             f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import sys
@@ -53,7 +52,6 @@ def _csv(value: str) -> list[str]:
 
 
 def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The flags among ``names`` that were given on the command line."""
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
@@ -173,10 +171,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_config(path: Path | None) -> dict[str, Any]:
     """The eval job YAML at ``path`` (checked against :class:`JobConfig`), as a mapping; ``{}`` without one."""
-    if path is None:
-        return {}
     import yaml
 
+    if path is None:
+        return {}
     if not path.is_file():
         raise FileNotFoundError(f"eval config {str(path)!r} does not exist")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -234,8 +232,7 @@ def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> 
     if args.backend and args.backend != backend.get("kind", "hf"):
         # the config's block is another kind's: keep only the keys the chosen kind takes too
         takes = backend_options(args.backend)
-        dropped = sorted(k for k in backend if k != "kind" and k not in takes)
-        if dropped:
+        if dropped := sorted(k for k in backend if k != "kind" and k not in takes):
             log.warning(
                 "--backend %s: dropping the config's %s backend key(s) %s (not %s options)",
                 args.backend, backend.get("kind", "hf"), dropped, args.backend,
@@ -317,9 +314,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def claim_worker(args: argparse.Namespace) -> int:
     """One ``eval sweep --claim`` worker (the SLURM task's and the Ray task's function); returns its exit code."""
-    worker = copy.copy(args)
-    worker.claim, worker.ray = True, None
-    return run(worker)
+    return run(argparse.Namespace(**{**vars(args), "claim": True, "ray": None}))
 
 
 def _print_collect_state(state: dict[str, list[str]]) -> None:
@@ -362,8 +357,7 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
         entries.append(ModelEntry(name, None, "model", spec))
     if args.adapter and len(args.models) != 1:
         raise ValueError("--adapter applies to exactly one --model")
-    dupes = sorted(n for n, k in Counter(e.name for e in entries).items() if k > 1)
-    if dupes:
+    if dupes := sorted(n for n, k in Counter(e.name for e in entries).items() if k > 1):
         raise ValueError(f"duplicate model names {dupes}: name them with --model NAME=TARGET")
     if not entries:
         raise ValueError("no model to evaluate: pass --model [NAME=]TARGET (or models: in --config)")
@@ -380,10 +374,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise ValueError("eval run needs --out DIR (or out: in the config)")
     plan = build_plan(args, cfg, out_dir)
     policy = dict(plan.backend.pop("pixel_policy", None) or {})
-    if args.pixel_mode:
-        policy["mode"] = args.pixel_mode
-    if args.pixel_size:
-        policy["size"] = args.pixel_size
+    policy.update({k: v for k, v in {"mode": args.pixel_mode, "size": args.pixel_size}.items() if v})
     plan.pixel_policy = PixelPolicy(**policy)
     plan.think_prefix = args.think_prefix or plan.backend.pop("think_prefix", None) or "auto"
     outcome, _ = evaluate(

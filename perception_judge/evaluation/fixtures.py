@@ -17,6 +17,7 @@ from perception_judge.core.images import PixelPolicy
 from perception_judge.core.runinfo import write_run_info
 from perception_judge.core.schema import RESPONSE_KINDS
 
+_MODEL_FILES = ("config.json", "generation_config.json", "tiny_model.json")
 _COLOURS = [
     ("red", (220, 40, 40)),
     ("blue", (40, 80, 220)),
@@ -96,13 +97,8 @@ def _save_model(base: Path, dst: Path, seed: int, tuning: str, scale: float) -> 
                 p.add_(torch.randn(p.shape, generator=g) * scale)
     dst.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dst)
-    for f in base.iterdir():
-        skip = f.name.endswith(".safetensors") or f.name in (
-            "config.json",
-            "generation_config.json",
-            "tiny_model.json",
-        )
-        if f.is_file() and not skip:
+    for f in base.iterdir():  # the processor files
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in _MODEL_FILES:
             shutil.copy2(f, dst / f.name)
 
 

@@ -66,6 +66,7 @@ IMAGE_CONTROLS = ("none", "mismatched")
 COMPARISONS = (("r_c", "r_rp"), ("r_c", "r_rp_r"))
 PAIR_METRICS = {"pair_acc_c_vs_rp": "pair_rp", "pair_acc_c_vs_rp_r": "pair_rp_r", "pair_acc": "pair"}
 """The pair accuracies and the prefix of their counts."""
+_COLUMNS = ("question", "responses", "kinds", "images", "record_key")
 
 
 class PerceptionOptions(Options):
@@ -165,13 +166,10 @@ def derangement(n: int, seed: int) -> list[int]:
     the identity for n < 2 (nothing to swap with)."""
     if n < 2:
         return list(range(n))
-    rng = random.Random(f"perception/image-control/{seed}/{n}")
     order = list(range(n))
-    rng.shuffle(order)
-    perm = [0] * n
-    for i in range(n):  # a random cycle through all records: never a fixed point
-        perm[order[i]] = order[(i + 1) % n]
-    return perm
+    random.Random(f"perception/image-control/{seed}/{n}").shuffle(order)
+    successor = dict(zip(order, order[1:] + order[:1]))  # a random cycle through all records: no fixed point
+    return [successor[i] for i in range(n)]
 
 
 def apply_image_control(records: list[Record], control: str, seed: int) -> list[Record]:
@@ -206,10 +204,7 @@ def load_records(path: str | Path, split: str = "validation", limit: int | None 
         raise FileNotFoundError(
             f"perception data {str(p)!r} not found (a training-set folder or a .parquet file)"
         )
-    missing = [
-        c for c in ("question", "responses", "kinds", "images", "record_key") if c not in ds.column_names
-    ]
-    if missing:
+    if missing := [c for c in _COLUMNS if c not in ds.column_names]:
         raise ValueError(f"{str(p)!r} lacks the columns {missing}")
     records: dict[str, Record] = {}
     for row in ds:
@@ -300,9 +295,8 @@ def score_seed(
             line["reward"] = reward = ranking_reward(res.scores, order, ties="zero")
             batch_rewards.append(reward)
             c["batch_n"] += 1
-            if res.scores is None:
-                c["batch_fail"] += 1
-            else:
+            c["batch_fail"] += res.scores is None
+            if res.scores is not None:
                 gt = [float(len(RESPONSE_KINDS) - RESPONSE_KINDS.index(k)) for k in kinds]
                 line["kendall_tau"] = t = kendall_tau_b(list(res.scores), gt)
                 taus.append(t)
@@ -310,10 +304,9 @@ def score_seed(
             own = "c" if kinds[0] == "r_c" else "bad"
             verdict = VERDICT_CORRECT if own == "c" else VERDICT_INCORRECT
             line["verdict_reward"] = r = verdict_reward(res.scores[0] if res.scores else None, verdict, tau)
-            for key in ("single_n", f"single_n_{own}"):
-                c[key] += 1
-            for key in ("single_correct", f"single_correct_{own}"):
-                c[key] += int(r)
+            for suffix in ("", f"_{own}"):
+                c[f"single_n{suffix}"] += 1
+                c[f"single_correct{suffix}"] += int(r)
             c["single_fail"] += res.scores is None
     for verdicts in groups.values():
         if len(verdicts) == 2:
@@ -353,8 +346,7 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
             "the perception suite needs the option data=PATH (an exported training set with validation.parquet); "
             "a sweep takes it from the run's train_set"
         )
-    bad = set(opts.protocols) - set(PROTOCOL_NAMES)
-    if bad:
+    if bad := set(opts.protocols) - set(PROTOCOL_NAMES):
         raise ValueError(f"unknown perception protocol(s) {sorted(bad)}; known: {PROTOCOL_NAMES}")
     from perception_judge.core.trainset import prompt_style_of
 
@@ -388,8 +380,8 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
         metrics[name], stds[f"{name}_std"] = mean_std([run["metrics"][name] for run in per_seed.values()])
     if len(per_seed) > 1:
         metrics.update(stds)
-    out_dir = Path(config.out_dir)
-    write_samples(out_dir / "samples.jsonl", all_lines)
+    samples = Path(config.out_dir) / "samples.jsonl"
+    write_samples(samples, all_lines)
     counts = {
         "n_records": len(records),
         "n_requests": len(requests) * len(per_seed),
@@ -420,9 +412,7 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
         "higher_is_better": True,
         **metric_hints(metrics, METRICS, "pair_acc"),
     }
-    return SuiteResult(
-        suite_name, metrics, protocol, counts, str(out_dir / "samples.jsonl"), {"per_seed": per_seed}
-    )
+    return SuiteResult(suite_name, metrics, protocol, counts, str(samples), {"per_seed": per_seed})
 
 
 def run_mismatched(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:

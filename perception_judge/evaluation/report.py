@@ -1,11 +1,8 @@
 """Reports of an evaluation folder (a sweep or a comparison of judges): Markdown, JSON and PNG plots.
 
 ``write_report(out_dir)`` reads the folder's results (:mod:`perception_judge.evaluation.results`) and writes
-``report.md`` (run and plan, the summary naming the best model by :func:`best_model`, one table per suite with
-mean ± std over seeds, counts, failed cells, plots), ``report.json`` (the same, machine-readable) and
-``plots/``: ``bias_per_model.png`` (the nine biases per model, BD types then BC types),
-``perception_protocols.png`` (per-protocol accuracies per model) and ``<suite>_vs_step.png`` (every metric of a
-suite against the training step, std over seeds as error bars; only when the models have steps).
+``report.md`` (plan, the best model by :func:`best_model`, a table per suite with mean ± std over seeds,
+counts, failed cells, plots), ``report.json`` (the same, machine-readable) and ``plots/``.
 """
 
 from __future__ import annotations
@@ -36,13 +33,10 @@ PERCEPTION_BARS = (
 )
 
 
-def _fmt(mean: float | None, std: float | None = None, digits: int = 3) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+def _fmt(mean: float | None, std: float | None = None) -> str:
+    if mean is None or math.isnan(mean):
         return "–"
-    s = f"{mean:.{digits}f}"
-    if std is not None and not math.isnan(std):
-        s += f" ± {std:.{digits}f}"
-    return s
+    return f"{mean:.3f}" + ("" if std is None or math.isnan(std) else f" ± {std:.3f}")
 
 
 def _mean(row: dict[str, Any], metric: str) -> float | None:
@@ -86,10 +80,8 @@ PROTOCOL_FAMILIES = {
 
 
 def metric_family(metric: str) -> str:
-    """Which protocol a reported number follows: ``official.*`` the benchmark's official rule, ``flex.*`` the
-    published Flex-Judge script's, everything else the project's (see :data:`PROTOCOL_FAMILIES`)."""
-    head = metric.split(".", 1)[0]
-    return {"official": "official", "flex": "published"}.get(head, "project")
+    """The :data:`PROTOCOL_FAMILIES` key of a number: ``official.*``, ``flex.*`` (published), else project."""
+    return {"official": "official", "flex": "published"}.get(metric.split(".", 1)[0], "project")
 
 
 def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[str, Any]:
@@ -150,18 +142,16 @@ def best_model(
     mean_rank = {m: sum(v) / len(v) for m, v in rank_sum.items()}
     all_tied = len(rank_sum) > 1 and all(len(v["tied_with"]) == v["n_ranked"] - 1 for v in per_suite.values())
 
-    def pick(candidates: list[str]) -> str | None:
-        return min(
-            candidates, key=lambda m: (mean_rank[m], -len(rank_sum[m]), -order.get(m, -1)), default=None
-        )
+    def rank_key(m: str) -> tuple[float, int, int]:  # mean rank, then more suites, then later step
+        return mean_rank[m], -len(rank_sum[m]), -order.get(m, -1)
 
     directions = ", ".join(
         f"{s}: {v['metric']} {'↑' if v['higher_is_better'] else '↓'}" for s, v in per_suite.items()
     )
     return {
-        "best": pick(list(rank_sum)),
+        "best": min(rank_sum, key=rank_key),
         "all_tied": all_tied,
-        "best_checkpoint": pick([m for m in rank_sum if m != "base"]),
+        "best_checkpoint": min((m for m in rank_sum if m != "base"), key=rank_key, default=None),
         "mean_rank": mean_rank,
         "criterion": f"lowest mean rank over suites of each suite's primary metric ({directions}); ties: more suites, "
         "then later step",

@@ -9,13 +9,13 @@ weights or a LoRA adapter) and ``final`` (at the run's root).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import itertools
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import traceback
@@ -29,7 +29,7 @@ from perception_judge.core.images import PixelPolicy
 from perception_judge.core.io import atomic_write_json
 from perception_judge.core.redact import redact
 from perception_judge.core.runinfo import RUN_FILE as RUN_FILE
-from perception_judge.core.runinfo import RunInfo, has_full_weights, read_run
+from perception_judge.core.runinfo import RunInfo, has_full_weights, list_checkpoints, read_run
 from perception_judge.core.schema import Sampling, content_key
 from perception_judge.evaluation.backends import load_backend, parse_spec
 from perception_judge.evaluation.backends.common import fingerprint, has_processor, is_adapter_dir
@@ -45,7 +45,6 @@ from perception_judge.evaluation.results import (
 
 log = logging.getLogger(__name__)
 
-_CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 TRAIN_SET_PAIR_SUITES = ("position", "verbosity")
 """Pair-source suites whose pairs default to the run's training set (the ``ppjd`` source, ``trainset_dir``)."""
 
@@ -60,16 +59,13 @@ class ModelEntry:
     spec: dict[str, Any] = field(default_factory=dict)
 
 
-def _entry_for_folder(
-    name: str, step: int | None, kind: str, folder: Path, run: RunInfo
-) -> ModelEntry | None:
+def _model_spec(folder: Path, run: RunInfo) -> dict[str, Any] | None:
+    """The model keys of a run's folder: a LoRA adapter on the base model, full weights, or None (neither)."""
     processor = str(folder) if has_processor(folder) else run.base_model
     if is_adapter_dir(folder):
-        return ModelEntry(
-            name, step, kind, {"model": run.base_model, "adapter": str(folder), "processor": processor}
-        )
+        return {"model": run.base_model, "adapter": str(folder), "processor": processor}
     if (folder / "config.json").is_file() and has_full_weights(folder):
-        return ModelEntry(name, step, kind, {"model": str(folder), "processor": processor})
+        return {"model": str(folder), "processor": processor}
     return None
 
 
@@ -89,20 +85,17 @@ def _final_step(run: RunInfo, checkpoints: list[ModelEntry]) -> int | None:
 def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]:
     """base, every complete checkpoint (by step) and the final model of a run."""
     ckpts: list[ModelEntry] = []
-    for d in sorted(run.run_dir.iterdir()) if run.run_dir.is_dir() else []:
-        m = _CKPT_RE.match(d.name)
-        if not (m and d.is_dir()):
-            continue
-        if (e := _entry_for_folder(d.name, int(m.group(1)), "checkpoint", d, run)) is not None:
-            ckpts.append(e)
+    for folder in map(run.run_dir.joinpath, list_checkpoints(run.run_dir)):  # by step
+        if (spec := _model_spec(folder, run)) is not None:
+            ckpts.append(ModelEntry(folder.name, int(folder.name.split("-")[-1]), "checkpoint", spec))
         else:
-            log.warning("skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", d)
-    ckpts.sort(key=lambda e: e.step or 0)
+            log.warning(
+                "skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", folder
+            )
     entries = [ModelEntry("base", 0, "base", {"model": run.base_model})] if include_base else []
-    final = _entry_for_folder("final", None, "final", run.run_dir, run)
-    if final is not None:
-        final.step = _final_step(run, ckpts)
-    return entries + ckpts + ([final] if final else [])
+    spec = _model_spec(run.run_dir, run)
+    final = [ModelEntry("final", _final_step(run, ckpts), "final", spec)] if spec is not None else []
+    return entries + ckpts + final
 
 
 def select_models(entries: list[ModelEntry], patterns: list[str] | None) -> list[ModelEntry]:
@@ -131,8 +124,7 @@ class EvalPlan:
     force: bool = False
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.suites if s not in SUITES]
-        if unknown:
+        if unknown := [s for s in self.suites if s not in SUITES]:
             raise KeyError(f"unknown suite(s) {unknown}; available: {', '.join(SUITES)}")
         if not self.suites:
             raise ValueError("no suite to run")
@@ -193,16 +185,6 @@ def _claim_cell_dir(folder: Path, fp: str) -> None:
 BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
 
 
-def served_model_name(entry: ModelEntry) -> str | None:
-    """The model name the ``openai`` backend asks a server for: a LoRA checkpoint is served under its entry name
-    (``vllm ... --enable-lora --lora-modules checkpoint-150=RUN/checkpoint-150``), anything else under its folder
-    (vLLM's default served name is the ``--model`` argument)."""
-    if entry.spec.get("adapter"):
-        return entry.name
-    model = entry.spec.get("model")
-    return None if model is None else str(model)
-
-
 class BackendPool:
     """Builds the backend of each model from the plan's backend settings; with vLLM and LoRA checkpoints one
     engine (LoRA enabled) serves the base model and every adapter."""
@@ -213,8 +195,7 @@ class BackendPool:
         self.plan = plan
         self.entries = entries
         self.factory = factory  # builds every backend instead, when given
-        self._shared: dict[str, Any] = {}
-        # base model -> entries still to be served by its shared engine
+        self._shared: dict[str, Any] = {}  # base model -> its shared engine
         self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))
 
     def get(self, entry: ModelEntry) -> JudgeBackend:
@@ -226,7 +207,10 @@ class BackendPool:
             spec.update({k: v for k, v in entry.spec.items() if v is not None})
             spec.setdefault("think_prefix", self.plan.think_prefix)
         elif kind == "openai":
-            spec.setdefault("model", served_model_name(entry))
+            # a server serves a LoRA checkpoint under its entry name (vllm --lora-modules checkpoint-150=DIR),
+            # anything else under its folder (vLLM's default served name is the --model argument)
+            model = entry.name if entry.spec.get("adapter") else entry.spec.get("model")
+            spec.setdefault("model", None if model is None else str(model))
         elif kind == "scripted":
             spec.setdefault("fn", entry.spec.get("fn") or "constant")
         spec.update(pixel_policy=effective_pixel_policy(self.plan), label=entry.name)
@@ -271,8 +255,7 @@ and each suite counts them as errors (never as the judge's parse failures)."""
 
 
 def backend_failure(counts: dict[str, Any]) -> str | None:
-    """Why a finished suite's backend errors fail its cell (None when they stay within
-    :data:`MAX_BACKEND_ERROR_RATE`), from the counts every suite reports."""
+    """Why a finished suite's backend errors fail its cell, from its counts; None within the limit."""
     errors = counts.get("n_backend_errors", counts.get("backend_errors")) or 0
     total = counts.get("n_requests") or counts.get("n_calls") or counts.get("judgments") or 0
     if not errors or not total or errors / total <= MAX_BACKEND_ERROR_RATE:
@@ -518,13 +501,10 @@ def evaluate(
         return outcome, _write_tables(plan.out_dir, saved, report)
     from perception_judge.evaluation.claims import Claims
 
-    claims = Claims(plan.out_dir, lease_s)
-    try:
+    with contextlib.closing(Claims(plan.out_dir, lease_s)) as claims:
         claims.pin_plan({"plan": saved["plan"], "models": saved["models"]})
         atomic_write_json(plan.out_dir / "plan.json", saved)
         return run_cells(entries, plan, run, backend_factory, progress, claims, max_attempts), {}
-    finally:
-        claims.close()
 
 
 def collect(

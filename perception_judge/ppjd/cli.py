@@ -276,14 +276,10 @@ def load_job_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML job config (data_gen/configs/*.yaml); flags override it")
-    p.add_argument(
-        "--part",
-        type=int,
-        help="with --num-parts: which part (default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)",
-    )
-    p.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, help="progress bar (default: on a terminal)"
-    )
+    part_help = "with --num-parts: which part (default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)"
+    p.add_argument("--part", type=int, help=part_help)
+    progress_help = "progress bar (default: on a terminal)"
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, help=progress_help)
     for section, model in _SECTIONS.items():
         _add_flags(p.add_argument_group(f"{section} (config section {section!r})"), model, f"{section}.")
 

@@ -44,14 +44,12 @@ def parse_mix(text: str | list[str] | dict[str, float] | None) -> dict[str, floa
     """``"batch=1,pair=0.5"`` (or several such strings, or a dict) -> rows per record per protocol."""
     if text is None or text == "":
         return dict(DEFAULT_MIX)
-    if isinstance(text, list):
-        text = ",".join(text)
-    items: list[tuple[str, Any]] = list(text.items()) if isinstance(text, dict) else []
-    for part in [] if isinstance(text, dict) else filter(str.strip, str(text).split(",")):
-        name, sep, value = part.partition("=")
-        if not sep:
-            raise ValueError(f"bad mix entry {part!r}: expected protocol=rows, e.g. batch=1,pair=0.5")
-        items.append((name.strip(), value.strip()))
+    items: Any = text.items() if isinstance(text, dict) else []
+    if not isinstance(text, dict):
+        parts = [p for p in ",".join(text if isinstance(text, list) else [str(text)]).split(",") if p.strip()]
+        if bad := [p for p in parts if "=" not in p]:
+            raise ValueError(f"bad mix entry {bad[0]!r}: expected protocol=rows, e.g. batch=1,pair=0.5")
+        items = [(name.strip(), value.strip()) for name, _, value in (p.partition("=") for p in parts)]
     mix = dict.fromkeys(PROTOCOLS, 0.0)
     for name, value in items:
         if name not in PROTOCOLS:
@@ -156,19 +154,16 @@ def record_rows(
 def _image_cell(ppjd_dir: Path, record: PPJDRecord) -> dict[str, Any] | None:
     if record.image is None:
         return None
+    where = f"record {record.key}: image"
     try:
         path = resolve_under(ppjd_dir, record.image)
     except ImageError as e:
-        raise ExportError(
-            f"record {record.key}: image path {record.image!r}: {e.detail or e.reason}"
-        ) from None
+        raise ExportError(f"{where} path {record.image!r}: {e.detail or e.reason}") from None
     if not path.is_file():
-        raise ExportError(f"record {record.key}: image {record.image!r} is missing from {str(ppjd_dir)!r}")
+        raise ExportError(f"{where} {record.image!r} is missing from {str(ppjd_dir)!r}")
     data = path.read_bytes()
     if record.image_sha256 and sha256_hex(data) != record.image_sha256:
-        raise ExportError(
-            f"record {record.key}: image {record.image!r} does not match its sha256 (corrupt copy)"
-        )
+        raise ExportError(f"{where} {record.image!r} does not match its sha256 (corrupt copy)")
     return {"bytes": data, "path": path.name}
 
 
@@ -351,19 +346,19 @@ reasoning errors (r_rp+r); the target order is r_c > r_rp > r_rp+r.
 |---|---|---|---|---|---|---|
 {counts}
 
-Text-only records (no image): {text_only}. Records skipped as invalid: {skipped}.
+Text-only records (no image): {info[text_only_records]}. Records skipped as invalid: {skipped}.
 
 Ground-truth distribution per protocol: {ground_truth}
 
 ## Settings
 
-- seed: {seed}
-- validation fraction (of image groups): {val_fraction}
+- seed: {s[seed]}
+- validation fraction (of image groups): {s[val_fraction]}
 - rows per record: {mix}
-- prompt style: {prompt_style}
-- teacher: {teacher}
-- source PPJD folder: `{source}`
-- created: {created}
+- prompt style: {s[prompt_style]}
+- teacher: {info[ppjd][teacher]}
+- source PPJD folder: `{info[source]}`
+- created: {info[created]}
 
 ## Columns
 
@@ -385,22 +380,17 @@ ds = load_training_set('THIS_FOLDER')        # DatasetDict with train / validati
 def dataset_card(info: dict[str, Any]) -> str:
     s, rows = info["settings"], info["rows"]
     return _CARD.format(
+        info=info,
+        s=s,
         configs="\n".join(f"      - split: {f.split('.')[0]}\n        path: {f}" for f in info["files"]),
         counts="\n".join(
             f"| {split} | {info['records'][split]} | {info['image_groups'][split]} | {rows[split]['batch']} | "
             f"{rows[split]['pair']} | {rows[split]['single']} | {info['rows_total'][split]} |"
             for split in SPLITS
         ),
-        text_only=info["text_only_records"],
         skipped=len(info["skipped_records"]),
         ground_truth="; ".join(
             f"{p}: " + ", ".join(f"{k} {v}" for k, v in d.items()) for p, d in info["ground_truth"].items()
         ),
-        seed=s["seed"],
-        val_fraction=s["val_fraction"],
         mix=", ".join(f"{k}={v:g}" for k, v in s["mix"].items()),
-        prompt_style=s.get("prompt_style", "full"),
-        teacher=info["ppjd"].get("teacher"),
-        source=info["source"],
-        created=info["created"],
     )

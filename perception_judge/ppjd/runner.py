@@ -148,11 +148,8 @@ class _Progress:
             self.last_log = now
             rate = (done + failed) / max(now - self.started, 1e-9)
             eta = f", ETA {max(0, self.total - done - failed) / max(rate, 1e-9):.0f} s" if self.total else ""
-            print(
-                f"build-ppjd: {done} done, {failed} failed, {rate:.2f} rec/s{eta}",
-                file=sys.stderr,
-                flush=True,
-            )
+            line = f"build-ppjd: {done} done, {failed} failed, {rate:.2f} rec/s{eta}"
+            print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -192,6 +189,11 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
     progress = _Progress(config.progress, total)
     queue: asyncio.Queue[tuple[str, SourceItem] | None] = asyncio.Queue(maxsize=config.concurrency * 2)
 
+    def abort(reason: str) -> _Abort:
+        summary.abort_reason = reason
+        stop.set()
+        return _Abort(reason)
+
     @contextlib.contextmanager
     def writing() -> Iterator[None]:
         """Our own output could not be written (a full disk, a read-only mount): never the item's fault. The run
@@ -200,12 +202,10 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
             yield
         except OSError as e:
             what = "disk full" if e.errno == errno.ENOSPC else f"{type(e).__name__}: {e.strerror or e}"
-            summary.abort_reason = (
+            raise abort(
                 f"cannot write to the output folder {str(config.out_dir)!r} ({what}); every record written so far "
                 "is kept and the run resumes where it stopped once the folder is writable again"
-            )
-            stop.set()
-            raise _Abort(summary.abort_reason) from None
+            ) from None
 
     def write_manifest(status: str) -> None:
         counted = ("records_new", "failed_new", "skipped_done", "skipped_failed", "duplicates", "other_parts")
@@ -267,18 +267,13 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
             state["consecutive"] = 0
         except StageError as e:
             if e.fatal:
-                summary.abort_reason = f"{e.stage}/{e.reason}: {redact(e.detail)[:300]}"
-                stop.set()
-                raise _Abort(summary.abort_reason) from None
+                raise abort(f"{e.stage}/{e.reason}: {redact(e.detail)[:300]}") from None
             fail(key, item, e)
             llm = e.reason.startswith("llm_")
             state["consecutive"] = state["consecutive"] + 1 if llm else 0
             if llm and state["consecutive"] >= config.max_consecutive_failures:
-                summary.abort_reason = (
-                    f"{state['consecutive']} teacher calls in a row failed (last: {e.stage}/{e.reason}); "
-                    "is the server up?"
-                )
-                stop.set()
+                n, last = state["consecutive"], f"{e.stage}/{e.reason}"
+                abort(f"{n} teacher calls in a row failed (last: {last}); is the server up?")
         except _Abort:
             raise
         except Exception as e:
@@ -345,12 +340,11 @@ async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> Bu
         if stop.is_set():
             cancel_in_flight()
             return
-        print(
+        message = (
             f"\nbuild-ppjd: stopping; {state['in_flight']} item(s) in flight get {config.stop_grace_s:g} s to "
-            "finish (signal again to abort them now; unfinished items stay pending)",
-            file=sys.stderr,
-            flush=True,
+            "finish (signal again to abort them now; unfinished items stay pending)"
         )
+        print(message, file=sys.stderr, flush=True)
         summary.abort_reason = summary.abort_reason or "interrupted"
         stop.set()
         loop.call_later(config.stop_grace_s, cancel_in_flight)

@@ -220,11 +220,8 @@ class TableSource:
         if _empty(raw_image):
             meta["image_ref"] = None
             if not self.allow_text_only:
-                column = self.mapping.get("image") or "no image column found"
-                meta["image_error"] = {
-                    "reason": "missing_field",
-                    "detail": f"row {loc} has no image ({column})",
-                }
+                detail = f"row {loc} has no image ({self.mapping.get('image') or 'no image column found'})"
+                meta["image_error"] = {"reason": "missing_field", "detail": detail}
         else:
             image, meta["image_ref"], err = self._resolve_image(raw_image, path)
             if err is not None:
@@ -283,13 +280,8 @@ def synthetic_source(folder: str | os.PathLike[str]) -> TableSource:
         raise FileNotFoundError(
             f"{str(folder)!r} is not a synth folder: no items.jsonl (run `perception-judge synth`)"
         )
-    return TableSource(
-        [folder / "items.jsonl"],
-        preset="synthetic",
-        image_root=folder,
-        allow_text_only=True,
-        name="synthetic",
-    )
+    items = folder / "items.jsonl"
+    return TableSource([items], preset="synthetic", image_root=folder, allow_text_only=True, name="synthetic")
 
 
 def is_synth_folder(path: str | os.PathLike[str]) -> bool:

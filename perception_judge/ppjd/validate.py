@@ -43,10 +43,7 @@ class ValidationConfig:
 
 def precheck(item: SourceItem, has_image: bool, config: PrecheckConfig) -> None:
     """Raise StageError(precheck, ...) for items the teacher should never see."""
-    missing = [
-        name for name in ("question", "answer", "response") if not str(getattr(item, name) or "").strip()
-    ]
-    if missing:
+    if missing := [n for n in ("question", "answer", "response") if not str(getattr(item, n) or "").strip()]:
         raise StageError("precheck", "missing_fields", f"item {item.item_id!r} has no {', '.join(missing)}")
     if _THINK_RE.search(item.response):
         raise StageError("precheck", "response_has_think", "r_c contains <think>/<thinking> tags")
@@ -96,9 +93,8 @@ def validate(item: SourceItem, cf: Counterfactuals, config: ValidationConfig) ->
     texts = (("r_rp", cf.r_rp), ("r_rp+r", cf.r_rp_r))
     for (name, _), answer, reason in zip(texts, (a1, a2), ("rp_matches_gt", "rp_r_matches_gt"), strict=True):
         if answers_match(answer, item.answer):
-            raise StageError(
-                "validate", reason, f"{name} answers {answer!r}, the ground truth is {item.answer!r}"
-            )
+            detail = f"{name} answers {answer!r}, the ground truth is {item.answer!r}"
+            raise StageError("validate", reason, detail)
     if cf.r_rp.strip() == cf.r_rp_r.strip():
         raise StageError("validate", "counterfactuals_identical", "r_rp and r_rp+r are the same text")
     if answers_match(a1, a2):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
@@ -53,24 +52,14 @@ def _scene(rng: random.Random) -> tuple[Attrs, str, dict[str, Any], str]:
     attrs = {"chart": "bar", "title": title, "bars": bars, "y_max": _Y_MAX}
     qtype = rng.choice(["value", "sum", "diff", "argmax"])
     if qtype == "value":
-        b = rng.choice(bars)
-        return (
-            attrs,
-            qtype,
-            {"label": b["label"]},
-            f"What value does the bar for {b['label']} show in the chart?",
-        )
+        label = rng.choice(bars)["label"]
+        return attrs, qtype, {"label": label}, f"What value does the bar for {label} show in the chart?"
     if qtype == "sum":
-        a, b = rng.sample(bars, 2)
-        q = f"What is the sum of the values for {a['label']} and {b['label']} in the chart?"
-        return attrs, qtype, {"a": a["label"], "b": b["label"]}, q
+        a, b = (x["label"] for x in rng.sample(bars, 2))
+        return attrs, qtype, {"a": a, "b": b}, f"What is the sum of the values for {a} and {b} in the chart?"
     if qtype == "diff":
-        return (
-            attrs,
-            qtype,
-            {},
-            "What is the difference between the highest and the lowest value in the chart?",
-        )
+        q = "What is the difference between the highest and the lowest value in the chart?"
+        return attrs, qtype, {}, q
     return attrs, qtype, {}, "Which category has the highest value in the chart?"
 
 
@@ -104,8 +93,7 @@ def _step_read(attrs: Attrs) -> str:
 
 
 def _solve_value(params, attrs, kind, delta):
-    vals = _values(attrs)
-    label = params["label"]
+    vals, label = _values(attrs), params["label"]
     v = vals[label]
     if kind:  # neighbour: reads the next bar (the previous one for the last)
         labels = list(vals)
@@ -117,9 +105,8 @@ def _solve_value(params, attrs, kind, delta):
 
 
 def _solve_sum(params, attrs, kind, delta):
-    vals = _values(attrs)
     a, b = params["a"], params["b"]
-    va, vb = vals[a], vals[b]
+    va, vb = _values(attrs)[a], _values(attrs)[b]
     if kind == "wrong_op":
         s, op = va - vb, "-"
     else:
@@ -161,17 +148,15 @@ def _solve_argmax(params, attrs, kind, delta):
     )
 
 
-def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> Attrs:
-    new = copy.deepcopy(attrs)
-    bars = new["bars"]
+def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> None:
+    bars = attrs["bars"]
     named = [b for b in bars if b["label"] in (params.get("label"), params.get("a"), params.get("b"))]
     if rng.random() < 0.25 and len(bars) >= 2:
         x, y = rng.sample(bars, 2)
         x["value"], y["value"] = y["value"], x["value"]
-        return new
-    b = rng.choice(named if named and rng.random() < 0.85 else bars)
-    b["value"] = min(_Y_MAX + 2, max(1, b["value"] + rng.choice((-3, -2, -1, 1, 2, 3))))
-    return new
+    else:
+        b = rng.choice(named if named and rng.random() < 0.85 else bars)
+        b["value"] = min(_Y_MAX + 2, max(1, b["value"] + rng.choice((-3, -2, -1, 1, 2, 3))))
 
 
 def _caption(attrs: Attrs) -> str:

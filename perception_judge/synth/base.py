@@ -38,8 +38,9 @@ class Family:
 
     ``scene(rng)`` draws the attributes and a question about them: ``(attributes, qtype, params, question)``.
     ``questions`` maps each question type to its solver and the reasoning slips it can make (for r_rp+r);
-    ``perturb(attributes, params, rng)`` is a copy with one misread fact (for r_rp); ``facts`` lists 3-6 short
-    phrases of the attributes. ``draw`` and ``caption`` are None for a text-only family.
+    ``perturb(attributes, params, rng)`` misreads one fact in place, on a copy :func:`world.perturb` makes
+    (for r_rp); ``facts`` lists 3-6 short phrases of the attributes. ``draw`` and ``caption`` are None for a
+    text-only family.
     """
 
     name: str
@@ -47,16 +48,14 @@ class Family:
     keywords: tuple[str, ...]
     scene: Callable[[random.Random], tuple[Attrs, str, dict[str, Any], str]]
     questions: dict[str, tuple[Solver, tuple[str, ...]]]
-    perturb: Callable[[Attrs, dict[str, Any], random.Random], Attrs]
+    perturb: Callable[[Attrs, dict[str, Any], random.Random], None]
     facts: Callable[[Attrs], list[str]]
     draw: Callable[[Attrs], Image.Image] | None = None
     caption: Callable[[Attrs], str] | None = None
 
 
 def plural(word: str, n: int) -> str:
-    if n == 1:
-        return word
-    return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
+    return word if n == 1 else word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
 
 
 def article(word: str) -> str:

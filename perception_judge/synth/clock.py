@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from typing import Any
@@ -61,30 +60,25 @@ def _scene(rng: random.Random) -> tuple[Attrs, str, dict[str, Any], str]:
     return attrs, "later", {"add": add}, q
 
 
+def _point(radius: float, degrees: float) -> tuple[float, float]:
+    """The point ``radius`` px from the centre, ``degrees`` clockwise from 12 o'clock."""
+    a = math.radians(degrees)
+    return CLOCK_CENTRE[0] + radius * math.sin(a), CLOCK_CENTRE[1] - radius * math.cos(a)
+
+
 def _draw(attrs: Attrs) -> Image.Image:
     img, d = canvas()
     cx, cy = CLOCK_CENTRE
     r = CLOCK_RADIUS
-    face = CLOCK_FACES[attrs.get("face", "white")]
-    rim = CLOCK_RIMS[attrs.get("rim", "black")]
+    face, rim = CLOCK_FACES[attrs.get("face", "white")], CLOCK_RIMS[attrs.get("rim", "black")]
     d.ellipse((cx - r, cy - r, cx + r, cy + r), fill=face, outline=rim, width=4)
     for k in range(0, 60, 5):
-        a = math.radians(k * 6)
-        x0, y0 = cx + (r - 10) * math.sin(a), cy - (r - 10) * math.cos(a)
-        x1, y1 = cx + (r - 3) * math.sin(a), cy - (r - 3) * math.cos(a)
-        d.line((x0, y0, x1, y1), fill=(0, 0, 0), width=2)
+        d.line((*_point(r - 10, k * 6), *_point(r - 3, k * 6)), fill=(0, 0, 0), width=2)
     for h in range(1, 13):
-        a = math.radians(h * 30)
-        text_centered(d, (cx + (r - 24) * math.sin(a), cy - (r - 24) * math.cos(a)), str(h), 14)
+        text_centered(d, _point(r - 24, h * 30), str(h), 14)
     ha, ma = hand_angles(attrs["hour"], attrs["minute"])
-    for angle, length, width, colour in (
-        (ha, HOUR_HAND_LEN, 7, attrs["hour_hand"]),
-        (ma, MINUTE_HAND_LEN, 4, attrs["minute_hand"]),
-    ):
-        a = math.radians(angle)
-        d.line(
-            (cx, cy, cx + length * math.sin(a), cy - length * math.cos(a)), fill=COLOURS[colour], width=width
-        )
+    d.line((cx, cy, *_point(HOUR_HAND_LEN, ha)), fill=COLOURS[attrs["hour_hand"]], width=7)
+    d.line((cx, cy, *_point(MINUTE_HAND_LEN, ma)), fill=COLOURS[attrs["minute_hand"]], width=4)
     d.ellipse((cx - 5, cy - 5, cx + 5, cy + 5), fill=(0, 0, 0))
     return img
 
@@ -133,13 +127,11 @@ def _solve_later(params, attrs, kind, delta):
     return answer([*steps, line], t)
 
 
-def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> Attrs:
-    new = copy.deepcopy(attrs)
+def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> None:
     if rng.random() < 0.65:
-        new["minute"] = (new["minute"] + rng.choice((-15, -10, -5, 5, 10, 15))) % 60
+        attrs["minute"] = (attrs["minute"] + rng.choice((-15, -10, -5, 5, 10, 15))) % 60
     else:
-        new["hour"] = (new["hour"] - 1 + rng.choice((-2, -1, 1, 2))) % 12 + 1
-    return new
+        attrs["hour"] = (attrs["hour"] - 1 + rng.choice((-2, -1, 1, 2))) % 12 + 1
 
 
 def _facts(attrs: Attrs) -> list[str]:

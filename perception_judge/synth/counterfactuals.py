@@ -2,7 +2,7 @@
 synthetic world so that the PPJD builder, the tiny models and the bias suite share it.
 
 For an item's scene spec, r_rp re-renders r_c's template from the attributes with one perceptual fact misread
-(:func:`~perception_judge.synth.perturb`), so only that fact and what follows from it change; r_rp+r
+(:func:`~perception_judge.synth.world.perturb`), so only that fact and what follows from it change; r_rp+r
 misreads a fact *and* makes a reasoning slip. Both answers differ from the ground truth and from each other.
 Randomness is seeded per record key, so results depend neither on concurrency nor on resuming.
 """
@@ -41,9 +41,7 @@ def _changed_facts(spec: dict[str, Any], attrs: dict[str, Any]) -> list[str]:
     return [f"{a} -> {b}" for a, b in zip(facts(spec), facts(spec, attrs)) if a != b]
 
 
-def _solve(
-    spec: dict[str, Any], attrs: dict[str, Any], slip: dict[str, Any] | None = None
-) -> tuple[str, str] | None:
+def _solve(spec: dict[str, Any], attrs: dict[str, Any], slip: dict | None = None) -> tuple[str, str] | None:
     try:
         return solve(spec, attrs, slip)
     except Unsolvable:
@@ -55,7 +53,7 @@ def counterfactuals(
 ) -> Counterfactual:
     """r_rp and r_rp+r of one synthetic item (its spec, r_c and ground-truth answer); raises
     :class:`NoCounterfactual` with the failing stage (verify / attributes / rewrite) and reason."""
-    if not spec or "family" not in spec or "qtype" not in spec or "attributes" not in spec:
+    if not spec or not {"family", "qtype", "attributes"} <= spec.keys():
         raise NoCounterfactual(
             "verify",
             "no_spec",
@@ -100,9 +98,6 @@ def counterfactuals(
             break
     else:
         raise NoCounterfactual("rewrite", "no_reasoning_slip", "no slip gives a third distinct answer")
-    meta = {
-        "perturbed_rp": _changed_facts(spec, perceived),
-        "perturbed_rp_r": _changed_facts(spec, attrs),
-        "slip": slip["kind"],
-    }
+    meta = {"perturbed_rp": _changed_facts(spec, perceived), "perturbed_rp_r": _changed_facts(spec, attrs)}
+    meta["slip"] = slip["kind"]
     return Counterfactual(r_rp=r_rp, r_rp_r=solved_r[0], facts=spec_facts[:6], meta=meta)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import copy
 import random
+from collections import Counter
 from typing import Any
 
 from PIL import Image
@@ -52,34 +52,23 @@ def _scene(rng: random.Random) -> tuple[Attrs, str, dict[str, Any], str]:
             cx, cy = col * 64 + 32 + rng.randint(-6, 6), row * 64 + 32 + rng.randint(-6, 6)
             objects.append({"shape": g["shape"], "colour": g["colour"], "cx": cx, "cy": cy, "size": size})
     attrs = {"background": "white", "groups": groups, "objects": objects, "total": sum(counts)}
-    return attrs, *_question(attrs, rng)
-
-
-def _question(attrs: Attrs, rng: random.Random) -> tuple[str, dict[str, Any], str]:
-    groups = attrs["groups"]
-    colour_counts: dict[str, int] = {}
+    colour_counts: Counter[str] = Counter()
     for g in groups:
-        colour_counts[g["colour"]] = colour_counts.get(g["colour"], 0) + g["count"]
-    options = ["count", "count_colour", "total"]
+        colour_counts[g["colour"]] += g["count"]
     pairs = [(a, b) for a in colour_counts for b in colour_counts if colour_counts[a] > colour_counts[b]]
-    if pairs:
-        options.append("more")
-    qtype = rng.choice(options)
+    qtype = rng.choice(["count", "count_colour", "total"] + (["more"] if pairs else []))
     if qtype == "count":
         g = rng.choice(groups)
         q = f"How many {g['colour']} {plural(g['shape'], 2)} are there in the image?"
-        return qtype, {"colour": g["colour"], "shape": g["shape"]}, q
+        return attrs, qtype, {"colour": g["colour"], "shape": g["shape"]}, q
     if qtype == "count_colour":
         colour = rng.choice(sorted(colour_counts))
-        return qtype, {"colour": colour}, f"How many {colour} shapes are there in the image?"
+        return attrs, qtype, {"colour": colour}, f"How many {colour} shapes are there in the image?"
     if qtype == "total":
-        return qtype, {}, "How many shapes are there in the image altogether?"
+        return attrs, qtype, {}, "How many shapes are there in the image altogether?"
     a, b = rng.choice(pairs)
-    return (
-        qtype,
-        {"colour_a": a, "colour_b": b},
-        f"How many more {a} shapes than {b} shapes are there in the image?",
-    )
+    q = f"How many more {a} shapes than {b} shapes are there in the image?"
+    return attrs, qtype, {"colour_a": a, "colour_b": b}, q
 
 
 def _draw(attrs: Attrs) -> Image.Image:
@@ -117,8 +106,7 @@ def _solve_count(params, attrs, kind, delta):
 
 
 def _solve_count_colour(params, attrs, kind, delta):
-    c = params["colour"]
-    groups = attrs["groups"]
+    c, groups = params["colour"], attrs["groups"]
     sel = [g for g in groups if g["colour"] == c]
     steps = [_step_listing(attrs)]
     if not sel:
@@ -149,8 +137,7 @@ def _solve_total(params, attrs, kind, delta):
 
 def _solve_more(params, attrs, kind, delta):
     a, b = params["colour_a"], params["colour_b"]
-    na = sum(g["count"] for g in attrs["groups"] if g["colour"] == a)
-    nb = sum(g["count"] for g in attrs["groups"] if g["colour"] == b)
+    na, nb = (sum(g["count"] for g in attrs["groups"] if g["colour"] == x) for x in (a, b))
     if kind == "wrong_op":
         d, op = na + nb, "+"
     else:
@@ -165,25 +152,18 @@ def _solve_more(params, attrs, kind, delta):
     return answer(steps, d)
 
 
-def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> Attrs:
-    new = copy.deepcopy(attrs)
-    groups = new["groups"]
-    relevant = [
-        g
-        for g in groups
-        if g["colour"] in (params.get("colour"), params.get("colour_a"), params.get("colour_b"))
-        and params.get("shape") in (None, g["shape"])
-    ] or groups
+def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> None:
+    groups = attrs["groups"]
+    named, shape = (params.get("colour"), params.get("colour_a"), params.get("colour_b")), params.get("shape")
+    relevant = [g for g in groups if g["colour"] in named and shape in (None, g["shape"])] or groups
     g = rng.choice(relevant if rng.random() < 0.8 else groups)
     if rng.random() < 0.7:
         g["count"] = max(1, g["count"] + rng.choice((-2, -1, 1, 1, 2)))
     else:
         taken = {(x["colour"], x["shape"]) for x in groups}
-        colours = [c for c in COLOURS if (c, g["shape"]) not in taken]
-        if colours:
+        if colours := [c for c in COLOURS if (c, g["shape"]) not in taken]:
             g["colour"] = rng.choice(colours)
-    new["total"] = sum(x["count"] for x in groups)
-    return new
+    attrs["total"] = sum(x["count"] for x in groups)
 
 
 def _facts(attrs: Attrs) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
@@ -40,15 +39,9 @@ def _scene(rng: random.Random) -> tuple[Attrs, str, dict[str, Any], str]:
     attrs = {"title": title, "columns": ["Item", "Price ($)", "Qty"], "rows": rows}
     qtype = rng.choice(["lookup", "cost", "qty_total"])
     if qtype == "lookup":
-        r = rng.choice(rows)
-        column = rng.choice(["price", "qty"])
+        item, column = rng.choice(rows)["item"], rng.choice(["price", "qty"])
         what = "price in dollars" if column == "price" else "quantity ordered"
-        return (
-            attrs,
-            qtype,
-            {"item": r["item"], "column": column},
-            f"What is the {what} for {r['item']} in the table?",
-        )
+        return attrs, qtype, {"item": item, "column": column}, f"What is the {what} for {item} in the table?"
     if qtype == "cost":
         r = rng.choice(rows)
         q = f"How much do the {r['item']} cost in total, in dollars (price times quantity)?"
@@ -100,13 +93,8 @@ def _solve_lookup(params, attrs, kind, delta):
         if v == r[col]:
             raise Unsolvable("neighbour has the same value")
     name = "price" if col == "price" else "quantity"
-    return answer(
-        [
-            f"Step 1: Find the row for {params['item']} in the table.",
-            f"Step 2: In that row, the {name} column shows {v}.",
-        ],
-        v,
-    )
+    step1 = f"Step 1: Find the row for {params['item']} in the table."
+    return answer([step1, f"Step 2: In that row, the {name} column shows {v}."], v)
 
 
 def _solve_cost(params, attrs, kind, delta):
@@ -130,16 +118,14 @@ def _solve_qty_total(params, attrs, kind, delta):
     return answer([f"Step 1: The Qty column lists {listing}.", line], total)
 
 
-def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> Attrs:
-    new = copy.deepcopy(attrs)
-    rows = new["rows"]
+def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> None:
+    rows = attrs["rows"]
     named = [r for r in rows if r["item"] == params.get("item")]
     r = rng.choice(named if named and rng.random() < 0.85 else rows)
     col = params.get("column") or rng.choice(["price", "qty"])
     if rng.random() < 0.3:
         col = "qty" if col == "price" else "price"
     r[col] = max(1, r[col] + rng.choice((-3, -2, -1, 1, 2, 3)))
-    return new
 
 
 def _caption(attrs: Attrs) -> str:

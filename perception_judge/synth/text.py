@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
@@ -39,15 +38,8 @@ def _scene(rng: random.Random) -> tuple[Attrs, str, dict[str, Any], str]:
     if qtype == "legs":
         a, b = rng.randint(2, 9), rng.randint(2, 9)
         four, fours, two, twos = rng.choice(_ANIMALS)
-        question = (
-            f"{name}'s farm has {a} {fours} and {b} {twos}. How many legs do these animals have altogether?"
-        )
-        return (
-            {"numbers": {fours: a, twos: b}},
-            qtype,
-            {"name": name, "animals": [four, fours, two, twos]},
-            question,
-        )
+        q = f"{name}'s farm has {a} {fours} and {b} {twos}. How many legs do these animals have altogether?"
+        return {"numbers": {fours: a, twos: b}}, qtype, {"name": name, "animals": [four, fours, two, twos]}, q
     k, each = rng.randint(2, 6), rng.randint(2, 9)
     things = rng.choice(_SHARED)
     question = f"{name} shares {k * each} {things} equally among {k} friends. How many {things} does each friend get?"
@@ -98,15 +90,13 @@ def _solve_share(params, attrs, kind, delta):
     return answer(steps, each)
 
 
-def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> Attrs:
-    new = copy.deepcopy(attrs)
-    nums = new["numbers"]
+def _perturb(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> None:
+    nums = attrs["numbers"]
     key = rng.choice(sorted(nums))
     if key == "total":  # keep the division exact so the misread still yields a whole answer
         nums[key] = max(nums["friends"], nums[key] + nums["friends"] * rng.choice((-2, -1, 1, 2)))
     else:
         nums[key] = max(1, nums[key] + rng.choice((-3, -2, -1, 1, 2, 3)))
-    return new
 
 
 def _facts(attrs: Attrs) -> list[str]:

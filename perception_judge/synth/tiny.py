@@ -8,7 +8,6 @@ different in-range answer.
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -82,13 +81,11 @@ def _solver(what: str, key: str, values: Sequence[Any]) -> Solver:
 
 
 def _perturber(key: str, values: Sequence[Any]) -> Any:
-    def perturb_tiny(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> Attrs:
-        new = copy.deepcopy(attrs)
-        new[key] = rng.choice([v for v in values if v != attrs[key]])
+    def perturb_tiny(attrs: Attrs, params: dict[str, Any], rng: random.Random) -> None:
+        attrs[key] = rng.choice([v for v in values if v != attrs[key]])
         if key == "count":  # keep the attributes drawable
-            new["cells"] = sorted(rng.sample(range(4), new[key]))
-            new["boxes"] = _count_boxes(new["cells"], rng)
-        return new
+            attrs["cells"] = sorted(rng.sample(range(4), attrs[key]))
+            attrs["boxes"] = _count_boxes(attrs["cells"], rng)
 
     return perturb_tiny
 

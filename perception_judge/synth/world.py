@@ -16,6 +16,7 @@ Items are deterministic per (seed, index): ``generate_items(10, s)[:5] == genera
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -72,7 +73,9 @@ def solve(
 
 def perturb(spec: dict[str, Any], attributes: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """A copy of ``attributes`` with one perceptual fact misread."""
-    return REGISTRY[spec["family"]].perturb(attributes, spec["params"], rng)
+    new = copy.deepcopy(attributes)
+    REGISTRY[spec["family"]].perturb(new, spec["params"], rng)
+    return new
 
 
 def facts(spec: dict[str, Any], attributes: dict[str, Any] | None = None) -> list[str]:
@@ -95,12 +98,8 @@ _STOP = {
 
 
 def _keywords(question: str, extra: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for w in re.findall(r"[A-Za-z][A-Za-z'-]+|\d+", question):
-        lw = w.lower().strip("'")
-        if lw not in _STOP and len(lw) >= 2 and lw not in out:
-            out.append(lw)
-    out = out[:5]
+    words = dict.fromkeys(w.lower().strip("'") for w in re.findall(r"[A-Za-z][A-Za-z'-]+|\d+", question))
+    out = [w for w in words if w not in _STOP and len(w) >= 2][:5]
     for e in extra:  # the first family word always, more while there are fewer than 3 keywords
         if e not in out and (len(out) < 3 or e == extra[0]):
             out.append(e)
@@ -143,8 +142,7 @@ def _check_args(n: int, families: Sequence[str] | None, text_only_fraction: floa
     if not 0.0 <= text_only_fraction <= 1.0:
         raise ValueError(f"text_only_fraction must be in [0, 1], got {text_only_fraction}")
     fams = tuple(families) if families else FAMILIES
-    unknown = [f for f in fams if f not in REGISTRY]
-    if unknown:
+    if unknown := [f for f in fams if f not in REGISTRY]:
         raise ValueError(f"unknown synthetic families {unknown}; known: {', '.join(ALL_FAMILIES)}")
     return fams
 
@@ -158,13 +156,10 @@ def iter_items(
     """Stream synthetic items (see :func:`generate_items`)."""
     fams = _check_args(n, families, text_only_fraction)
     frac = Fraction(text_only_fraction).limit_denominator(1000)
-    image_index = 0
     for i in range(n):
-        if math.floor((i + 1) * frac) > math.floor(i * frac):  # text-only, spread evenly
-            yield _make_item(seed, i, TEXT_FAMILY)
-        else:
-            yield _make_item(seed, i, fams[image_index % len(fams)])
-            image_index += 1
+        n_text = math.floor(i * frac)  # text-only items so far: they are spread evenly
+        text = math.floor((i + 1) * frac) > n_text
+        yield _make_item(seed, i, TEXT_FAMILY if text else fams[(i - n_text) % len(fams)])
 
 
 def generate_items(
@@ -173,13 +168,9 @@ def generate_items(
     families: Sequence[str] | None = None,
     text_only_fraction: float = DEFAULT_TEXT_ONLY_FRACTION,
 ) -> list[SourceItem]:
-    """``n`` synthetic items, deterministic per ``seed``.
-
-    Items cycle through ``families`` (default: the four image families); in addition, a
-    ``text_only_fraction`` of the items, spread evenly, are text-only (``image`` None, family ``"text"``).
-    ``"text"`` may also be listed in ``families`` (``families=["text"]`` gives only text items).
-    ``item.image`` is a PIL image.
-    """
+    """``n`` synthetic items, deterministic per ``seed``, cycling through ``families`` (default: the four
+    image families); a ``text_only_fraction`` of them, spread evenly, are text-only (``image`` None, family
+    ``"text"``, which ``families`` may also list). ``item.image`` is a PIL image."""
     return list(iter_items(n, seed, families, text_only_fraction))
 
 
@@ -210,19 +201,16 @@ def write_synthetic(
     (out / "images").mkdir(parents=True, exist_ok=True)
     counts: Counter[str] = Counter()
     qtypes: Counter[str] = Counter()
-    bar = progress_bar(n, "synth", "item", enabled=progress)
-    with atomic_open(items_path, fsync=False) as f:
+    with progress_bar(n, "synth", "item", enabled=progress) as bar, atomic_open(items_path, fsync=False) as f:
         for item in iter_items(n, seed, fams, text_only_fraction):
-            rel = None
-            if item.image is not None:
-                rel = f"images/{item.item_id}.png"
+            rel = None if item.image is None else f"images/{item.item_id}.png"
+            if rel is not None:
                 with atomic_open(out / rel, "wb", fsync=False) as png:
                     item.image.save(png, format="PNG")
             f.write(json.dumps(item_to_row(item, rel), ensure_ascii=False) + "\n")
             counts[item.spec["family"]] += 1
             qtypes[f"{item.spec['family']}/{item.spec['qtype']}"] += 1
             bar.update(1)
-    bar.close()
     info = {
         "generator": "perception_judge.ppjd.synth",  # the name files have carried since the first release
         "spec_version": SPEC_VERSION,

@@ -9,6 +9,7 @@ faults come at the rates of :class:`Faults` or scripted by :meth:`FakeOpenAIServ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -218,17 +219,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        """Send ``obj`` as JSON (bytes are sent as they are)."""
+        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode("utf-8")
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}
+        for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(body)
-
-    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(obj).encode("utf-8"), headers)
 
     def _error(self, status: int, message: str, kind: str) -> None:
         self.owner.count(f"status_{status}")
@@ -238,9 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
         srv = self.owner
         srv.count("requests")
         if self.path.rstrip("/").endswith("/models"):
-            self._json(
-                200, {"object": "list", "data": [{"id": srv.model, "object": "model", "owned_by": "fake"}]}
-            )
+            models = [{"id": srv.model, "object": "model", "owned_by": "fake"}]
+            self._json(200, {"object": "list", "data": models})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -288,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if "bad_body" in plan:
-            self._send(200, b'{"id": "x", "choices": [ this is not json')
+            self._json(200, b'{"id": "x", "choices": [ this is not json')
             return
         content = teacher_reply(body, "verify_reject" not in plan)
         if not isinstance(content, str):
@@ -314,17 +312,15 @@ class _Handler(BaseHTTPRequestHandler):
         srv.count("prompt_tokens", prompt_tokens)
         srv.count("completion_tokens", completion_tokens)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
-        self._json(
-            200,
-            {
-                "id": f"chatcmpl-fake-{int(time.time() * 1000)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", srv.model),
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {**usage, "total_tokens": prompt_tokens + completion_tokens},
-            },
-        )
+        reply = {
+            "id": f"chatcmpl-fake-{int(time.time() * 1000)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", srv.model),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {**usage, "total_tokens": prompt_tokens + completion_tokens},
+        }
+        self._json(200, reply)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,17 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
     args = p.parse_args(argv)
     faults = Faults(**{k: getattr(args, k) for k in asdict(Faults())})
-    server = FakeOpenAIServer(
-        args.latency, faults, args.seed, args.model, host=args.host, port=args.port
-    ).start()
-    print(f"READY {server.base_url}", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    server = FakeOpenAIServer(args.latency, faults, args.seed, args.model, host=args.host, port=args.port)
+    with server, contextlib.suppress(KeyboardInterrupt):
+        print(f"READY {server.base_url}", flush=True)
+        threading.Event().wait()
     return 0
 
 

@@ -9,6 +9,7 @@ when the process exits or stays silent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -99,11 +100,10 @@ class VLLMServer:
 
     def start(self) -> VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            self.command, stdout=log, stderr=subprocess.STDOUT, env=cpu_env(), start_new_session=True
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=cpu_env(), start_new_session=True
+            )
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             if self.proc.poll() is not None:
@@ -111,11 +111,9 @@ class VLLMServer:
                     f"the vLLM server exited with code {self.proc.returncode}; the end of {self.log_path}:\n"
                     + self.log_tail()
                 )
-            try:
+            with contextlib.suppress(OSError):
                 self.served_models()
                 return self
-            except OSError:
-                pass
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(

@@ -48,19 +48,13 @@ class JudgeArguments:
     image_factor: int = HfArg(default=0, help="Side multiple (patch x merge); 0: from the model config.")
     freeze_vision_tower: bool = HfArg(default=False, help="Freeze the vision tower (full fine-tuning).")
     lora_exclude_modules: str | None = HfArg(default=r".*visual.*", help="Modules LoRA never adapts (regex).")
-    base_adapter: str | None = HfArg(
-        default=None, help="A LoRA adapter merged into the base before training."
-    )
+    base_adapter: str | None = HfArg(default=None, help="LoRA adapter merged into the base before training.")
     merged_base_dir: str | None = HfArg(default=None, help="Where the merge goes (<output_dir>/merged_base).")
-    tiny_model_arch: str | None = HfArg(
-        default=None, help="Build a tiny model of this arch when it is missing."
-    )
+    tiny_model_arch: str | None = HfArg(default=None, help="Build a tiny model of this arch if missing.")
     tiny_model_seed: int = HfArg(default=0, help="Seed of the generated tiny model.")
     tiny_model_warm_start_steps: int = HfArg(default=0, help="Format warm-start steps of a new tiny model.")
     recipe_num_processes: int | None = HfArg(default=None, help="Process count the batch geometry assumes.")
-    sample_log_steps: int = HfArg(
-        default=0, help="Every this many steps, write completion samples (0: never)."
-    )
+    sample_log_steps: int = HfArg(default=0, help="Write completion samples every N steps (0: never).")
     num_samples_to_log: int = HfArg(default=4, help="Completions per sample dump.")
 
 

@@ -47,13 +47,12 @@ class SplitReport:
     overlong_examples: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        parts = [f"{self.split}: {self.rows_in} rows in"]
-        if self.dropped_by_protocol_mix:
-            parts.append(f"{self.dropped_by_protocol_mix} dropped by protocol_mix")
-        if self.dropped_overlong:
-            parts.append(f"{self.dropped_overlong} dropped as overlong prompts")
-        if self.dropped_by_max_samples:
-            parts.append(f"{self.dropped_by_max_samples} beyond max samples")
+        dropped = {
+            "dropped by protocol_mix": self.dropped_by_protocol_mix,
+            "dropped as overlong prompts": self.dropped_overlong,
+            "beyond max samples": self.dropped_by_max_samples,
+        }
+        parts = [f"{self.split}: {self.rows_in} rows in", *(f"{n} {why}" for why, n in dropped.items() if n)]
         mix = ", ".join(f"{k} {v}" for k, v in sorted(self.protocols_out.items()))
         parts.append(f"{self.rows_out} rows used ({mix})")
         if self.rows_out:
@@ -88,10 +87,6 @@ class PixelPolicyTransform:
         self.seconds += time.perf_counter() - start
         return batch
 
-    def pop_seconds(self) -> float:
-        s, self.seconds = self.seconds, 0.0
-        return s
-
 
 def _undecoded_images(ds: Any) -> Any:
     """The ``images`` column as raw ``{"bytes", "path"}`` cells (no decoding)."""
@@ -121,10 +116,9 @@ def protocol_mix_indices(
 ) -> list[int]:
     """Row indices that realise ``mix`` (relative weights per protocol) without oversampling any protocol.
 
-    Protocols with weight 0 or not listed are dropped. The kept count of protocol p is ``round(w_p * N)`` with
-    the largest N such that no protocol needs more rows than it has; rows are picked at random (seeded) and
-    returned in their original order. A protocol the mix asks for but the data lacks is an error
-    (``strict``) or is left out of the proportions.
+    The kept count of protocol p is ``round(w_p * N)`` with the largest N such that no protocol needs more rows
+    than it has (weight 0 or unlisted: dropped), picked at random (seeded), in their original order. A protocol
+    the mix asks for but the data lacks is an error (``strict``) or is left out of the proportions.
     """
     if mix is None:
         return list(range(len(protocols)))
@@ -146,9 +140,8 @@ def protocol_mix_indices(
     rng = random.Random(seed)
     keep: list[int] = []
     for p, share in shares.items():
-        rows = list(by_protocol[p])
-        rng.shuffle(rows)
-        keep += rows[: min(len(rows), round(share * n_total))]
+        rng.shuffle(by_protocol[p])
+        keep += by_protocol[p][: round(share * n_total)]
     return sorted(keep)
 
 
@@ -264,7 +257,8 @@ class JudgeData:
         return {k: asdict(v) for k, v in self.reports.items()}
 
     def pop_transform_seconds(self) -> float:
-        return self.transform.pop_seconds()
+        seconds, self.transform.seconds = self.transform.seconds, 0.0
+        return seconds
 
 
 def load_judge_data(

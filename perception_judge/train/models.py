@@ -1,8 +1,6 @@
 """Models for the trainer: resolve the base (tiny build, base-adapter merge), LoRA, vision-tower freezing, weights.
 
-LoRA excludes the vision tower by default (``lora_exclude_modules: .*visual.*``), as the published 32B run did.
-:func:`merge_lora` (also ``perception-judge merge-lora``) folds an adapter into its base and saves a full model
-folder with the processor.
+LoRA excludes the vision tower by default (``lora_exclude_modules``), as the published 32B run did.
 """
 
 from __future__ import annotations
@@ -19,9 +17,7 @@ from typing import Any
 
 MERGE_MARKER = "perception_judge_merge.json"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "tokenizer_config.json")
-_LAUNCHER_VARIABLE = re.compile(
-    r"\w*RANK$|\w*WORLD_SIZE$|MASTER_|ACCELERATE_"
-)  # torchrun / accelerate launch
+_LAUNCHER_VARIABLE = re.compile(r"\w*RANK$|\w*WORLD_SIZE$|MASTER_|ACCELERATE_")  # torchrun / accelerate
 
 
 def record_path(path: str) -> str:
@@ -29,19 +25,13 @@ def record_path(path: str) -> str:
     return str(Path(path).resolve()) if Path(path).exists() else path
 
 
-def main_process_first() -> Any:
-    """The main process does the work, the others then reuse it."""
-    from accelerate import PartialState
-
-    return PartialState().main_process_first()
+def _merge_record(base: str, adapter: str, dtype: str) -> dict[str, str]:
+    return {"base": record_path(base), "adapter": record_path(adapter), "dtype": dtype}
 
 
 def _must_isolate() -> bool:
-    """True inside a multi-process or ZeRO-3 run, where building a model on one rank alone would deadlock.
-
-    Under ZeRO-3 every model construction enters ``deepspeed.zero.Init``, a collective: a model built by the main
-    process while the other ranks wait at a barrier never finishes.
-    """
+    """True in a multi-process or ZeRO-3 run, where building a model on one rank alone would deadlock (under
+    ZeRO-3 every model construction enters ``deepspeed.zero.Init``, a collective)."""
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     return is_deepspeed_zero3_enabled() or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
@@ -57,12 +47,9 @@ def run_cli_isolated(args: list[str]) -> None:
 
 
 def ensure_tiny_model(path: str, arch: str, seed: int = 0, warm_start_steps: int = 0) -> bool:
-    """Build the tiny model at ``path`` when it has no ``config.json`` yet; returns True if it built one.
-
-    ``warm_start_steps > 0`` also teaches it the judge output format (:func:`tiny_models.warm_start_format`).
-    The model is built in a sibling temporary folder and renamed into place, so a crash never leaves a
-    half-built (e.g. not yet warm-started) model that a re-run would take for a finished one.
-    """
+    """Build the tiny model at ``path`` unless it has a ``config.json``; True if it built one (``warm_start_steps``:
+    also teach it the output format). It is built in a sibling folder and renamed into place, so a crash never
+    leaves a half-built model that a re-run would take for a finished one."""
     from perception_judge.tiny_models import make_tiny_model, warm_start_format
 
     target = Path(path)
@@ -89,7 +76,6 @@ def merge_lora(
     out: str | os.PathLike[str],
     dtype: str = "bfloat16",
     trust_remote_code: bool = False,
-    revision: str | None = None,
 ) -> Path:
     """Load ``base``, apply the LoRA ``adapter``, merge it into the weights and save model + processor to ``out``,
     with ``perception_judge_merge.json`` (base, adapter, dtype) next to the weights. The processor comes from the
@@ -99,13 +85,12 @@ def merge_lora(
 
     out = Path(out)
     model = AutoModelForImageTextToText.from_pretrained(
-        base, dtype=dtype, trust_remote_code=trust_remote_code, revision=revision
+        base, dtype=dtype, trust_remote_code=trust_remote_code
     )
     PeftModel.from_pretrained(model, adapter).merge_and_unload().save_pretrained(out)
     source = adapter if any((Path(adapter) / name).is_file() for name in PROCESSOR_FILES) else base
     AutoProcessor.from_pretrained(source, trust_remote_code=trust_remote_code).save_pretrained(out)
-    marker = {"base": record_path(base), "adapter": record_path(adapter), "dtype": dtype}
-    (out / MERGE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    (out / MERGE_MARKER).write_text(json.dumps(_merge_record(base, adapter, dtype), indent=2) + "\n")
     return out
 
 
@@ -113,9 +98,11 @@ def merged_base(
     base: str, adapter: str, out: str, dtype: str = "bfloat16", trust_remote_code: bool = False
 ) -> str:
     """Merge ``adapter`` into ``base`` at ``out`` once (main process first); reuse a matching earlier merge."""
+    from accelerate import PartialState
+
     marker_path = Path(out) / MERGE_MARKER
-    want = {"base": record_path(base), "adapter": record_path(adapter), "dtype": dtype}
-    with main_process_first():
+    want = _merge_record(base, adapter, dtype)
+    with PartialState().main_process_first():  # the main process merges, the others reuse its merge
         if marker_path.is_file():
             have = json.loads(marker_path.read_text())
             if have != want:
@@ -139,9 +126,11 @@ def resolve_model_path(
     model_args: Any, judge_args: Any, output_dir: str, trust_remote_code: bool = False
 ) -> str:
     """The folder (or hub id) the run loads: builds a tiny model or merges a base adapter when asked to."""
+    from accelerate import PartialState
+
     path, j = model_args.model_name_or_path, judge_args
     if j.tiny_model_arch:
-        with main_process_first():
+        with PartialState().main_process_first():
             ensure_tiny_model(path, j.tiny_model_arch, j.tiny_model_seed, j.tiny_model_warm_start_steps)
     if j.base_adapter:
         out = j.merged_base_dir or os.path.join(output_dir, "merged_base")
@@ -153,7 +142,7 @@ def resolve_model_path(
 def vision_tower(model: Any) -> Any:
     """The vision tower module of a Qwen-VL model (``model.model.visual`` in transformers 5), or None."""
     for candidate in (model, getattr(model, "model", None)):
-        if candidate is not None and hasattr(candidate, "visual"):
+        if hasattr(candidate, "visual"):
             return candidate.visual
     return None
 
@@ -182,13 +171,11 @@ def build_lora_config(model_args: Any, judge_args: Any) -> Any:
 
 
 def load_weights_into(model: Any, folder: str | os.PathLike[str]) -> None:
-    """Load the full weights saved in ``folder`` into ``model`` (strict), through ``from_pretrained``.
+    """Load the full weights saved in ``folder`` into ``model`` (strict) through ``from_pretrained``, on the CPU.
 
-    transformers 5 saves some architectures in their original checkpoint layout (Qwen2.5-VL: ``model.layers.*``,
+    transformers 5 saves some architectures in their original key layout (Qwen2.5-VL: ``model.layers.*``,
     ``visual.*``) and renames keys on load; a plain ``load_state_dict`` of the file (what ``Trainer`` does on
-    resume) matches no key and silently keeps the old weights. Loading through ``from_pretrained`` applies the
-    key conversion; the copy lives on the CPU only while it is copied in.
-    """
+    resume) matches no key and silently keeps the old weights."""
     import torch
 
     loaded = type(model).from_pretrained(folder, dtype=next(model.parameters()).dtype, device_map="cpu")

@@ -122,25 +122,13 @@ def _suggest(key: str, known: Any) -> str:
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
-def _field_annotations(parser: Any) -> dict[str, str]:
-    """Declared annotations (HfArgumentParser rewrites ``Field.type`` in place, so read ``__annotations__``)."""
-    return {
-        name: str(ann)
-        for dtype in parser.dataclass_types
-        for klass in reversed(dtype.__mro__)
-        for name, ann in getattr(klass, "__annotations__", {}).items()
-    }
-
-
 _TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "string_to_bool": "a boolean"}
 
 
 def _check_scalar(key: str, action: Any, value: Any, where: str) -> Any:
-    """Check one YAML scalar against the parser's action for ``key``; return the value to use as default.
-
-    Text goes through the action's type and choices as on the command line; other scalars must suit the field's
-    type (trl wraps ``T | None`` converters but keeps T's name, so the name tells the field's number type).
-    """
+    """Check one YAML scalar against the parser's action for ``key``; return the value to use as default. Text
+    goes through the action's type and choices as on the command line; other scalars must suit the field's type
+    (trl wraps ``T | None`` converters but keeps T's name, so the name tells the field's number type)."""
     kind = getattr(action.type, "__name__", "")
     expected = _TYPE_NAMES.get(kind, "a valid value")
     if value is None:
@@ -174,7 +162,12 @@ def check_config(parser: Any, config: dict[str, Any], where: str) -> dict[str, A
     if unknown := [k for k in config if k not in actions]:
         details = "; ".join(f"{k!r}{_suggest(k, actions)}" for k in unknown)
         raise RecipeError(f"{where}: unknown key(s): {details}")
-    annotations = _field_annotations(parser)
+    annotations = {  # as declared: HfArgumentParser rewrites ``Field.type`` in place
+        name: str(ann)
+        for dtype in parser.dataclass_types
+        for klass in reversed(dtype.__mro__)
+        for name, ann in getattr(klass, "__annotations__", {}).items()
+    }
     cleaned: dict[str, Any] = {}
     for key, value in config.items():
         action, annotation = actions[key], annotations.get(key, "")
@@ -201,13 +194,9 @@ def check_batch_geometry(values: dict[str, Any], num_processes: int, label: str 
     num_processes × steps_per_generation`` completions, which must be whole groups of ``num_generations``.
     """
     where = f" with {num_processes} process(es){label}"
-    get = values.get
-    pd, ga = (
-        1 if v is None else int(v)
-        for v in (get("per_device_train_batch_size"), get("gradient_accumulation_steps"))
-    )
-    ng, spg, gbs = get("num_generations"), get("steps_per_generation"), get("generation_batch_size")
-    ng = int(ng)
+    pd, ga = (int(values.get(k) or 1) for k in ("per_device_train_batch_size", "gradient_accumulation_steps"))
+    ng = int(values.get("num_generations"))
+    spg, gbs = values.get("steps_per_generation"), values.get("generation_batch_size")
     if spg is not None and gbs is not None:
         raise RecipeError("set either steps_per_generation or generation_batch_size, not both")
     if gbs is not None:
@@ -247,7 +236,7 @@ def _check_ranges(values: dict[str, Any]) -> None:
         lo, hi = (float(x) for x in interval[1:-1].split(","))
         for key in keys.split():
             v = values.get(key)
-            if v is None or isinstance(v, bool) or not isinstance(v, int | float):
+            if isinstance(v, bool) or not isinstance(v, int | float):
                 continue
             above = lo < v or (interval[0] == "[" and v == lo)
             if not above or not (v < hi or (interval[-1] == "]" and v == hi)):

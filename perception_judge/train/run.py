@@ -46,11 +46,8 @@ def checkpoint_problem(folder: Path) -> str | None:
 
 
 def resolve_resume(value: str | None, output_dir: str) -> str | None:
-    """``resume_from_checkpoint``: None, ``latest`` (the newest complete ``checkpoint-N`` in output_dir) or a folder.
-
-    ``auto`` resumes when a complete checkpoint exists and starts fresh otherwise; ``latest`` requires one.
-    Incomplete checkpoints (a crash while saving) are skipped, and the run says which and why.
-    """
+    """``resume_from_checkpoint``: None, ``latest`` (the newest complete ``checkpoint-N`` in output_dir; ``auto``:
+    or a fresh start when there is none) or a folder. Incomplete checkpoints are skipped, saying which and why."""
     if not value:
         return None
     if value not in RESUME_LATEST:
@@ -124,14 +121,11 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
     # so a trained judge served by vLLM / an OpenAI-compatible server gets the same prompt as in training.
     model_path = models.resolve_model_path(m, j, output_dir, t.trust_remote_code)
     hub = {"revision": m.model_revision, "trust_remote_code": t.trust_remote_code}
-
-    def load_processor() -> Any:
-        processor = AutoProcessor.from_pretrained(
-            model_path, padding_side="left", truncation_side="left", **hub
-        )
-        return prepare_processor(processor, j.think_prefix)
-
-    processor, shipped_processor = load_processor(), load_processor()
+    sides = {"padding_side": "left", "truncation_side": "left"}
+    processor, shipped_processor = (
+        prepare_processor(AutoProcessor.from_pretrained(model_path, **sides, **hub), j.think_prefix)
+        for _ in range(2)
+    )
     think_open = template_opens_think(processor)
     config = AutoConfig.from_pretrained(model_path, **hub)
     policy = pixel_policy_for(j, config)
@@ -182,19 +176,15 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
         "resumed_from": resume,
     }
     if write_files and state.is_main_process:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
         if resume and (Path(output_dir) / RUN_FILE).is_file():  # continue the run's record
-            update_run_info(
-                output_dir, **{k: v for k, v in info.items() if k != "started_at"}, resumed_at=now()
-            )
+            kept = {k: v for k, v in info.items() if k != "started_at"}
+            update_run_info(output_dir, **kept, resumed_at=now())
         else:
             write_run_info(output_dir, info)
 
     # 4. model and trainer
-    attention = {"attn_implementation": m.attn_implementation} if m.attn_implementation else {}
-    model = AutoModelForImageTextToText.from_pretrained(
-        model_path, dtype=m.dtype or "auto", **hub, **attention
-    )
+    attn = {"attn_implementation": m.attn_implementation} if m.attn_implementation else {}
+    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=m.dtype or "auto", **hub, **attn)
     if j.freeze_vision_tower and not m.use_peft:
         say(f"vision tower frozen ({models.freeze_vision_tower(model)} tensors)")
     callbacks = [
@@ -245,23 +235,17 @@ def train(recipe: Recipe) -> dict[str, Any]:
         run.trainer.train(resume_from_checkpoint=run.resume)
     except BaseException as e:
         if os.environ.get("RANK", "0") in ("0", "") and (Path(output_dir) / RUN_FILE).is_file():
-            update_run_info(
-                output_dir, status="failed", error=f"{type(e).__name__}: {e}"[:2000], failed_at=now()
-            )
+            error = f"{type(e).__name__}: {e}"[:2000]
+            update_run_info(output_dir, status="failed", error=error, failed_at=now())
         raise
     trainer, state = run.trainer, run.state
     trainer.save_model(output_dir)
     trainer.save_state()
     metrics = {**final_metrics(trainer.state.log_history), "global_step": trainer.state.global_step}
     if state.is_main_process:
-        run.info.update(final_metrics=metrics, status="finished")
-        update_run_info(
-            output_dir,
-            final_metrics=metrics,
-            status="finished",
-            finished_at=now(),
-            train_seconds=round(time.time() - start, 1),
-        )
+        done = {"final_metrics": metrics, "status": "finished"}
+        run.info.update(done)
+        update_run_info(output_dir, **done, finished_at=now(), train_seconds=round(time.time() - start, 1))
         write_model_card(output_dir, run.info, metrics)
         say(f"done: {trainer.state.global_step} steps; model, processor and README.md in {output_dir}")
     state.wait_for_everyone()

@@ -60,14 +60,11 @@ def toy_rows(
         colour = rng.choice(sorted(counts))
         question = f"How many {colour} discs are in the image?"
         texts = _responses(colour, counts[colour], rng)
-        if protocol == "batch":
-            kinds = list(RESPONSE_KINDS)
-            rng.shuffle(kinds)
-        elif protocol == "pair":
-            kinds = ["r_c", rng.choice(["r_rp", "r_rp_r"])]
-            rng.shuffle(kinds)
-        else:
+        if protocol == "single":
             kinds = [rng.choice(RESPONSE_KINDS)]
+        else:
+            kinds = list(RESPONSE_KINDS) if protocol == "batch" else ["r_c", rng.choice(["r_rp", "r_rp_r"])]
+            rng.shuffle(kinds)
         text_only = bool(text_only_every) and (i + 1) % text_only_every == 0
         if text_only:
             question = question.replace("in the image", f"in a picture that shows {counts[colour]} of them")

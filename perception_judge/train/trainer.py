@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from perception_judge.core.images import image_bytes
+from perception_judge.core.runinfo import has_full_weights, update_run_info
 from perception_judge.core.schema import sha256_hex
 from perception_judge.rewards import completion_text
 
@@ -110,14 +111,10 @@ class JudgeGRPOTrainer(GRPOTrainer):
         super().log(logs, start_time)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        """Full-model checkpoints load through ``from_pretrained`` (key conversion); the rest as in Trainer.
-
-        Trainer's own path ``load_state_dict``-s the file with ``strict=False``: for Qwen2.5-VL, saved in its
-        original key layout, nothing matches and the resumed run silently continues from the base weights.
-        """
+        """Full-model checkpoints load through ``from_pretrained`` (:func:`~.models.load_weights_into`: Trainer's
+        own non-strict load matches no key of a Qwen2.5-VL save and silently keeps the base weights)."""
         from peft import PeftModel
 
-        from perception_judge.core.runinfo import has_full_weights
         from perception_judge.train.models import load_weights_into
 
         target = model if model is not None else self.model
@@ -170,13 +167,12 @@ class CompletionSamplesCallback(_Bound):
         self.last_step: int | None = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.trainer is None or not self.every or not state.is_world_process_zero:
+        if self.trainer is None or not self.every or not state.is_world_process_zero or logs is None:
             return
-        if logs is None or any(k.startswith("eval_") for k in logs) or state.global_step % self.every:
+        step = state.global_step
+        if any(k.startswith("eval_") for k in logs) or step % self.every or self.last_step == step:
             return
-        if self.last_step == state.global_step:
-            return
-        self.last_step = state.global_step
+        self.last_step = step
         log = self.trainer._logs
         prompts, completions, advantages = (list(log[key]) for key in ("prompt", "completion", "advantages"))
         images = list(log["images"]) if log.get("images") is not None else []
@@ -194,7 +190,7 @@ class CompletionSamplesCallback(_Bound):
                 files.append(f"images/{path.name}")
             records.append(
                 {
-                    "step": state.global_step,
+                    "step": step,
                     "prompt": _user_text(prompts[i]),
                     "completion": f"{reasoning}\n{text}" if reasoning else text,
                     "rewards": {
@@ -206,15 +202,14 @@ class CompletionSamplesCallback(_Bound):
             )
         if records:
             self.folder.mkdir(parents=True, exist_ok=True)
-            path = self.folder / f"step-{state.global_step:06d}.jsonl"
+            path = self.folder / f"step-{step:06d}.jsonl"
             path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-            self._to_tensorboard(state.global_step, records)
+            self._to_tensorboard(step, records)
 
     def _to_tensorboard(self, step: int, records: list[dict[str, Any]]) -> None:
-        callbacks = [
-            cb for cb in self.trainer.callback_handler.callbacks if type(cb).__name__ == "TensorBoardCallback"
-        ]
-        writer = getattr(callbacks[-1], "tb_writer", None) if callbacks else None
+        handler = self.trainer.callback_handler
+        boards = [cb for cb in handler.callbacks if type(cb).__name__ == "TensorBoardCallback"]
+        writer = getattr(boards[-1], "tb_writer", None) if boards else None
         if writer is None:
             return
         import numpy as np
@@ -267,6 +262,4 @@ class RunFolderCallback(_Bound):
 
     def on_save(self, args, state, control, **kwargs):
         if self.run_file and state.is_world_process_zero:
-            from perception_judge.core.runinfo import update_run_info
-
             update_run_info(self.output_dir, global_step=state.global_step)

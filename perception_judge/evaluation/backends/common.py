@@ -36,21 +36,9 @@ def has_processor(path: str | Path) -> bool:
     return any((Path(path) / f).is_file() for f in PROCESSOR_FILES)
 
 
-def processor_dir(model_path: str, adapter_path: str | None, processor: str | Path | None = None) -> str:
-    """Where a local judge's processor is read from: ``processor``, else the adapter folder when it holds
-    processor files, else the model folder."""
-    return str(processor or (adapter_path if adapter_path and has_processor(adapter_path) else model_path))
-
-
 def adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
     """A LoRA adapter's ``adapter_config.json`` (``base_model_name_or_path``, ``r``, ``target_modules``, ...)."""
     return json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
-
-
-def looks_local(name: str) -> bool:
-    """Whether a model name is meant as a local folder (absolute, relative with ./ or ../, or no org/name form);
-    anything else may be a Hub id that transformers resolves from its cache."""
-    return name.startswith(("/", "./", "../", "~")) or name.count("/") != 1
 
 
 def resolve_model(
@@ -65,7 +53,9 @@ def resolve_model(
             raise ValueError(f"adapter {adapter!r} names no base model; pass base_model")
     elif base_model is not None and adapter is not None:
         model = str(base_model)
-    if not Path(model).exists() and looks_local(model):
+    # an org/name that is not a folder may be a Hub id that transformers resolves from its cache
+    looks_local = model.startswith(("/", "./", "../", "~")) or model.count("/") != 1
+    if not Path(model).exists() and looks_local:
         raise FileNotFoundError(f"model folder {model!r} does not exist")
     if adapter is not None and not is_adapter_dir(adapter):
         raise FileNotFoundError(f"{str(adapter)!r} is not a LoRA adapter folder (no adapter_config.json)")
@@ -119,7 +109,8 @@ class LocalBackend(JudgeBackend):
         self.think_prefix = think_prefix
         self.batch_size = int(batch_size)
         self.label = label or Path(self.adapter_path or self.model_path).name
-        self.processor_path = processor_dir(self.model_path, self.adapter_path, processor)
+        adapter_proc = self.adapter_path if self.adapter_path and has_processor(self.adapter_path) else None
+        self.processor_path = str(processor or adapter_proc or self.model_path)
         self.processor = AutoProcessor.from_pretrained(self.processor_path)
         self._fingerprint = fingerprint(self.model_path, self.adapter_path)
 

@@ -21,22 +21,6 @@ from perception_judge.evaluation.base import is_greedy, prepare_each, progress_b
 log = logging.getLogger(__name__)
 
 
-def pick_device(device: str = "auto") -> str:
-    import torch
-
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-
-
-def pick_dtype(dtype: str, device: str) -> Any:
-    import torch
-
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
-    return getattr(torch, dtype)
-
-
 def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) -> Any:
     """A ``GenerationConfig`` for a :class:`Sampling` (greedy when temperature is 0, else sampled with
     temperature / top_p / top_k; ``top_k=None`` disables top-k). Passing a config object (rather than keyword
@@ -86,8 +70,12 @@ class HFBackend(LocalBackend):
         from transformers import AutoModelForImageTextToText
 
         super().__init__(model, adapter, base_model, processor, pixel_policy, think_prefix, batch_size, label)
-        self.device = pick_device(device)
-        self.torch_dtype = pick_dtype(dtype, self.device)
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r}")
+        self.torch_dtype = getattr(torch, dtype)
         self.progress = progress
         tok = getattr(self.processor, "tokenizer", self.processor)
         tok.padding_side = "left"
@@ -130,9 +118,8 @@ class HFBackend(LocalBackend):
         torch = self._torch
         prompts = [prep[0] for _, _, prep in batch]
         images = [img for _, _, prep in batch for img in prep[1]]
-        inputs = self.processor(text=prompts, images=images or None, padding=True, return_tensors="pt").to(
-            self.device
-        )
+        inputs = self.processor(text=prompts, images=images or None, padding=True, return_tensors="pt")
+        inputs = inputs.to(self.device)
         gen_cfg = generation_config(sampling, self.eos_token_id, self.pad_token_id)
         seed = request_seed(sampling.seed, "|".join(req.request_id for _, req, _ in batch))
         devices = [torch.cuda.current_device()] if self.device.startswith("cuda") else []

@@ -38,15 +38,10 @@ def prompt_inputs(
     return out
 
 
-def sampling_kwargs(sampling: Sampling, request_id: str, stop: list[str] | None = None) -> dict[str, Any]:
+def sampling_kwargs(sampling: Sampling, request_id: str) -> dict[str, Any]:
     """``SamplingParams`` keyword arguments: greedy when temperature is 0; ``top_k=None`` → -1 (disabled)."""
     top_k = -1 if is_greedy(sampling) or not sampling.top_k else int(sampling.top_k)
-    return {
-        "n": 1,
-        **request_sampling(sampling, request_id),
-        "top_k": top_k,
-        **({"stop": list(stop)} if stop else {}),
-    }
+    return {"n": 1, **request_sampling(sampling, request_id), "top_k": top_k}
 
 
 def engine_kwargs(
@@ -58,8 +53,6 @@ def engine_kwargs(
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float | None = None,
     max_model_len: int | None = None,
-    seed: int = 0,
-    tokenizer: str | None = None,
     extra: dict[str, Any] | None = None,
     on_gpu: bool | None = None,
     tower_lora: bool = False,
@@ -77,7 +70,7 @@ def engine_kwargs(
         "dtype": dtype if on_gpu or dtype != "auto" else "float32",
         "tensor_parallel_size": int(tensor_parallel_size),
         "limit_mm_per_prompt": {"image": max(0, int(max_images_per_prompt))},
-        "seed": int(seed),
+        "seed": 0,  # the engine's default generator; every request carries its own seed
     }
     if on_gpu:
         kw["gpu_memory_utilization"] = float(
@@ -85,8 +78,6 @@ def engine_kwargs(
         )
     else:
         kw["enforce_eager"] = True
-    if tokenizer:
-        kw["tokenizer"] = tokenizer
     if max_model_len:
         kw["max_model_len"] = int(max_model_len)
     if enable_lora:

@@ -1,8 +1,6 @@
 """Shared machinery of the benchmark suites: their options, reading benchmark files (on ``datasets``) and images,
-and one suite call (:class:`BenchmarkRun`: the judge loop over seeds, per-sample output, the ``mean``
-aggregation over seeds and the protocol record). Every failure to read a benchmark raises
-:class:`BenchmarkDataError` (or :class:`BenchmarkFileMissing`) naming the file, and the line or row. Metric
-names start with the seed aggregation (``mean.pair.acc_with_tie.micro``); see ``docs/benchmarks.md``.
+and one suite call (:class:`BenchmarkRun`). Read failures raise :class:`BenchmarkDataError` naming the file (and
+the line or row); see ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -122,11 +120,10 @@ def mean_over_runs(runs: Sequence[dict[str, float | None]]) -> dict[str, float |
 
 
 def two_texts(value: Any) -> bool:
-    """Whether a record's responses are two strings."""
     return isinstance(value, list) and len(value) == 2 and all(isinstance(r, str) for r in value)
 
 
-def prefixed(prefix: str, metrics: dict[str, float | None]) -> dict[str, float | None]:
+def prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in metrics.items()}
 
 
@@ -139,9 +136,9 @@ def require_file(path: Path, what: str) -> Path:
 
 
 def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str, Any]]:
-    """Records of a JSONL file (one JSON object a line; blank lines skipped) or of a JSON file holding a list
-    of objects (or ``{"data": [...]}``). Errors name the file and the line. Read with :mod:`json`, not
-    ``datasets``: benchmark records mix types across rows, and a bad line must be named."""
+    """Records of a JSONL file (blank lines skipped) or of a JSON file holding a list of objects (or ``{"data":
+    [...]}``). Read with :mod:`json`, not ``datasets``: benchmark records mix types across rows, and a bad line
+    must be named."""
     path = require_file(Path(path), what)
     try:
         text = path.read_text(encoding="utf-8")
@@ -186,16 +183,15 @@ class Table:
         return iter(self.rows)
 
     def holds_paths(self, column: str) -> bool:
-        """Whether a column holds image *paths* (strings) rather than inline images, judged from its feature
-        type (``datasets``) or its values (JSON rows)."""
+        """Whether a column holds image *paths* (strings) rather than inline images."""
         features = getattr(self.rows, "features", None)
         if features is not None:
             return getattr(features.get(column), "dtype", None) in ("string", "large_string")
         return any(isinstance(r.get(column), str) for r in self.rows)
 
     def view(self, columns: Sequence[str]) -> Any:
-        """Rows restricted to the given columns (those that exist), without decoding the others: read text
-        fields of every row through one view and fetch image cells per item through another."""
+        """Rows restricted to the given columns (those that exist), without decoding the others: text fields are
+        read through one view and image cells fetched per item through another."""
         cols = [c for c in columns if c in self.columns]
         if isinstance(self.rows, list):
             return [{c: r.get(c) for c in cols} for r in self.rows]
@@ -239,7 +235,6 @@ def _from_disk(folder: Path, split: str | None, what: str) -> Table:
 
 
 def _is_datasets_folder(folder: Path) -> bool:
-    """A folder written by ``save_to_disk``: a DatasetDict (``dataset_dict.json``) or a Dataset (``state.json``)."""
     return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
@@ -249,9 +244,7 @@ def load_table(path: str | Path, split: str | None = None, what: str = "benchmar
     * a ``.jsonl`` / ``.json`` / ``.parquet`` file;
     * a folder written by ``datasets.save_to_disk`` (a ``Dataset``, or a ``DatasetDict`` → ``split``);
     * a folder holding ``{split}.parquet``, ``{split}.jsonl``, ``{split}.json``, a ``{split}/`` datasets
-      folder, or parquet shards ``{split}-*.parquet`` (also under ``data/``, the Hugging Face hub layout).
-
-    Errors name the file or folder and what was expected there."""
+      folder, or parquet shards ``{split}-*.parquet`` (also under ``data/``, the Hugging Face hub layout)."""
     path = Path(path).expanduser()
     if not path.exists():
         raise BenchmarkFileMissing(f"{what}: no such file or folder {str(path)!r}", path)
@@ -302,9 +295,9 @@ class ImageSource:
         self.what = what
 
     def _resolve(self, cell: str, context: str) -> Path:
-        """The file an image path names, confined to the image roots: a path that leaves every root (``../``, a
-        symlink out, an absolute path elsewhere) raises :class:`ImageError` ``path_escapes_root``. An extra
-        leading folder is tolerated (``image/200.jpg`` under the image folder)."""
+        """The file an image path names, confined to the image roots (``../``, a symlink out or an absolute path
+        elsewhere raise :class:`ImageError` ``path_escapes_root``). An extra leading folder is tolerated
+        (``image/200.jpg`` under the image folder)."""
         if Path(cell).is_absolute():
             path = Path(cell).resolve()
             if not any(path == r or r in path.parents for r in (root.resolve() for root in self.roots)):
@@ -359,7 +352,7 @@ class ImageSource:
 
 class TableImages:
     """The image cells of a table's ``columns``, loaded per row through an :class:`ImageSource` rooted at
-    ``images_dir`` (default: the table's folder); path cells are checked before judging, inline ones need not be."""
+    ``images_dir`` (default: the table's folder)."""
 
     def __init__(
         self, table: Table, columns: list[str], images_dir: Path | None, missing: str, what: str
@@ -400,9 +393,8 @@ class Judged:
 
 
 class BenchmarkRun:
-    """One call of a benchmark suite: its options (``options``, an :class:`JudgeOptions` model), the seeds it
-    judges, the per-sample lines and the per-seed metrics; :meth:`result` writes ``<suite>.samples.jsonl`` and
-    completes the protocol record."""
+    """One call of a benchmark suite: its options (``opts``), the seeds it judges, the per-sample lines and the
+    per-seed metrics; :meth:`result` writes ``<suite>.samples.jsonl`` and completes the protocol record."""
 
     def __init__(
         self, suite: str, backend: JudgeBackend, config: SuiteConfig, options: type[JudgeOptions]
@@ -422,7 +414,6 @@ class BenchmarkRun:
         return self.backend.pixel_policy.apply(image)
 
     def images(self, item: Any) -> list[Any]:
-        """A pair item's images, loaded and resized for the judge (:meth:`image`)."""
         return [self.image(im) for im in item.load_images()]
 
     def judge(
@@ -448,11 +439,8 @@ class BenchmarkRun:
         for j in judgements:
             r = j.result
             fields = {k: getattr(r, k) for k in ("scores", "error", "text", "reasoning")}
-            self.lines.append(
-                {"request_id": r.request_id, "seed": j.seed, "variant": j.variant}
-                | log(items[j.item])
-                | fields
-            )
+            line = {"request_id": r.request_id, "seed": j.seed, "variant": j.variant}
+            self.lines.append(line | log(items[j.item]) | fields)
         return Judged(items, judgements, counts)
 
     def mean(self, metrics_of_seed: Callable[[int], dict[str, float | None]], prefix: str = "") -> dict:
@@ -474,8 +462,8 @@ class BenchmarkRun:
         declared: dict[str, Metric] | None = None,
     ) -> SuiteResult:
         """The suite's :class:`SuiteResult`. ``protocol`` is completed with the images, sampling, seeds and
-        backend of the run, how they differ from Perception-Judge's published sampling (``published_sampling``), and the report's hints from the
-        declared metrics (:data:`metrics.METRICS` and ``declared``; ``primary`` ranks models)."""
+        backend of the run, its deviations from Perception-Judge's published sampling (``published_sampling``),
+        and the report's hints from :data:`metrics.METRICS` and ``declared`` (``primary`` ranks models)."""
         path = Path(self.config.out_dir) / f"{self.suite}.samples.jsonl"
         write_samples(path, self.lines)
         aggs = getattr(self.opts, "aggregation", ["mean"])
@@ -499,20 +487,17 @@ class BenchmarkRun:
         sampling.pop("seed", None)
         protocol.update(images=images, sampling=sampling, seeds=self.seeds)
         if published_sampling:
+            published = PERCEPTION_JUDGE_SAMPLING.items()
             deviations = [
-                f"{k}={sampling.get(k)} (published {v})"
-                for k, v in PERCEPTION_JUDGE_SAMPLING.items()
-                if sampling.get(k) != v
+                f"{k}={sampling.get(k)} (published {v})" for k, v in published if sampling.get(k) != v
             ]
             if self.seeds != PERCEPTION_JUDGE_SEEDS:
                 deviations.append(
                     f"seeds {self.seeds} in this call (published {PERCEPTION_JUDGE_SEEDS}; a sweep averages its "
                     "seed cells)"
                 )
-            protocol.update(
-                published_sampling={**PERCEPTION_JUDGE_SAMPLING, "seeds": PERCEPTION_JUDGE_SEEDS},
-                deviations_from_published=deviations,
-            )
+            protocol["published_sampling"] = {**PERCEPTION_JUDGE_SAMPLING, "seeds": PERCEPTION_JUDGE_SEEDS}
+            protocol["deviations_from_published"] = deviations
         protocol["backend"] = self.backend.describe()
         protocol.update(metric_hints(metrics, {**M.METRICS, **(declared or {})}, primary))
         extra = {"per_seed": self.per_seed} if self.per_seed else {}

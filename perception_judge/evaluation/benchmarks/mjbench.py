@@ -1,7 +1,6 @@
 """MJ-Bench (HF ``MJ-Bench/MJ-Bench``): judging text-to-image generations, two images per item, one split per
-perspective (``alignment``, ``safety``, ``quality`` by default). Our pair prompt with two image placeholders,
-the images in the original order and swapped (Flex-Judge's k = 0 / k = 1); accuracy with and without ties, each
-the mean of the two orders' accuracies. Files, fields, protocol and metrics: ``docs/benchmarks.md`` (MJ-Bench).
+perspective, both image orders (Flex-Judge's k = 0 / k = 1). Files, fields, protocol and metrics:
+``docs/benchmarks.md`` (MJ-Bench).
 """
 
 from __future__ import annotations
@@ -119,7 +118,6 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[PairItem], dict[s
         if label is None:
             counts["skipped_no_gt"] += 1
             continue
-
         items.append(
             PairItem(
                 item_id=f"{split}_{rec.get('id') if rec.get('id') is not None else i}",
@@ -129,7 +127,6 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[PairItem], dict[s
                 group=split,
                 load_images=functools.partial(images.load, i, where),
                 check_images=functools.partial(images.check, i, where),
-                meta={"row": i},
             )
         )
     return items, counts, table.path

@@ -1,8 +1,6 @@
 """MLLM-as-a-Judge (``Dongping-Chen/MLLM-Judge``): pair, score and batch settings from the benchmark's
 ``Dataset/Benchmark`` files, judged with our prompts (:func:`perception_judge.core.protocol.build_messages`).
 
-Pair: A if s1 > s2, B if s1 < s2, else C. Score: a 1-10 score mapped onto the human 1-5 scale with ``ceil(s/2)``.
-Batch: slots sorted by score, equal scores broken towards the later slot (as the published evaluators sort).
 Metrics are ``{aggregation}.{setting}.{metric}.{scope}`` (``micro`` pooled, ``macro`` over ``original_dataset``
 subsets, ``by_dataset.<subset>``); ``*_compat`` apply the published failure conventions. Files, metrics and the
 ``mean`` / ``vote`` / ``flex`` aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
@@ -73,7 +71,6 @@ class Item:
     where: str = ""  # "<file> record <row>", for messages
 
     def request(self, suite: str, image: Any, parser: str = "protocol") -> JudgeRequest:
-        """The item's one request, with our prompt of its setting and one image."""
         return JudgeRequest(
             request_id=f"{suite}:{self.item_id}:r{self.row}",
             messages=build_messages(PROMPT_PROTOCOL[self.setting], self.question, self.responses, n_images=1),
@@ -168,14 +165,24 @@ def setting_file(setting: str, explicit: Path | None, data_dir: Path | None) -> 
     return require_file(explicit or data_dir / f"{setting}.jsonl", f"MLLM-as-a-Judge {setting} file")  # type: ignore[operator]
 
 
-def image_roots(images_dir: Path | None, files: list[Path]) -> list[Path]:
-    """``images_dir``, else each file's folder, its parent, and ``image/`` under either."""
-    if images_dir is not None:
-        return [images_dir]
+def image_source(images_dir: Path | None, files: list[Path], missing: str) -> ImageSource:
+    """The benchmark's images: under ``images_dir``, else each file's folder, its parent, and ``image/`` under
+    either."""
     roots = (
         r for f in files for r in (f.parent, f.parent.parent, f.parent / "image", f.parent.parent / "image")
     )
-    return list(dict.fromkeys(roots))
+    folders = [images_dir] if images_dir is not None else list(dict.fromkeys(roots))
+    return ImageSource(folders, missing, "MLLM-as-a-Judge image")
+
+
+def checked_items(
+    setting: str, path: Path, images: ImageSource, limit: int | None
+) -> tuple[list[Item], dict[str, int]]:
+    """:func:`load_items`, the first ``limit`` kept (None keeps all), their images found before any judging."""
+    items, counts = load_items(setting, path)
+    for item in items[:limit]:
+        images.check(item.image, item.where)
+    return items[:limit], counts
 
 
 def prediction(setting: str, scores: list[float] | None, parser: str = "strict") -> Any:
@@ -211,40 +218,33 @@ def _scoped(name: str, items: list[Item], fn: Callable[[list[int]], float | None
 def run_metrics(setting: str, items: list[Item], preds: list[Any]) -> dict[str, float | None]:
     """Metrics of one run (one seed, or the voted predictions) of one setting."""
     gts = [it.gt for it in items]
+
+    def acc(idx: list[int], with_tie: bool, failure: str) -> float | None:
+        return M.pair_accuracy(
+            [preds[i] for i in idx], [gts[i] for i in idx], with_tie=with_tie, failure=failure
+        )
+
+    def pearson(idx: list[int], failed: float | None) -> float | None:
+        pairs = [(preds[i] if preds[i] is not None else failed, gts[i]) for i in idx]
+        kept = [(float(p), float(g)) for p, g in pairs if p is not None]
+        return M.pearson([p for p, _ in kept], [g for _, g in kept])
+
+    def distance(idx: list[int], parsed_only: bool) -> float | None:
+        kept = [i for i in idx if not (parsed_only and preds[i] is None)]
+        return M.mean(M.normalized_levenshtein(preds[i] or "", gts[i]) for i in kept)
+
+    variants = {
+        "pair": [
+            ("acc_with_tie", acc, (True, "wrong")),
+            ("acc_with_tie_compat", acc, (True, "tie")),
+            ("acc_without_tie", acc, (False, "wrong")),
+        ],
+        "score": [("pearson", pearson, (None,)), ("pearson_compat", pearson, (-1.0,))],
+        "batch": [("norm_levenshtein", distance, (False,)), ("norm_levenshtein_parsed", distance, (True,))],
+    }[setting]
     out: dict[str, float | None] = {}
-    if setting == "pair":
-        for name, with_tie, failure in (
-            ("acc_with_tie", True, "wrong"),
-            ("acc_with_tie_compat", True, "tie"),
-            ("acc_without_tie", False, "wrong"),
-        ):
-            out |= _scoped(
-                f"pair.{name}",
-                items,
-                lambda idx, w=with_tie, f=failure: M.pair_accuracy(
-                    [preds[i] for i in idx], [gts[i] for i in idx], with_tie=w, failure=f
-                ),
-            )
-    elif setting == "score":
-
-        def pearson(idx: list[int], failed: float | None) -> float | None:
-            pairs = [(preds[i] if preds[i] is not None else failed, gts[i]) for i in idx]
-            kept = [(float(p), float(g)) for p, g in pairs if p is not None]
-            return M.pearson([p for p, _ in kept], [g for _, g in kept])
-
-        for name, failed in (("pearson", None), ("pearson_compat", -1.0)):
-            out |= _scoped(f"score.{name}", items, lambda idx, f=failed: pearson(idx, f))
-    else:
-        for name, parsed_only in (("norm_levenshtein", False), ("norm_levenshtein_parsed", True)):
-            out |= _scoped(
-                f"batch.{name}",
-                items,
-                lambda idx, p=parsed_only: M.mean(
-                    M.normalized_levenshtein(preds[i] or "", gts[i])
-                    for i in idx
-                    if not (p and preds[i] is None)
-                ),
-            )
+    for name, fn, args in variants:
+        out |= _scoped(f"{setting}.{name}", items, lambda idx, fn=fn, args=args: fn(idx, *args))
     return out
 
 
@@ -290,27 +290,24 @@ def flex_metrics(
             per = {k: _round3(v) for k, v in scoped.items() if ".by_dataset." in k}
             out |= scoped | per | {f"pair.{name}.macro": _round3(M.mean(per.values()))}
         return out
-    groups = _groups(items)
     if setting == "score":
         name = "score.pearson"
-        per = {
-            ds: M.flex_score_pearson(
-                [[float(run[i]) if run[i] is not None else -1.0 for i in idx] for run in preds],
-                [float(gts[i]) for i in idx],
-            )
-            for ds, idx in groups.items()
-        }
+
+        def subset(idx: list[int]) -> float | None:
+            runs = [[float(run[i]) if run[i] is not None else -1.0 for i in idx] for run in preds]
+            return M.flex_score_pearson(runs, [float(gts[i]) for i in idx])
+
     else:
         name = "batch.norm_levenshtein"
-        per = {
-            ds: M.flex_batch_distance(
+
+        def subset(idx: list[int]) -> float | None:
+            return M.flex_batch_distance(
                 [[M.normalized_levenshtein(run[i] or "", gts[i]) for i in idx] for run in preds]
             )
-            for ds, idx in groups.items()
-        }
-    out[f"{name}.macro"] = _round3(
-        M.mean(per.values())
-    )  # the script averages the unrounded subsets, then rounds "Ave"
+
+    per = {ds: subset(idx) for ds, idx in _groups(items).items()}
+    # the script averages the unrounded subsets, then rounds "Ave"
+    out[f"{name}.macro"] = _round3(M.mean(per.values()))
     return out | {f"{name}.by_dataset.{slug(ds)}": _round3(v) for ds, v in per.items()}
 
 
@@ -323,16 +320,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     bench = BenchmarkRun(SUITE, backend, config, MLLMJudgeOptions)
     opts = bench.opts
     files = {s: setting_file(s, getattr(opts, f"{s}_file"), opts.data_dir) for s in opts.settings}
-    images = ImageSource(
-        image_roots(opts.images_dir, list(files.values())), opts.missing_images, "MLLM-as-a-Judge image"
-    )
-    loaded: dict[str, tuple[list[Item], dict[str, int]]] = {}
-    for setting in opts.settings:  # read every file and find every image before any judging
-        items, load_counts = load_items(setting, files[setting])
-        loaded[setting] = (items[: config.limit], load_counts)
-        for item in loaded[setting][0]:
-            images.check(item.image, item.where)
-
+    images = image_source(opts.images_dir, list(files.values()), opts.missing_images)
+    # read every file and find every image before any judging
+    loaded = {s: checked_items(s, files[s], images, config.limit) for s in opts.settings}
     metrics: dict[str, float | None] = {}
     counts: dict[str, int] = {}
     for setting, (items, set_counts) in loaded.items():

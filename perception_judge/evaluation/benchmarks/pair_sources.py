@@ -1,12 +1,11 @@
 """Where the pairs of the position, verbosity and self-enhancement suites come from (option ``source``, inferred
 from the path option given when omitted): ``mllm_judge`` (``pair.jsonl``), ``vlrewardbench``, ``ppjd`` (every pair
-of kinds of a training-set row, the better kind known: r_c > r_rp > r_rp_r) or ``pairs_jsonl`` (our generic pair
-records: ``id, question, responses[2]``, optional ``names[2]``, ``image``, ``preferred``, ``group``). See
-``docs/benchmarks.md`` (pair sources).
+of kinds of a training-set row, r_c > r_rp > r_rp_r) or ``pairs_jsonl``. See ``docs/benchmarks.md`` (pair sources).
 """
 
 from __future__ import annotations
 
+import functools
 from itertools import combinations
 from pathlib import Path
 from typing import Any, Literal
@@ -81,9 +80,7 @@ def load_pair_source(
     source = infer_source(opts)
     if source == "mllm_judge":
         path = mllm_judge.setting_file("pair", opts.pair_file, opts.data_dir)
-        images = ImageSource(
-            mllm_judge.image_roots(opts.images_dir, [path]), opts.missing_images, "MLLM-as-a-Judge image"
-        )
+        images = mllm_judge.image_source(opts.images_dir, [path], opts.missing_images)
         items = [
             PairItem(
                 item_id=it.item_id.replace(":", "_") + f"_r{it.row}",
@@ -165,22 +162,17 @@ def _jsonl_items(path: Path, opts: PairSourceOptions) -> tuple[list[PairItem], d
             preferred = _preferred(rec.get("preferred"))
         except ValueError as e:
             raise BenchmarkDataError(f"{where}: {e}", path) from None
-        image = first_field(rec, ("image", "image_path"))
-        context = f"{path} record {row}"
-        items.append(
-            PairItem(
-                item_id=str(rec.get("id", row)),
-                question=question,
-                responses=list(responses),
-                preferred=preferred,
-                group=str(rec.get("group") or rec.get("category") or ""),
-                names=[str(n) if n is not None else None for n in rec.get("names") or [None, None]][:2],
-                load_images=(lambda image=image, c=context: [images.load(image, c)])
-                if image is not None
-                else list,
-                check_images=(lambda image=image, c=context: images.check(image, c))
-                if image is not None
-                else (lambda: None),
-            )
+        item = PairItem(
+            item_id=str(rec.get("id", row)),
+            question=question,
+            responses=list(responses),
+            preferred=preferred,
+            group=str(rec.get("group") or rec.get("category") or ""),
+            names=[str(n) if n is not None else None for n in rec.get("names") or [None, None]][:2],
         )
+        if (image := first_field(rec, ("image", "image_path"))) is not None:
+            context = f"{path} record {row}"
+            item.load_images = lambda image=image, c=context: [images.load(image, c)]
+            item.check_images = functools.partial(images.check, image, context)
+        items.append(item)
     return items, {"source": "pairs_jsonl", "file": str(path)}

@@ -1,10 +1,7 @@
 """Pairwise items judged in both orders: the shared engine of VL-RewardBench, MJ-Bench and the position,
-verbosity and self-enhancement suites (requests in both orders, verdicts, accuracies, votes).
-
-A :class:`PairItem` holds two candidates and, where known, the human preference in **response space**:
-``"A"`` = ``responses[0]`` is better, ``"B"`` = ``responses[1]``, ``"C"`` = a tie, ``None`` = unknown. Each item
-is judged in the original order (variant ``orig``) and with the two candidates swapped (``swap``); the swapped
-verdict is un-swapped before it is compared, so "A" always means ``responses[0]``.
+verbosity and self-enhancement suites. Preferences and verdicts are in **response space** (``"A"`` =
+``responses[0]`` is better, ``"B"`` = ``responses[1]``, ``"C"`` = a tie): the verdict of the swapped order
+(variant ``swap``) is un-swapped before it is compared.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ class PairItem:
     names: list[str | None] = field(default_factory=lambda: [None, None])
     load_images: Callable[[], list[Any]] = field(default=lambda: [], repr=False)
     check_images: Callable[[], None] = field(default=lambda: None, repr=False)  # fail fast on missing files
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def pair_requests(
@@ -69,7 +65,7 @@ def pair_requests(
 
 
 def slot_verdict(scores: Sequence[float] | None) -> str | None:
-    """The verdict in slot terms (A = the response shown first); None on failure / no judgment."""
+    """The verdict in slot terms (A = the response shown first)."""
     return None if scores is None else M.pair_verdict(scores[0], scores[1])
 
 
@@ -80,7 +76,7 @@ def response_verdict(scores: Sequence[float] | None, order: str) -> str | None:
 
 
 def response_scores(scores: Sequence[float] | None, order: str) -> tuple[float, float] | None:
-    """(score of responses[0], score of responses[1]) of one judgment; None on failure."""
+    """(score of responses[0], score of responses[1]) of one judgment."""
     if scores is None:
         return None
     return (scores[1], scores[0]) if order == SWAP else (scores[0], scores[1])
@@ -97,17 +93,17 @@ def order_verdicts(judged: Judged, seed: int) -> list[dict[str, str | None]]:
 
 
 def group_accuracy(
-    items: Sequence[PairItem], correct: Callable[[int], float | None], idx: list[int], group_name: str
+    items: Sequence[PairItem], correct: Callable[[int], float | None], idx: list[int]
 ) -> dict[str, float | None]:
-    """``acc.by_{group}.<g>`` (the mean of ``correct(i)`` over the group's items ``idx``) and ``acc.macro``, their
-    unweighted mean over the groups present."""
+    """``acc.by_category.<g>`` (the mean of ``correct(i)`` over the group's items ``idx``) and ``acc.macro``,
+    their unweighted mean over the groups present."""
     groups: dict[str, list[int]] = {}
     for i in idx:
         groups.setdefault(items[i].group, []).append(i)
     per = {g: M.mean(correct(i) for i in ids) for g, ids in sorted(groups.items())}
     return {
         "acc.macro": M.mean(per.values()),
-        **{f"acc.by_{group_name}.{slug(g)}": v for g, v in per.items()},
+        **{f"acc.by_category.{slug(g)}": v for g, v in per.items()},
     }
 
 
@@ -133,7 +129,7 @@ def order_accuracy(
 
 
 def order_metrics(
-    items: Sequence[PairItem], verdicts: Sequence[dict[str, str | None]], group_name: str = "category"
+    items: Sequence[PairItem], verdicts: Sequence[dict[str, str | None]]
 ) -> dict[str, float | None]:
     """:func:`order_accuracy`, ``pred_tie_rate`` (predicted ties / parsed judgments) and the accuracy per group
     (:func:`group_accuracy`)."""
@@ -143,7 +139,7 @@ def order_metrics(
         **order_accuracy(items, verdicts),
         "pred_tie_rate": M.rate(parsed.count("C"), len(parsed)),
         **group_accuracy(
-            items, lambda i: M.mean(verdicts[i].get(o) == items[i].preferred for o in ORDERS), idx, group_name
+            items, lambda i: M.mean(verdicts[i].get(o) == items[i].preferred for o in ORDERS), idx
         ),
     }
 
@@ -155,10 +151,7 @@ def voted_verdicts(per_seed: Sequence[Sequence[dict[str, str | None]]], n: int) 
 
 
 def voted_acc(
-    items: Sequence[PairItem],
-    voted: Sequence[str | None],
-    group_name: str = "category",
-    official: bool = False,
+    items: Sequence[PairItem], voted: Sequence[str | None], official: bool = False
 ) -> dict[str, float | None]:
     """Accuracy of one voted verdict per item (a tie or failure is wrong), overall, per group and macro.
 
@@ -173,10 +166,11 @@ def voted_acc(
         for i, it in enumerate(items)
         if it.preferred in ("A", "B") and (not official or voted[i] in ("A", "B"))
     ]
-    out = {
-        "acc": M.mean(voted[i] == items[i].preferred for i in idx),
-        **group_accuracy(items, lambda i: voted[i] == items[i].preferred, idx, group_name),
-    }
+
+    def correct(i: int) -> bool:
+        return voted[i] == items[i].preferred
+
+    out = {"acc": M.mean(correct(i) for i in idx), **group_accuracy(items, correct, idx)}
     return {**out, "n": float(len(idx))} if official else out
 
 

@@ -1,6 +1,5 @@
 """Position bias: every pair of a pair source (:mod:`.pair_sources`) judged with our pair prompt as (r0, r1) and
-as (r1, r0), under every seed (protocol: ours, judge-benchmarks.md §5; ``docs/benchmarks.md``). Metrics per
-seed, then the mean over seeds (``mean.``); ``parse_failure_rate`` over all judgments.
+as (r1, r0), under every seed (protocol: ours, judge-benchmarks.md §5; ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations

@@ -24,11 +24,8 @@ PARSERS = ("strict", "published")
 
 
 def _ints(chunks: list[str]) -> list[int]:
-    out: list[int] = []
-    for chunk in chunks:
-        for digits in DIGITS.findall(chunk):
-            out.append(int(digits) if len(digits) <= MAX_DIGITS else 10**MAX_DIGITS - 1)
-    return out
+    digits = [d for chunk in chunks for d in DIGITS.findall(chunk)]
+    return [int(d) if len(d) <= MAX_DIGITS else 10**MAX_DIGITS - 1 for d in digits]
 
 
 def answer_ints(text: str) -> list[int]:
@@ -42,14 +39,13 @@ def answer_ints(text: str) -> list[int]:
     """
     if not isinstance(text, str):
         return []
-    ints = _ints(ANSWER_BLOCK.findall(text))
-    return ints if ints else _ints(BRACKET.findall(text))
+    return _ints(ANSWER_BLOCK.findall(text)) or _ints(BRACKET.findall(text))
 
 
 def parse_published(text: str, n: int, reasoning: str | None = None) -> tuple[list[float] | None, str | None]:
     """``parser="published"``: the first ``n`` integers of :func:`answer_ints` (the reasoning, when a backend
     split it off, is searched first, as the published scripts read the whole completion)."""
-    ints = answer_ints(_whole(text, reasoning))
+    ints = _answer_ints(text, reasoning)
     if len(ints) < n:
         return None, f"published rule: {len(ints)} of {n} answer integers"
     return [float(v) for v in ints[:n]], None
@@ -59,14 +55,14 @@ def parse_published_prefix(
     text: str, n: int, reasoning: str | None = None
 ) -> tuple[list[float] | None, str | None]:
     """``parser="published_prefix"``: the first ``min(k, n)`` of the ``k`` integers found; none is a failure."""
-    ints = answer_ints(_whole(text, reasoning))
+    ints = _answer_ints(text, reasoning)
     if not ints:
         return None, "published rule: no answer integer"
     return [float(v) for v in ints[:n]], None
 
 
-def _whole(text: str, reasoning: str | None) -> str:
-    return f"<think>{reasoning}</think>{text}" if reasoning else (text if isinstance(text, str) else "")
+def _answer_ints(text: str, reasoning: str | None) -> list[int]:
+    return answer_ints(f"<think>{reasoning}</think>{text}" if reasoning else text)
 
 
 def _check_parser(value: str) -> str:
@@ -82,9 +78,7 @@ ParserOption = Annotated[str, AfterValidator(_check_parser)]
 
 def request_parser(parser: str, prefix: bool = False) -> str:
     """The request-level parser name for a suite's ``parser`` option."""
-    if parser == "strict":
-        return "protocol"
-    return "published_prefix" if prefix else "published"
+    return "protocol" if parser == "strict" else "published_prefix" if prefix else "published"
 
 
 DESCRIPTIONS = {

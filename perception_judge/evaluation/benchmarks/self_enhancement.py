@@ -1,13 +1,7 @@
 """Self-enhancement bias: does the judge favour responses written by its own model? (protocol: ours,
-judge-benchmarks.md §5; no reference implementation exists; ``docs/benchmarks.md``).
-
-Candidates carry their provenance (``answer1.name`` / ``answer2.name`` and ``name`` in MLLM-as-a-Judge,
-``models`` in VL-RewardBench, ``names`` in a generic pairs JSONL); option ``own_model`` names the judge's own
-model (a comma list of aliases), matched after lower-casing and dropping non-alphanumerics (``GPT-4V`` =
-``gpt4v``). Settings (default ``pair,score`` for the MLLM-as-a-Judge source, else ``pair``): ``pair`` — labelled
-pairs with exactly one own response, both orders; ``score`` — MLLM-as-a-Judge ``score.jsonl``, our single
-prompt. Metrics per seed, then the mean over seeds (``mean.``); the human rates and ``parse_failure_rate``
-outside.
+judge-benchmarks.md §5; no reference implementation exists). Option ``own_model`` names the judge's model as the
+candidates' name fields do; settings ``pair`` (pairs with exactly one own response, both orders) and ``score``
+(MLLM-as-a-Judge ``score.jsonl``). Details: ``docs/benchmarks.md`` (self-enhancement).
 """
 
 from __future__ import annotations
@@ -19,13 +13,7 @@ from perception_judge.core.options import CommaList
 from perception_judge.evaluation.base import LOWER, JudgeBackend, Metric, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks import mllm_judge
-from perception_judge.evaluation.benchmarks.common import (
-    BenchmarkRun,
-    ImageSource,
-    OptPath,
-    choices,
-    prefixed,
-)
+from perception_judge.evaluation.benchmarks.common import BenchmarkRun, OptPath, choices, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import (
     PairSourceOptions,
     infer_source,
@@ -149,12 +137,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         pairs, own_index = pairs[: config.limit], own_index[: config.limit]
     if "score" in settings:
         score_file = mllm_judge.setting_file("score", opts.score_file, opts.data_dir)
-        roots = mllm_judge.image_roots(opts.images_dir, [score_file])
-        images = ImageSource(roots, opts.missing_images, "MLLM-as-a-Judge image")
-        score_items, score_counts = mllm_judge.load_items("score", score_file)
-        score_items = score_items[: config.limit]
-        for it in score_items:
-            images.check(it.image, it.where)
+        images = mllm_judge.image_source(opts.images_dir, [score_file], opts.missing_images)
+        score_items, score_counts = mllm_judge.checked_items("score", score_file, images, config.limit)
 
     metrics: dict[str, float | None] = {}
     counts: dict[str, int] = {}
@@ -164,15 +148,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             lambda it: pair_requests(SUITE, it, bench.images(it)),
             "self_enhancement pair",
             pair_counts,
-            lambda it: {
-                "setting": "pair",
-                "item_id": it.item_id,
-                "names": it.names,
-                "preferred": it.preferred,
-            },
+            lambda it: {"setting": "pair"} | {k: getattr(it, k) for k in ("item_id", "names", "preferred")},
         )
         items_j, own_j = judged.items, [own_index[i] for i in judged.index]
-
         labelled = [(it.preferred, w) for it, w in zip(items_j, own_j) if it.preferred in ("A", "B")]
         human_rate = M.mean(p == "AB"[w] for p, w in labelled)
         mean_runs = bench.mean(lambda seed: pair_metrics(items_j, own_j, order_scores(judged, seed)))
@@ -193,14 +171,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         items_s = judged_s.items
         is_own = [normalize_name(it.names[0]) in own for it in items_s]
         score_counts["own_items"] = sum(is_own)
-        metrics |= prefixed(
-            "mean",
-            bench.mean(
-                lambda s: score_metrics(
-                    items_s, is_own, [judged_s.scores(i, "main", s) for i in range(len(items_s))]
-                )
-            ),
-        )
+
+        def score_run(seed: int) -> dict[str, float | None]:
+            return score_metrics(
+                items_s, is_own, [judged_s.scores(i, "main", seed) for i in range(len(items_s))]
+            )
+
+        metrics |= prefixed("mean", bench.mean(score_run))
         h_own, h_other = (
             M.mean(it.gt for it, o in zip(items_s, is_own) if o == flag) for flag in (True, False)
         )
@@ -208,10 +185,12 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         metrics["score.parse_failure_rate"] = judged_s.parse_failure_rate
         counts |= {f"score.{k}": v for k, v in sorted(score_counts.items())}
 
-    for name in ("pair.self_preference", "score.gap_vs_human"):  # bias magnitudes, for ranking judges
-        if f"mean.{name}" in metrics:
-            value = metrics[f"mean.{name}"]
-            metrics[f"mean.{name}_abs"] = abs(value) if value is not None else None
+    for name in (
+        "mean.pair.self_preference",
+        "mean.score.gap_vs_human",
+    ):  # bias magnitudes, for ranking judges
+        if name in metrics:
+            metrics[f"{name}_abs"] = abs(metrics[name]) if metrics[name] is not None else None
     protocol = {
         "bias": "self-enhancement (protocol: ours, judge-benchmarks.md §5)",
         "own_model": sorted(own),

@@ -1,12 +1,7 @@
 """Verbosity bias: responses padded with redundant sentences that add no facts (:func:`pad_response`), judged
-against the concise originals on any pair source (:mod:`.pair_sources`), both orders, every seed (protocol: ours,
-judge-benchmarks.md §5; ``docs/benchmarks.md``). Two probes (option ``modes``, default both):
-
-* ``self`` — a response against its own padded copy (same content: an unbiased judge ties or prefers the
-  concise one);
-* ``flip`` — on pairs with a human preference: (better, worse) vs (better, padded worse), same order and seed.
-
-Metrics per seed, then the mean over seeds (``mean.``); ``parse_failure_rate`` and ``mean_length_ratio`` outside.
+against the concise originals on any pair source, both orders, every seed (protocol: ours, judge-benchmarks.md
+§5). Probes (option ``modes``): ``self`` — a response against its own padded copy; ``flip`` — (better, worse)
+vs (better, padded worse). Details: ``docs/benchmarks.md`` (verbosity).
 """
 
 from __future__ import annotations
@@ -62,10 +57,6 @@ _MAX_QUOTED = 200
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def _rng(seed: int, key: str) -> random.Random:
-    return random.Random(int(sha256_hex(f"{seed}:{key}")[:16], 16))
-
-
 def pad_response(
     text: str, question: str, key: str, ratio_min: float = 1.5, ratio_max: float = 2.0, seed: int = 0
 ) -> str:
@@ -77,7 +68,7 @@ def pad_response(
     else appended. At least one sentence is always added."""
     if not 1.0 <= ratio_min <= ratio_max:
         raise ValueError(f"need 1 <= pad_ratio_min <= pad_ratio_max, got {ratio_min}, {ratio_max}")
-    rng = _rng(seed, key)
+    rng = random.Random(int(sha256_hex(f"{seed}:{key}")[:16], 16))
     target = math.ceil(len(text) * rng.uniform(ratio_min, ratio_max))
     pool = list(FILLERS)
     q = " ".join(question.split())

@@ -120,7 +120,6 @@ def load_items(
                 names=names,
                 load_images=functools.partial(images.load, i, where),
                 check_images=functools.partial(images.check, i, where),
-                meta={"row": i},
             )
         )
     return items, counts, table.path

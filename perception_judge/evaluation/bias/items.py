@@ -1,10 +1,7 @@
 """Base items of the bias suite: neutral (image, query, response) items the perturbations are applied to.
 
-A :class:`BaseItem` comes from a PPJD :class:`~perception_judge.core.schema.SourceItem` (:func:`from_source_item`;
-the synthetic world gives image items whose scene spec holds a caption and keywords, and text-only items of
-family ``"text"``), from :func:`builtin_base_items` (a small fixed set for smoke runs and tests), or is built
-directly with PIL. Image items need a caption (detail-description bias) and keywords (text-insertion bias;
-:func:`query_keywords` of the query when missing).
+Image items need a caption (detail-description bias) and keywords (text-insertion bias; :func:`query_keywords`
+of the query when missing); the synthetic world's scene specs hold both.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Loader for the official MM-JudgeBias data (``naver-ai/MM-JudgeBias``, CC-BY-4.0, split ``test``); nothing is
-downloaded. Layouts: a ``save_to_disk`` folder, a folder of parquet files (a Hub snapshot), or a JSONL file (or a
-folder holding one) with the 13 :data:`FIELDS`, image fields null, a path or a ``{"bytes"|"path"}`` cell.
+downloaded. Layouts: whatever :func:`~perception_judge.evaluation.benchmarks.common.load_table` reads (a
+``save_to_disk`` folder, a Hub snapshot's ``data/test-*.parquet``, a ``.jsonl`` / ``.json`` / ``.parquet`` file or
+``test.jsonl`` in a folder) with the 13 :data:`FIELDS`, image fields null, a path or a ``{"bytes"|"path"}`` cell.
 
 Null image cells (restricted sources, 21.6% of the rows upstream) are filled from ``images_dir``
 (``<id:04d>_<role>.jpg``, then ``<id:04d>.jpg``; .jpg, .jpeg or .png), except two defined exactly: the null image
@@ -13,15 +14,14 @@ missing is **not judged** (upstream B2 judged it without the image): it is skipp
 
 from __future__ import annotations
 
-import json
 import os
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perception_judge.evaluation.benchmarks.common import load_table
 from perception_judge.evaluation.bias.perturbations import BiasPair, BiasSide
-from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, get_bias, normalize_category
+from perception_judge.evaluation.bias.taxonomy import get_bias, normalize_category, select
 
 META_FIELDS = ("bias_category", "task_type", "domain_type", "difficulty", "unbiased_source", "biased_source")
 _PAIR_FIELDS = ("response", "unbiased_instruction", "biased_instruction", "unbiased_image", "biased_image")
@@ -62,60 +62,17 @@ class LoadReport:
 
 
 def _read_records(path: Path, split: str) -> list[dict[str, Any]]:
-    if path.is_file() and path.suffix == ".jsonl":
-        return _read_jsonl(path)
-    if path.is_dir():
-        for folder in (path, path / split):
-            if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
-                from datasets import DatasetDict, load_from_disk
-
-                ds = load_from_disk(str(folder))
-                if isinstance(ds, DatasetDict):
-                    if split not in ds:
-                        raise KeyError(f"{str(folder)!r} has no split {split!r}; splits: {list(ds)}")
-                    ds = ds[split]
-                return _undecoded(ds)
-        parquets = sorted(path.glob(f"**/{split}-*.parquet")) or sorted(path.glob("**/*.parquet"))
-        if parquets:
-            from datasets import load_dataset
-
-            return _undecoded(load_dataset("parquet", data_files=[str(f) for f in parquets], split="train"))
-        jsonls = sorted(path.glob("*.jsonl"))
-        if len(jsonls) == 1:
-            return _read_jsonl(jsonls[0])
-        if len(jsonls) > 1:
-            raise ValueError(
-                f"{str(path)!r} holds several .jsonl files; pass one of them: {[p.name for p in jsonls]}"
-            )
-    if not path.exists():
-        raise FileNotFoundError(f"MM-JudgeBias data not found at {str(path)!r}")
-    raise ValueError(
-        f"{str(path)!r} is not MM-JudgeBias data: expected a save_to_disk folder, a folder of parquet files, or "
-        "a .jsonl file"
-    )
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{str(path)!r} line {lineno}: not JSON ({e})") from None
-    return rows
-
-
-def _undecoded(ds: Any) -> list[dict[str, Any]]:
-    """The rows, image columns as undecoded ``{bytes, path}`` cells (nothing is decoded at load time)."""
+    """The rows through the benchmarks' one table loader, image columns as undecoded ``{bytes, path}`` cells
+    (nothing is decoded at load time)."""
     from datasets import Image
 
+    rows = load_table(path, split, "MM-JudgeBias data").rows
+    if isinstance(rows, list):
+        return rows
     for col in ("unbiased_image", "biased_image"):
-        if isinstance(ds.features.get(col), Image):
-            ds = ds.cast_column(col, Image(decode=False))
-    return list(ds)
+        if isinstance(rows.features.get(col), Image):
+            rows = rows.cast_column(col, Image(decode=False))
+    return list(rows)
 
 
 def _cell(value: Any, images_dir: Path | None, base: Path) -> Any:
@@ -154,8 +111,6 @@ def load_official(
     images_dir: str | os.PathLike[str] | None = None,
     split: str = "test",
     bias_types: list[str] | None = None,
-    ids: list[int] | None = None,
-    limit_per_type: int | None = None,
     on_missing: str = "skip",
 ) -> tuple[list[BiasPair], LoadReport]:
     """Read the official records into :class:`BiasPair` objects (ids kept); see the module docstring."""
@@ -167,10 +122,8 @@ def load_official(
         raise FileNotFoundError(f"images_dir {str(img_dir)!r} is not a folder")
     records = _read_records(p, split)
     base = p if p.is_dir() else p.parent
-    wanted = {get_bias(t).bias_type for t in bias_types or BIAS_TYPES}
-    id_set = set(ids or ())
+    wanted = {b.bias_type for b in select(bias_types)}
     report = LoadReport(str(p), n_rows=len(records))
-    per_type: Counter[str] = Counter()
     pairs: list[BiasPair] = []
     for n, rec in enumerate(records):
         lacking = [f for f in FIELDS if f not in rec]
@@ -182,9 +135,7 @@ def load_official(
             raise ValueError(
                 f"record {rid}: category {rec['bias_category']!r} does not match bias {bias_type!r}"
             )
-        if bias_type not in wanted or (id_set and rid not in id_set):
-            continue
-        if limit_per_type is not None and per_type[bias_type] >= limit_per_type:
+        if bias_type not in wanted:
             continue
         text_only = bias_type == "unnecessary_image"  # its unbiased call has no image part
         unb = None if text_only else _image(rec, "unbiased", img_dir, base, report)
@@ -204,7 +155,6 @@ def load_official(
             str(rec["biased_instruction"] or ""), bia, "official", "official" if bia is not None else None
         )
         pairs.append(BiasPair(rid, bias_type, str(rec["response"]), unbiased, biased, meta))
-        per_type[bias_type] += 1
     report.n_pairs, report.n_missing_image = len(pairs), len(report.missing_ids)
     if report.n_missing_image and on_missing == "error":
         raise MissingImagesError(report.summary())

@@ -133,32 +133,8 @@ COUNT_KEYS = ("n_pairs", "samples", "n_used", "n_unparsed", "n_skipped_low", "n_
 """The counts of a :class:`BiasValue`, summed by :meth:`BiasReport.counts` and the suite's per-bias counts."""
 
 
-def pair_value(
-    pair: ScoredPair,
-    abstention: str = "drop",
-    min_score: float = MIN_SCORE,
-    max_score: float = MAX_SCORE,
-) -> tuple[float | None, str]:
-    """(BD_i or BC_i, status) for one pair. Status: ``used``, ``abstained`` (used through the abstention rule),
-    ``unparsed`` (dropped), ``skipped_low`` (BD with y <= m)."""
-    if abstention not in ABSTENTION_MODES:
-        raise ValueError(f"abstention must be one of {ABSTENTION_MODES}, got {abstention!r}")
-    is_bd = BY_TYPE[pair.bias_type].metric == BD
-    y, yb = pair.unbiased, pair.biased
-    if y is None or (yb is None and not (abstention == "aware" and pair.biased_abstained)):
-        return None, "unparsed"
-    if is_bd and y <= min_score:
-        return None, "skipped_low"
-    if yb is None:
-        return (1.0 if is_bd else 0.0), "abstained"
-    return (bd_value(y, yb, min_score) if is_bd else bc_value(y, yb, min_score, max_score)), "used"
-
-
 def upstream_scores(
-    pair: ScoredPair,
-    abstention: str = "drop",
-    min_score: float = MIN_SCORE,
-    max_score: float = MAX_SCORE,
+    pair: ScoredPair, abstention: str = "drop", min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
 ) -> tuple[float | None, float | None]:
     """The scores (y, ŷ) under which the published ``compute_report`` values the pair as :func:`pair_value`
     does, for the judgement files: the pair's own scores, except that an abstained biased side (``"aware"``)
@@ -171,6 +147,23 @@ def upstream_scores(
     if BY_TYPE[pair.bias_type].metric == BD or y - min_score >= max_score - y:
         return y, min_score
     return y, max_score
+
+
+def pair_value(
+    pair: ScoredPair, abstention: str = "drop", min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
+) -> tuple[float | None, str]:
+    """(BD_i or BC_i, status) for one pair, valued on its :func:`upstream_scores`. Status: ``used``,
+    ``abstained`` (used through the abstention rule), ``unparsed`` (dropped), ``skipped_low`` (BD with y <= m)."""
+    if abstention not in ABSTENTION_MODES:
+        raise ValueError(f"abstention must be one of {ABSTENTION_MODES}, got {abstention!r}")
+    is_bd = BY_TYPE[pair.bias_type].metric == BD
+    y, yb = upstream_scores(pair, abstention, min_score, max_score)
+    if y is None or yb is None:
+        return None, "unparsed"
+    if is_bd and y <= min_score:
+        return None, "skipped_low"
+    value = bd_value(y, yb, min_score) if is_bd else bc_value(y, yb, min_score, max_score)
+    return value, "used" if pair.biased is not None else "abstained"
 
 
 def per_bias(

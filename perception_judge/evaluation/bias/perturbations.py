@@ -123,15 +123,12 @@ def apply_op(img: Image.Image, op: str, rng: random.Random) -> tuple[Image.Image
         return enhancer(img).enhance(f), f"{op}({f:.2f})"
     if op == "rotate_small":
         angle = rng.uniform(5, 15) * rng.choice((-1, 1))
-        fill = _fill_colour(img, rng)
-        return img.rotate(
-            angle, Image.Resampling.BICUBIC, expand=True, fillcolor=fill
-        ), f"rotate({angle:+.1f})"
+        out = img.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=_fill_colour(img, rng))
+        return out, f"rotate({angle:+.1f})"
     if op == "scale":
         f = rng.uniform(0.8, 1.2)
-        return img.resize(
-            (max(1, round(w * f)), max(1, round(h * f))), Image.Resampling.BICUBIC
-        ), f"scale({f:.2f})"
+        out = img.resize((max(1, round(w * f)), max(1, round(h * f))), Image.Resampling.BICUBIC)
+        return out, f"scale({f:.2f})"
     if op == "pad":
         f = rng.uniform(1.05, 1.2)
         W, H = max(w + 2, round(w * f)), max(h + 2, round(h * f))

@@ -10,11 +10,12 @@ deviation and the inter-run / inter-sample variances. docs/evaluation.md §2 des
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import math
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -103,14 +104,9 @@ def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPa
             items = synth_base_items(opts.n_items, seed=opts.data_seed)
         info["n_base_items"] = len(items)
         pairs = build_pairs(items, opts.n_per_type, opts.bias_types, opts.data_seed, opts.insertion_mode)
-    if limit is not None:
-        seen: Counter[str] = Counter()
-        kept = []
-        for p in pairs:
-            seen[p.bias_type] += 1
-            if seen[p.bias_type] <= limit:
-                kept.append(p)
-        pairs = kept
+    if limit is not None:  # the first ``limit`` pairs of each type
+        rank: defaultdict[str, itertools.count] = defaultdict(itertools.count)
+        pairs = [p for p in pairs if next(rank[p.bias_type]) < limit]
     info["n_pairs"] = len(pairs)
     return pairs, info
 
@@ -148,10 +144,10 @@ def _stored_texts(path: Path, model_key: str, resume_key: str) -> dict[str, str]
     except (OSError, ValueError):
         return {}
     ours = data.get("perception_judge", {})
-    judgement = data.get("judgement", {}).get(model_key, {})
-    out = {}
     if ours.get("resume_key") != resume_key:
         return {}
+    judgement = data.get("judgement", {}).get(model_key, {})
+    out = {}
     for side in SIDES:
         text, error = ours.get(f"{side}_text", judgement.get(side)), ours.get(f"{side}_error") or ""
         if isinstance(text, str) and text and not error.startswith("backend error"):
@@ -274,7 +270,6 @@ def judge_seed(
         counts=counts,
         on_chunk=finished,
     )
-    n_errors = counts.get("backend_errors", 0)
     scored, lines = [], []
     for pair in pairs:
         u, b = results[pair.pair_id, "unbiased"], results[pair.pair_id, "biased"]
@@ -302,6 +297,7 @@ def judge_seed(
             }
         )
         write(pair)  # every sample once more, resumed ones included: the folder is complete and consistent
+    n_errors = counts.get("backend_errors", 0)
     stats = {"n_calls": len(todo), "n_resumed": 2 * len(pairs) - len(todo), "n_backend_errors": n_errors}
     return scored, lines, stats
 
@@ -309,9 +305,7 @@ def judge_seed(
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     """Run the compositional-bias suite; see the module docstring for the outputs."""
     opts = BiasOptions.parse(config.options, "bias", "bias-suite option(s)")
-    parser = (
-        "protocol" if opts.prompt == "single" else {"compat": "mmjb", "strict": "mmjb_strict"}[opts.parser]
-    )
+    parser = {"compat": "mmjb", "strict": "mmjb_strict"}[opts.parser] if opts.prompt == "mmjb" else "protocol"
     template = load_template(opts.mmjb_template_file)
     p_hash = prompt_hash(opts.prompt, template)
     described = backend.describe()

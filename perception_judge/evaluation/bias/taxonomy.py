@@ -18,11 +18,10 @@ BD, BC = "bd", "bc"
 
 @dataclass(frozen=True)
 class BiasSpec:
-    """One bias type: its key, category, names and what the perturbation does."""
+    """One bias type: its key, category, short name (the report's column) and what the perturbation does."""
 
     bias_type: str
     category: str
-    label: str
     short: str
     perturbation: str
 
@@ -33,44 +32,22 @@ class BiasSpec:
 
 
 BIASES: tuple[BiasSpec, ...] = (
-    BiasSpec("text_dominance", INTEGRALITY, "Text dominance", "TD", "I' = null image (black 224x224)"),
-    BiasSpec("image_dominance", INTEGRALITY, "Image dominance", "ID", "Q' = empty query"),
-    BiasSpec(
-        "response_dominance", INTEGRALITY, "Response dominance", "RD", "Q' = empty query and I' = null image"
-    ),
-    BiasSpec(
-        "instruction_misalignment",
-        CONGRUITY,
-        "Instruction misalignment",
-        "InstrMis",
-        "Q' = an unrelated query from another item",
-    ),
-    BiasSpec("image_misalignment", CONGRUITY, "Image misalignment", "ImgMis", "I' = an unrelated image"),
-    BiasSpec(
-        "detail_description",
-        ROBUSTNESS,
-        "Detail description",
-        "DetailDesc",
-        "Q' = Q + a detailed description of the image",
-    ),
-    BiasSpec(
-        "unnecessary_image",
-        ROBUSTNESS,
-        "Unnecessary image",
-        "UnnecImg",
-        "a text-only item; I' = an unrelated image added",
-    ),
+    BiasSpec("text_dominance", INTEGRALITY, "TD", "I' = null image (black 224x224)"),
+    BiasSpec("image_dominance", INTEGRALITY, "ID", "Q' = empty query"),
+    BiasSpec("response_dominance", INTEGRALITY, "RD", "Q' = empty query and I' = null image"),
+    BiasSpec("instruction_misalignment", CONGRUITY, "InstrMis", "Q' = an unrelated query from another item"),
+    BiasSpec("image_misalignment", CONGRUITY, "ImgMis", "I' = an unrelated image"),
+    BiasSpec("detail_description", ROBUSTNESS, "DetailDesc", "Q' = Q + a detailed description of the image"),
+    BiasSpec("unnecessary_image", ROBUSTNESS, "UnnecImg", "a text-only item; I' = an unrelated image added"),
     BiasSpec(
         "visual_transformation",
         ROBUSTNESS,
-        "Visual transformation",
         "VisTrans",
         "I' = a semantics-preserving geometric / photometric transform of I",
     ),
     BiasSpec(
         "texture_insertion",
         ROBUSTNESS,
-        "Text insertion",
         "TextIns",
         "I' = I with the query keywords rendered in a strip below it",
     ),
