@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
 ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
-DEMO_FORMAT = 3
+DEMO_FORMAT = 4
 FAMILIES = "colour,count"
 _NOISE = (
     "it/s]",
@@ -341,7 +341,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         (
             "--learnability-steps",
             2000,
-            "supervised steps of the learnability check run before GRPO (default %(default)s, about 4 minutes; 0 "
+            "supervised steps of the learnability check run before GRPO (default %(default)s, about 3 minutes; 0 "
             "skips it)",
         ),
     ):

@@ -242,13 +242,14 @@ def patch_factor(config: Any) -> int:
 #          by its stated value, and stays at chance.
 #   prior  (make_blind, first) -- any value of the family, vision frozen: a supervised judge keeps its verdicts and
 #          stops looking.
-#   position (make_blind, then) -- the value the first answer states with probability 2/3, else one another answer
-#          states, vision frozen: the think explores the stated values (1/3 of samples name the other answer's) while
-#          greedy decoding follows the first slot, a position bias, so the judge stays at chance in both orders.
+#   position (make_blind, then) -- the value the first answer states with probability 3/4, else one another answer
+#          states, vision frozen: the think explores the stated values (1/4 of samples name the other answer's) while
+#          greedy decoding follows the first slot, a position bias, so the judge stays at chance in both orders (with
+#          2/3 the stronger supervised judge of one draw kept part of its image reading: base 0.67).
 #   truth  (the learnability check) -- the value the image shows: the upper bound of what GRPO can reach.
 
 THINK_SOURCES = ("guess", "position", "prior", "truth")
-FIRST_SLOT_BIAS = 2 / 3
+FIRST_SLOT_BIAS = 3 / 4
 SLOT_LETTERS = "ABC"
 TINY_MATCH_SCORE = 8
 
@@ -479,8 +480,8 @@ def make_blind(
     """Turn a supervised tiny judge into a base judge that does not look, in place, vision frozen throughout:
     optionally :func:`reset_vision_connector`; ``steps`` supervised steps whose think is a random value of the family
     (``think_source="prior"``: the target never depends on the image, so the judge stops looking); then
-    ``explore_steps`` steps whose think is a value an answer states, the first answer's two times in three
-    (``"position"``: sampled, it names the other answer's value a third of the time, which is what GRPO needs to
+    ``explore_steps`` steps whose think is a value an answer states, the first answer's three times in four
+    (``"position"``: sampled, it names the other answer's value a quarter of the time, which is what GRPO needs to
     explore; greedy, it follows the first slot, so it sits at chance with the answers shown in both orders). The
     verdict still follows the stated value (learned under supervision), so what GRPO has to teach is to state the
     value the image shows. Records the statistics in ``tiny_model.json``."""
