@@ -365,6 +365,23 @@ def test_official_loader_datasets_folder(tmp_path):
         load_official(tmp_path / "nothing")
 
 
+@pytest.mark.parametrize("name", ["data/test-00000-of-00001.parquet", "snapshot/mm_judgebias.parquet"])
+def test_official_loader_parquet_folder(tmp_path, name):
+    """A Hub snapshot's split shards, or parquet files named otherwise (all of them are read)."""
+    from datasets import Dataset
+
+    images = tmp_path / "images"
+    images.mkdir()
+    shard = tmp_path / "hub" / name
+    shard.parent.mkdir(parents=True)
+    Dataset.from_list(_official_rows(images)).to_parquet(str(shard))
+    pairs, rep = load_official(tmp_path / "hub", images_dir=images)
+    assert rep.n_rows == 9 and rep.n_pairs == 9 and len({p.bias_type for p in pairs}) == 9
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no 'test' split"):
+        load_official(tmp_path / "empty")
+
+
 _UPSTREAM_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 

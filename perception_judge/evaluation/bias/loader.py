@@ -1,7 +1,8 @@
 """Loader for the official MM-JudgeBias data (``naver-ai/MM-JudgeBias``, CC-BY-4.0, split ``test``); nothing is
 downloaded. Layouts: whatever :func:`~perception_judge.evaluation.benchmarks.common.load_table` reads (a
-``save_to_disk`` folder, a Hub snapshot's ``data/test-*.parquet``, a ``.jsonl`` / ``.json`` / ``.parquet`` file or
-``test.jsonl`` in a folder) with the 13 :data:`FIELDS`, image fields null, a path or a ``{"bytes"|"path"}`` cell.
+``save_to_disk`` folder, a Hub snapshot's ``data/test-*.parquet``, a ``.jsonl`` / ``.json`` / ``.parquet`` file,
+``test.jsonl`` in a folder), else every parquet file under the folder; with the 13 :data:`FIELDS`, image fields
+null, a path or a ``{"bytes"|"path"}`` cell.
 
 Null image cells (restricted sources, 21.6% of the rows upstream) are filled from ``images_dir``
 (``<id:04d>_<role>.jpg``, then ``<id:04d>.jpg``; .jpg, .jpeg or .png), except two defined exactly: the null image
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.benchmarks.common import load_table
+from perception_judge.evaluation.benchmarks.common import BenchmarkFileMissing, load_table
 from perception_judge.evaluation.bias.perturbations import BiasPair, BiasSide
 from perception_judge.evaluation.bias.taxonomy import get_bias, normalize_category, select
 
@@ -64,9 +65,14 @@ class LoadReport:
 def _read_records(path: Path, split: str) -> list[dict[str, Any]]:
     """The rows through the benchmarks' one table loader, image columns as undecoded ``{bytes, path}`` cells
     (nothing is decoded at load time)."""
-    from datasets import Image
+    from datasets import Image, load_dataset
 
-    rows = load_table(path, split, "MM-JudgeBias data").rows
+    try:
+        rows = load_table(path, split, "MM-JudgeBias data").rows
+    except BenchmarkFileMissing:  # a folder of parquet files named otherwise (a Hub snapshot): all of them
+        if not (path.is_dir() and (shards := sorted(path.glob("**/*.parquet")))):
+            raise
+        rows = load_dataset("parquet", data_files=[str(f) for f in shards], split="train")
     if isinstance(rows, list):
         return rows
     for col in ("unbiased_image", "biased_image"):
