@@ -314,10 +314,9 @@ def _tiny_example(
         think = rec["value"]
     elif think_source == "prior" or protocol == "single":
         think = rng.choice(synth.tiny_values(rec["family"]))
-    elif think_source == "position" and rng.random() < FIRST_SLOT_BIAS:
-        think = synth.response_value(responses[0]) or rec["value"]
     elif think_source == "position":
-        think = synth.response_value(rng.choice(responses[1:])) or rec["value"]
+        stated = responses[0] if rng.random() < FIRST_SLOT_BIAS else rng.choice(responses[1:])
+        think = synth.response_value(stated) or rec["value"]
     else:
         think = synth.response_value(rng.choice(responses)) or rec["value"]
     messages = build_messages(protocol, rec["question"], responses, n_images=1, style="tiny")
@@ -356,11 +355,11 @@ def supervised_tiny_judge(
 ) -> dict[str, Any]:
     """Supervised judge training on fresh tiny-world records every step (see the comment above); saves the model to
     ``save_to`` (default: in place) and returns statistics (losses, seconds). ``freeze_vision`` defaults to
-    freezing the vision tower unless the think is the truth. ``cosine``: warm up over the first 50 steps, then decay
-    the rate to 10% along a cosine (with a constant rate one draw of the learnability check stayed at 0.61 after 1500
-    and 2500 steps, its colour think confusing purple and blue; 1500 steps with the decay left another draw's count
-    think at 0.67; 2000 steps with the decay took both to 1.00); ``False`` keeps the rate constant (the short format
-    warm start)."""
+    freezing the vision tower unless the think is the truth. ``cosine``: warm up over the first
+    ``min(50, steps // 10)`` steps, then decay the rate to 10% along a cosine (with a constant rate one
+    draw of the learnability check stayed at 0.61 after 1500 and 2500 steps, its colour think confusing
+    purple and blue; 1500 steps with the decay left another draw's count think at 0.67; 2000 steps with the
+    decay took both to 1.00); ``False`` keeps the rate constant (the short format warm start)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 

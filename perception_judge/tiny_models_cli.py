@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from perception_judge.cli import Command
-from perception_judge.tiny_models import ARCHS
+from perception_judge.tiny_models import ARCHS, FIRST_SLOT_BIAS
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,8 +40,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=900,
         help="with --from-supervised: then supervised steps whose think is a value an answer states, the first "
-        "answer's 2 times in 3 (sampled it explores both answers' values; greedy it follows the first slot and stays "
-        "at chance; default %(default)s)",
+        f"answer's {FIRST_SLOT_BIAS:.0%}% of the time (sampled it explores both answers' values; greedy it "
+        "follows the first slot and stays at chance; default %(default)s)",
     )
     p.add_argument(
         "--reset-connector",

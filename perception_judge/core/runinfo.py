@@ -80,8 +80,11 @@ def write_run_info(output_dir: str | os.PathLike[str], info: dict[str, Any]) -> 
     return path
 
 
-WEIGHT_FILES = tuple(
-    name + ext for name in ("model.safetensors", "pytorch_model.bin") for ext in ("", ".index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
 )
 """The file names a full transformers save writes (one file, or the index of its shards)."""
 

@@ -196,6 +196,7 @@ class BackendPool:
         self.entries = entries
         self.factory = factory  # builds every backend instead, when given
         self._shared: dict[str, Any] = {}  # base model -> its shared engine
+        # base model -> entries still to be served by its shared engine
         self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))
 
     def get(self, entry: ModelEntry) -> JudgeBackend:

@@ -44,12 +44,14 @@ def parse_mix(text: str | list[str] | dict[str, float] | None) -> dict[str, floa
     """``"batch=1,pair=0.5"`` (or several such strings, or a dict) -> rows per record per protocol."""
     if text is None or text == "":
         return dict(DEFAULT_MIX)
-    items: Any = text.items() if isinstance(text, dict) else []
-    if not isinstance(text, dict):
-        parts = [p for p in ",".join(text if isinstance(text, list) else [str(text)]).split(",") if p.strip()]
-        if bad := [p for p in parts if "=" not in p]:
-            raise ValueError(f"bad mix entry {bad[0]!r}: expected protocol=rows, e.g. batch=1,pair=0.5")
-        items = [(name.strip(), value.strip()) for name, _, value in (p.partition("=") for p in parts)]
+    if isinstance(text, list):
+        text = ",".join(text)
+    items: list[tuple[str, Any]] = list(text.items()) if isinstance(text, dict) else []
+    for part in [] if isinstance(text, dict) else filter(str.strip, str(text).split(",")):
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"bad mix entry {part!r}: expected protocol=rows, e.g. batch=1,pair=0.5")
+        items.append((name.strip(), value.strip()))
     mix = dict.fromkeys(PROTOCOLS, 0.0)
     for name, value in items:
         if name not in PROTOCOLS:

@@ -41,7 +41,9 @@ def _changed_facts(spec: dict[str, Any], attrs: dict[str, Any]) -> list[str]:
     return [f"{a} -> {b}" for a, b in zip(facts(spec), facts(spec, attrs)) if a != b]
 
 
-def _solve(spec: dict[str, Any], attrs: dict[str, Any], slip: dict | None = None) -> tuple[str, str] | None:
+def _solve(
+    spec: dict[str, Any], attrs: dict[str, Any], slip: dict[str, Any] | None = None
+) -> tuple[str, str] | None:
     try:
         return solve(spec, attrs, slip)
     except Unsolvable:
@@ -98,6 +100,9 @@ def counterfactuals(
             break
     else:
         raise NoCounterfactual("rewrite", "no_reasoning_slip", "no slip gives a third distinct answer")
-    meta = {"perturbed_rp": _changed_facts(spec, perceived), "perturbed_rp_r": _changed_facts(spec, attrs)}
-    meta["slip"] = slip["kind"]
+    meta = {
+        "perturbed_rp": _changed_facts(spec, perceived),
+        "perturbed_rp_r": _changed_facts(spec, attrs),
+        "slip": slip["kind"],
+    }
     return Counterfactual(r_rp=r_rp, r_rp_r=solved_r[0], facts=spec_facts[:6], meta=meta)

@@ -15,12 +15,43 @@ from typing import Any
 
 from perception_judge.core.io import atomic_write_text
 
-VERSIONED = "perception-judge torch transformers trl peft accelerate datasets vllm deepspeed"
+VERSIONED = (
+    "perception-judge",
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "datasets",
+    "vllm",
+    "deepspeed",
+)
 KEY_ARGS = (  # the settings the card's recipe table shows
-    "learning_rate lr_scheduler_type weight_decay max_grad_norm num_generations per_device_train_batch_size "
-    "gradient_accumulation_steps steps_per_generation max_completion_length temperature top_p top_k beta "
-    "loss_type epsilon scale_rewards num_train_epochs max_steps seed use_vllm vllm_mode bf16 lora_r lora_alpha "
-    "lora_dropout"
+    "learning_rate",
+    "lr_scheduler_type",
+    "weight_decay",
+    "max_grad_norm",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "max_completion_length",
+    "temperature",
+    "top_p",
+    "top_k",
+    "beta",
+    "loss_type",
+    "epsilon",
+    "scale_rewards",
+    "num_train_epochs",
+    "max_steps",
+    "seed",
+    "use_vllm",
+    "vllm_mode",
+    "bf16",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
 )
 METRIC_ORDER = ("reward", "reward_std", "frac_reward_zero_std", "eval_reward", "train_loss", "kl", "entropy")
 
@@ -28,7 +59,7 @@ METRIC_ORDER = ("reward", "reward_std", "frac_reward_zero_std", "eval_reward", "
 def versions() -> dict[str, str]:
     """Installed versions of the packages a run depends on (missing ones left out)."""
     out = {}
-    for pkg in VERSIONED.split():
+    for pkg in VERSIONED:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out[pkg] = importlib.metadata.version(pkg)
     return out
@@ -58,7 +89,7 @@ def render_model_card(info: dict[str, Any], metrics: dict[str, Any] | None = Non
     hidden = "num_train_epochs" if (args.get("max_steps") or -1) > 0 else "max_steps"  # max_steps wins if set
     settings = [
         (k, _fmt(args[k]))
-        for k in KEY_ARGS.split()
+        for k in KEY_ARGS
         if args.get(k) is not None and k != hidden and (lora or not k.startswith("lora_"))
     ]
     metrics = metrics if metrics is not None else (info.get("final_metrics") or {})

@@ -78,7 +78,9 @@ ParserOption = Annotated[str, AfterValidator(_check_parser)]
 
 def request_parser(parser: str, prefix: bool = False) -> str:
     """The request-level parser name for a suite's ``parser`` option."""
-    return "protocol" if parser == "strict" else "published_prefix" if prefix else "published"
+    if parser == "strict":
+        return "protocol"
+    return "published_prefix" if prefix else "published"
 
 
 DESCRIPTIONS = {

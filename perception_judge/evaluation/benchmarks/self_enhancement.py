@@ -185,10 +185,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         metrics["score.parse_failure_rate"] = judged_s.parse_failure_rate
         counts |= {f"score.{k}": v for k, v in sorted(score_counts.items())}
 
-    for name in (
-        "mean.pair.self_preference",
-        "mean.score.gap_vs_human",
-    ):  # bias magnitudes, for ranking judges
+    # bias magnitudes, for ranking judges
+    for name in ("mean.pair.self_preference", "mean.score.gap_vs_human"):
         if name in metrics:
             metrics[f"{name}_abs"] = abs(metrics[name]) if metrics[name] is not None else None
     protocol = {

@@ -10,12 +10,11 @@ deviation and the inter-run / inter-sample variances. docs/evaluation.md §2 des
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import math
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -105,8 +104,13 @@ def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPa
         info["n_base_items"] = len(items)
         pairs = build_pairs(items, opts.n_per_type, opts.bias_types, opts.data_seed, opts.insertion_mode)
     if limit is not None:  # the first ``limit`` pairs of each type
-        rank: defaultdict[str, itertools.count] = defaultdict(itertools.count)
-        pairs = [p for p in pairs if next(rank[p.bias_type]) < limit]
+        seen: Counter[str] = Counter()
+        kept = []
+        for p in pairs:
+            seen[p.bias_type] += 1
+            if seen[p.bias_type] <= limit:
+                kept.append(p)
+        pairs = kept
     info["n_pairs"] = len(pairs)
     return pairs, info
 
