@@ -270,6 +270,93 @@ def test_mixed_image_and_text_only_batch_trains(tiny_qwen25, tmp_path):
     assert any(p.grad is not None for p in trainer.model.parameters())
 
 
+@pytest.mark.parametrize("fixture", ["tiny_qwen25", "tiny_qwen3"])
+def test_text_only_passes_run_the_vision_tower_and_change_nothing(fixture, request):
+    """A pass without images runs the tower on a placeholder whose features land at no token: the same modules
+    run as with images (what keeps ZeRO-3 ranks in step), the logits and the generated tokens are those of the
+    plain pass, every tower parameter gets a zero gradient, decoding steps do not run the tower, and a 0-row
+    ``pixel_values`` (an image-less chunk of a mixed batch, which crashed the model) is a text-only pass."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from perception_judge.train.models import keep_vision_tower_in_step
+
+    folder = request.getfixturevalue(fixture)
+    model = AutoModelForImageTextToText.from_pretrained(folder)
+    tokenizer = AutoProcessor.from_pretrained(folder).tokenizer
+    tokenizer.padding_side = "left"
+    x = tokenizer(["how many red discs", "two"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        plain = model(**x).logits
+    plain_tokens = model.generate(**x, max_new_tokens=4, do_sample=False)
+    patch = model.config.vision_config.patch_size
+    empty = {
+        "pixel_values": torch.zeros(0, 3 * 2 * patch * patch),
+        "image_grid_thw": torch.zeros(0, 3).long(),
+    }
+    with pytest.raises((ValueError, RuntimeError)):
+        model(**x, **empty)
+
+    assert keep_vision_tower_in_step(model) == 1 and keep_vision_tower_in_step(model) == 1  # idempotent
+    tower_calls = []
+    model.model.visual.register_forward_hook(lambda *_: tower_calls.append(1))
+    logits = model(**x).logits
+    assert torch.equal(logits.detach(), plain) and len(tower_calls) == 1
+    logits.sum().backward()
+    grads = [p.grad for p in model.model.visual.parameters()]
+    assert all(g is not None and not g.any() for g in grads)
+    assert any(p.grad is not None and p.grad.any() for p in model.model.language_model.parameters())
+    tower_calls.clear()
+    assert torch.equal(model.generate(**x, max_new_tokens=4, do_sample=False), plain_tokens)
+    assert len(tower_calls) == 1  # the prefill only
+    with torch.no_grad():
+        assert torch.equal(model(**x, **empty).logits, plain)
+
+
+def test_generate_fields_match_the_installed_trl():
+    """The trainer reads trl's private ``_generate`` tuple by name: pin the names to the installed trl's source, so
+    a trl release that reorders or renames them fails here."""
+    import inspect
+    import re
+
+    from trl import GRPOTrainer
+
+    from perception_judge.train.trainer import GENERATE_FIELDS
+
+    source = inspect.getsource(GRPOTrainer._generate)
+    returned = re.findall(r"^\s*return (.+)$", source, flags=re.M)[-1]
+    assert tuple(name.strip() for name in returned.split(",")) == GENERATE_FIELDS
+
+
+def test_image_less_micro_batches_train_in_one_process(tiny_qwen25, tmp_path):
+    """With gradient accumulation a generation batch is scored and trained in chunks; a chunk of text-only rows
+    got a 0-row ``pixel_values`` and crashed the model (``torch.cat(): expected a non-empty list``)."""
+    from perception_judge.train.recipe import parse_recipe
+    from perception_judge.train.run import build_run
+    from perception_judge.train.toyset import write_toy_training_set
+
+    data_dir = write_toy_training_set(tmp_path / "data", n_train=8, n_validation=0, text_only_pattern="ITTI")
+    recipe = parse_recipe(
+        [
+            str(ROOT / "recipes" / "tiny.yaml"),
+            "--dataset_name", str(data_dir),
+            "--model_name_or_path", str(tiny_qwen25),
+            "--output_dir", str(tmp_path / "out"),
+            "--eval_strategy", "no",
+            "--save_strategy", "no",
+            "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "2",
+            "--shuffle_dataset", "false",
+            "--max_steps", "2",
+            "--max_completion_length", "8",
+        ]
+    )  # fmt: skip
+    trainer = build_run(recipe, write_files=False).trainer
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert trainer.pj_counts["rollouts"] == 2 and trainer.pj_counts["text_only_rollouts"] == 0
+
+
 def test_tracker_helpers():
     from perception_judge.train.recipe import report_to_list
     from perception_judge.train.trainer import prompt_as_text

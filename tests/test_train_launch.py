@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -42,10 +43,18 @@ def launch(args: list[str], config: str = "cpu.yaml", extra: list[str] | None = 
         str(ROOT / "train_grpo.py"), str(ROOT / "recipes" / "tiny.yaml"), *FAST, *args,
     ]  # fmt: skip
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    # a session of its own, so that a hang (the launcher and every rank) is killed whole and fails the test
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"launch hung (killed after {timeout} s):\n{stderr[-6000:]}") from None
     if proc.returncode != 0:
-        raise AssertionError(f"launch failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-    return proc
+        raise AssertionError(f"launch failed ({proc.returncode}):\n{stderr[-6000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def history(folder: Path) -> list[dict]:
@@ -234,6 +243,47 @@ def test_lora_on_two_gloo_processes(toy_set, tmp_path):
     )
     _reload_and_generate(tmp_path / "merged", toy_set, size=64)
     assert elapsed < 120
+
+
+def mixed_rows(folder: Path, pattern: str = "IITTTTII") -> Path:
+    """A training set whose rows follow ``pattern`` (I: with its image, T: text-only). Unshuffled, with 2 prompts
+    per rank per step on 2 ranks, ``IITTTTII`` gives rank 1 a text-only generation round in step 1 and rank 0 one
+    in step 2, while the other rank has images."""
+    from perception_judge.train.toyset import write_toy_training_set
+
+    return write_toy_training_set(folder, n_train=16, n_validation=0, text_only_pattern=pattern)
+
+
+def assert_text_only_rounds(out: Path, steps: int, want: tuple[int, ...]) -> None:
+    """Both ranks trained ``steps`` steps, and rank k had ``want[k]`` generation rounds of text-only rows only."""
+    ranks = [json.loads((out / "ranks" / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2] and all(r["global_step"] == steps for r in ranks)
+    assert tuple(r["text_only_rollouts"] for r in ranks) == want
+
+
+def test_ddp_with_a_text_only_rank_and_image_less_micro_batches(tmp_path):
+    """Plain DDP on 2 gloo processes over mixed rows. trl gathered the logged images only on ranks that had one,
+    so a rank whose whole generation batch was text-only left the other waiting forever (a hang, here a timeout).
+    With gradient accumulation 2 the mixed rank's chunks also hold text-only rows only (0-row ``pixel_values``)."""
+    out = tmp_path / "ddp"
+    launch(
+        [
+            "--dataset_name", str(mixed_rows(tmp_path / "data", "ITTTIIII")),
+            "--model_name_or_path", str(tmp_path / "tiny"),
+            "--shuffle_dataset", "false",
+            "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "2",
+            "--max_steps", "2",
+            "--save_strategy", "no",
+            "--eval_strategy", "no",
+            "--output_dir", str(out),
+        ],
+        config="cpu_2proc.yaml",
+        extra=["--main_process_port", str(free_port())],
+        timeout=240,
+    )  # fmt: skip
+    assert_text_only_rounds(out, steps=2, want=(0, 1))
+    assert all(f"rewards/{n}/mean" in h for h in history(out) if "reward" in h for n in REWARDS)
 
 
 def test_invalid_recipe_fails_fast_naming_the_key(tmp_path):

@@ -158,6 +158,94 @@ def freeze_vision_tower(model: Any) -> int:
     return len(params)
 
 
+def _vision_models(model: Any) -> list[Any]:
+    """The inner vision-language modules of ``model`` (``Qwen2_5_VLModel``, ``Qwen3VLModel``: the ones holding the
+    vision tower as a child module next to a language model), through any PEFT or DeepSpeed wrapper."""
+    return [
+        m
+        for m in model.modules()
+        if "visual" in m._modules and hasattr(m, "get_image_features") and hasattr(m, "get_input_embeddings")
+    ]
+
+
+def _placeholder_image(module: Any, device: Any) -> tuple[Any, Any]:
+    """The smallest input the vision tower takes: one temporal patch of ``merge x merge`` zero patches."""
+    import torch
+
+    vc = module.config.vision_config
+    merge, dim = vc.spatial_merge_size, vc.in_channels * vc.temporal_patch_size * vc.patch_size**2
+    dtype = next(module.visual.parameters()).dtype
+    pixels = torch.zeros(merge * merge, dim, dtype=dtype, device=device)
+    return pixels, torch.tensor([[1, merge, merge]], device=device)
+
+
+def _needs_placeholder(args: tuple, kwargs: dict) -> bool:
+    """True for a forward pass without image input that is not a decoding step (no or an empty KV cache)."""
+    pixels, cache = kwargs.get("pixel_values"), kwargs.get("past_key_values")
+    if pixels is not None and pixels.numel() > 0:
+        return False
+    if cache is not None and cache.get_seq_length() > 0:
+        return False
+    if kwargs.get("inputs_embeds") is not None or kwargs.get("pixel_values_videos") is not None:
+        return False
+    return kwargs.get("input_ids", args[0] if args else None) is not None
+
+
+def _install_placeholder_hooks(module: Any) -> None:
+    """A pass without images gets the placeholder image as its ``pixel_values`` (the pre-hook), a placeholder mask
+    that puts its features at no token (in place of the image-token mask) and the position ids of a text-only
+    pass. It so runs the model's own image code, and calls the modules a pass with images calls, forward and
+    backward, while its output is that of the pass without images."""
+    import torch
+
+    pending = [False]
+    image_token_mask, position_ids = module.get_placeholder_mask, module.compute_3d_position_ids
+
+    def mark(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        pending[0] = _needs_placeholder(args, kwargs)
+        if not pending[0]:
+            return None
+        pixels, grid = _placeholder_image(module, kwargs.get("input_ids", args[0] if args else None).device)
+        return args, {**kwargs, "pixel_values": pixels, "image_grid_thw": grid}
+
+    def placeholder_mask(input_ids: Any, inputs_embeds: Any, **features: Any) -> tuple[Any, Any]:
+        if not pending[0]:
+            return image_token_mask(input_ids, inputs_embeds=inputs_embeds, **features)
+        nowhere = torch.zeros(inputs_embeds.shape, dtype=torch.bool, device=inputs_embeds.device)
+        return nowhere, nowhere
+
+    def text_position_ids(*args: Any, **kwargs: Any) -> Any:
+        if pending[0]:
+            pending[0] = False
+            kwargs["image_grid_thw"] = None
+        return position_ids(*args, **kwargs)
+
+    module.get_placeholder_mask, module.compute_3d_position_ids = placeholder_mask, text_position_ids
+    module.register_forward_pre_hook(mark, with_kwargs=True)
+
+
+def keep_vision_tower_in_step(model: Any) -> int:
+    """Make every forward pass of ``model`` run its vision tower, including text-only ones; returns how many
+    vision-language modules got the hooks (0 for a text-only model). Idempotent.
+
+    A batch of text-only rows skips the tower (and an image-less chunk of a mixed batch, whose ``pixel_values``
+    has 0 rows, crashes in it). In a multi-process run that desynchronises the ranks: under ZeRO-3 every
+    sub-module's forward gathers its parameter shards with a collective, so one rank gathering the tower while
+    another does not aborts ("Received data size doesn't match", a hang on NCCL); under ZeRO-2 / DDP the tower's
+    gradients are reduced on one rank only. The hooks run the tower on a placeholder image of ``merge x merge``
+    zero patches through the model's own image code with a mask that places its features at no token: the output
+    is unchanged, every rank runs the same modules in the same order, forward and backward, and every tower
+    parameter gets a (zero) gradient. Decoding steps (a
+    non-empty KV cache) are left alone. docs/training.md, "Mixed image and text-only rows", says why this and not
+    modality-grouped batches."""
+    modules = _vision_models(model)
+    for module in modules:
+        if not getattr(module, "_pj_keeps_vision_tower", False):
+            _install_placeholder_hooks(module)
+            module._pj_keeps_vision_tower = True
+    return len(modules)
+
+
 def build_lora_config(model_args: Any, judge_args: Any) -> Any:
     """trl's LoRA config of the ModelConfig fields (all linear layers unless ``lora_target_modules`` says
     otherwise), excluding ``lora_exclude_modules`` (the vision tower)."""

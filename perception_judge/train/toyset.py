@@ -49,9 +49,11 @@ def toy_rows(
     image_size: int = 56,
     seed: int = 0,
     text_only_every: int = 0,
+    text_only_pattern: str = "",
 ) -> list[dict[str, Any]]:
     """``n`` training rows cycling through ``protocols``, one image each; every ``text_only_every``-th row (from
-    the last one of each cycle) is text-only, as exported for items without an image."""
+    the last one of each cycle) is text-only, as exported for items without an image. ``text_only_pattern``
+    (e.g. ``"IITT"``, repeated over the rows) says it row by row instead: ``T`` text-only, ``I`` with its image."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
@@ -65,7 +67,10 @@ def toy_rows(
         else:
             kinds = list(RESPONSE_KINDS) if protocol == "batch" else ["r_c", rng.choice(["r_rp", "r_rp_r"])]
             rng.shuffle(kinds)
-        text_only = bool(text_only_every) and (i + 1) % text_only_every == 0
+        if text_only_pattern:
+            text_only = text_only_pattern[i % len(text_only_pattern)] == "T"
+        else:
+            text_only = bool(text_only_every) and (i + 1) % text_only_every == 0
         if text_only:
             question = question.replace("in the image", f"in a picture that shows {counts[colour]} of them")
         images, key = [] if text_only else [image], content_key("toy", seed, i, protocol)
@@ -81,11 +86,12 @@ def write_toy_training_set(
     image_size: int = 56,
     seed: int = 0,
     text_only_every: int = 0,
+    text_only_pattern: str = "",
 ) -> Path:
     """Write a toy training set folder (``train.parquet``, ``validation.parquet``, ``export_info.json``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    rows = toy_rows(n_train + n_validation, protocols, image_size, seed, text_only_every)
+    rows = toy_rows(n_train + n_validation, protocols, image_size, seed, text_only_every, text_only_pattern)
     rows_to_dataset(rows[:n_train]).to_parquet(str(split_path(folder, "train")))
     if n_validation:
         rows_to_dataset(rows[n_train:]).to_parquet(str(split_path(folder, "validation")))
@@ -96,6 +102,7 @@ def write_toy_training_set(
         image_size=image_size,
         seed=seed,
         text_only_every=text_only_every,
+        text_only_pattern=text_only_pattern,
     )
     atomic_write_json(folder / "export_info.json", info, indent=2)
     return folder

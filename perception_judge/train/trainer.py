@@ -16,6 +16,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
@@ -23,6 +24,21 @@ from perception_judge.core.images import image_bytes
 from perception_judge.core.runinfo import has_full_weights, update_run_info
 from perception_judge.core.schema import sha256_hex
 from perception_judge.rewards import completion_text
+from perception_judge.train.models import keep_vision_tower_in_step
+
+# What trl 1.16's ``GRPOTrainer._generate`` returns, in order (its last ``return`` statement). The trainer reads the
+# tuple by these names; tests/test_train_components.py checks them against the installed trl's source, so a trl
+# release that changes the layout fails loudly there instead of silently here.
+GENERATE_FIELDS = (
+    "prompt_ids",
+    "completion_ids",
+    "tool_mask",
+    "completions",
+    "logprobs",
+    "extra_fields",
+    "images",
+    "tool_images",
+)
 
 
 def _text(content: Any, image: str = "") -> Any:
@@ -59,8 +75,16 @@ class JudgeGRPOTrainer(GRPOTrainer):
         self._pj_data_timer = data_timer
         self._pj_rollout_s = 0.0
         self._pj_update_s = 0.0
-        self.pj_counts = {"completions": 0, "prompts": 0, "rollouts": 0}
+        self.pj_counts = {"completions": 0, "prompts": 0, "rollouts": 0, "text_only_rollouts": 0}
+        self._pj_images: list = []
         super().__init__(*args, **kwargs)
+        # trl gathers the logged images only on ranks whose generation batch has one (`if images is not None`), a
+        # collective the other ranks never join: a deadlock as soon as one rank's batch is all text-only. The
+        # trainer gathers them itself, on every rank (an empty list per text-only prompt).
+        self._pj_log_multimodal, self.log_multimodal = self.log_multimodal, False
+        for model in (self.model, getattr(self, "ref_model", None)):
+            if model is not None:
+                keep_vision_tower_in_step(model)
 
     def _timed(self, name: str, method: Any, *args: Any) -> Any:
         start = time.perf_counter()
@@ -69,13 +93,18 @@ class JudgeGRPOTrainer(GRPOTrainer):
         return out
 
     def _generate(self, prompts: list):
-        out = self._timed("timing/generate_s", super()._generate, prompts)
-        images = out[6]
+        out = dict(
+            zip(GENERATE_FIELDS, self._timed("timing/generate_s", super()._generate, prompts), strict=True)
+        )
+        images = out["images"]
         if images is not None and any(im is None for im in images):
             # trl marks the text-only prompts of a mixed batch with None, which the processor rejects in the
             # forward pass ("only a single or a list of entries is supported"); an empty list means the same
-            out = (*out[:6], [im if im is not None else [] for im in images], *out[7:])
-        return out
+            out["images"] = [im if im is not None else [] for im in images]
+        self._pj_images = out["images"] if out["images"] is not None else [[] for _ in prompts]
+        if self.model.training and not any(self._pj_images):
+            self.pj_counts["text_only_rollouts"] += 1
+        return tuple(out[name] for name in GENERATE_FIELDS)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         args = (inputs, prompts, completions, completion_ids_list)
@@ -83,6 +112,8 @@ class JudgeGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         out = self._timed("timing/rollout_s", super()._generate_and_score_completions, inputs)
+        if self._pj_log_multimodal:  # every rank joins the gather, image or not (see __init__)
+            self._logs["images"].extend(gather_object(self._pj_images))
         if self.model.training:
             self._pj_rollout_s += self._metrics["train"]["timing/rollout_s"][-1]
             self.pj_counts["rollouts"] += 1
