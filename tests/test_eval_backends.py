@@ -229,6 +229,11 @@ def test_vllm_request_builders_on_cpu(tiny_qwen25):
         "top_k": 20,
         "max_tokens": 64,
         "seed": request_seed(3, "req-1"),
+        # explicit, so an engine never takes them from the model folder's generation_config.json
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
     }
     g = sampling_kwargs(Sampling(temperature=0, top_k=None, seed=3), "req-1")
     assert g["temperature"] == 0.0 and g["top_k"] == -1 and g["top_p"] == 1.0
@@ -316,6 +321,78 @@ def test_openai_backend_against_the_fake_server():
         ]
         assert any(p.get("type") == "image_url" for p in parts)
     assert "api_key" not in b.describe()["client"] and "test-key" not in str(b.describe())
+
+
+OPINIONATED = {"do_sample": True, "temperature": 0.1, "top_p": 0.5, "top_k": 5, "repetition_penalty": 1.05,
+               "no_repeat_ngram_size": 2, "min_new_tokens": 6}  # fmt: skip
+
+
+def opinionated_copy(model_dir, out):
+    """A judge folder whose ``generation_config.json`` holds sampling settings of its own (as a Qwen2.5-VL-derived
+    checkpoint ships repetition_penalty 1.05 and its own top_k / top_p), weights unchanged."""
+    import json
+    import shutil
+
+    shutil.copytree(model_dir, out)
+    path = out / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **OPINIONATED}))
+    return out
+
+
+def test_a_judge_folders_generation_config_changes_no_hf_output(tiny_qwen25, hf_base, tmp_path):
+    """transformers 5 fills every decoding field a call leaves unset from the folder's generation config; the hf
+    backend sets them all, so the folder's settings change nothing: greedy equals a plain ``generate`` with
+    repetition penalty 1 (what vLLM and training use), and sampled equals the backend on the plain folder."""
+    import torch
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    from perception_judge.evaluation.backends.hf import HFBackend
+
+    folder = opinionated_copy(tiny_qwen25, tmp_path / "judge")
+    hf = HFBackend(folder, batch_size=4, device="cpu", dtype="float32", progress=False,
+                   pixel_policy=PixelPolicy(size=56))  # fmt: skip
+    reqs = [_req(i, n_images=0) for i in range(3)]
+    greedy = Sampling(temperature=0, max_new_tokens=12)
+    out = hf.judge(reqs, greedy)
+    assert [r.text for r in out] == [r.text for r in hf_base.judge(reqs, greedy)]
+    assert [r.text for r in hf.judge(reqs, SAMPLED)] == [r.text for r in hf_base.judge(reqs, SAMPLED)]
+
+    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    tok = hf.processor.tokenizer
+    plain, folders = [], []
+    for req in reqs:
+        ids = tok(render_generation_prompt(hf.processor, req.messages, "auto"), return_tensors="pt")
+        n = ids["input_ids"].shape[1]
+        with torch.no_grad():
+            one = GenerationConfig(max_new_tokens=12, do_sample=False, repetition_penalty=1.0, eos_token_id=hf.eos_token_id,
+                                   pad_token_id=hf.pad_token_id, no_repeat_ngram_size=0, min_new_tokens=0)  # fmt: skip
+            plain.append(
+                tok.decode(model.generate(**ids, generation_config=one)[0, n:], skip_special_tokens=True)
+            )
+            unset = model.generate(**ids, max_new_tokens=12, do_sample=False)  # the folder's settings apply
+            folders.append(tok.decode(unset[0, n:], skip_special_tokens=True))
+    assert [r.text.removeprefix("<think>\n") for r in out] == plain
+    assert folders != plain  # the folder's settings would have changed the verdicts
+
+
+def test_openai_backend_sends_every_sampling_field_to_vllm_servers():
+    """A vLLM server fills unset fields from the model folder too: with send_top_k the body carries them all."""
+    fake = pytest.importorskip("perception_judge.testing.fake_openai")
+    from perception_judge.evaluation.backends.openai import OpenAIBackend
+
+    with fake.FakeOpenAIServer(model="judge", record_requests=True, seed=1) as srv:
+        for send_top_k in (True, False):
+            b = OpenAIBackend(
+                "judge", base_urls=[srv.base_url], api_key="k", progress=False, send_top_k=send_top_k
+            )
+            b.judge([_req(0)], Sampling(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=32, seed=5))
+            b.judge([_req(1)], Sampling(temperature=0, max_new_tokens=32))
+        sampled, greedy, plain_sampled, plain_greedy = [r for r in srv.requests if r.get("messages")]
+    assert {k: sampled[k] for k in ("top_k", "min_p", "repetition_penalty", "temperature")} == {
+        "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.0, "temperature": 0.7}  # fmt: skip
+    assert greedy["top_k"] == -1 and greedy["repetition_penalty"] == 1.0 and greedy["temperature"] == 0.0
+    # the OpenAI API itself has none of these fields: they are sent to vLLM-compatible servers only
+    assert not {"top_k", "min_p", "repetition_penalty"} & (set(plain_sampled) | set(plain_greedy))
 
 
 def test_openai_backend_reports_call_failures_per_request():

@@ -25,6 +25,8 @@ POLICY_SIZE = 56
 GREEDY_TOKENS = 16
 
 
+OPINIONATED = {"do_sample": True, "temperature": 0.1, "top_p": 0.5, "top_k": 5, "repetition_penalty": 1.05,
+               "no_repeat_ngram_size": 2, "min_new_tokens": 6}  # fmt: skip
 API_KEY = "not-a-secret"  # the server checks none; it must still never reach a file
 
 
@@ -62,6 +64,10 @@ def judge_dir(vllm_installed, tmp_path_factory):
 
     d = make_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("judge"), seed=0)
     supervised_tiny_judge(d, 200, think_source="truth", seed=0)
+    # decoding settings of its own in generation_config.json, as Qwen2.5-VL-derived checkpoints ship
+    # (repetition_penalty 1.05, top_k, top_p): every backend sends its own, so none may judge with these
+    path = Path(d) / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **OPINIONATED}))
     return Path(d)
 
 
@@ -127,6 +133,28 @@ def hf_outputs(judge_dir, adapter_dir, requests_):
     assert len(set(out["base"])) >= 3, "the judge should write different verdicts per request"
     assert out["base"] != out["adapter"], "the random adapter should change some verdicts"
     return out
+
+
+def test_the_judge_folders_decoding_settings_would_change_the_verdicts(judge_dir, requests_, hf_outputs):
+    """The check below has teeth: a ``generate`` that leaves the decoding fields unset takes the folder's
+    (repetition penalty, no-repeat n-grams) and writes other texts than the backends, which set them all."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from perception_judge.core.protocol import render_generation_prompt
+
+    hf = _hf(judge_dir)
+    model = AutoModelForImageTextToText.from_pretrained(judge_dir).eval()
+    texts = []
+    for req in requests_[:6]:
+        images = hf.prepare_images(req)
+        prompt = render_generation_prompt(hf.processor, req.messages, "auto")
+        inputs = hf.processor(text=[prompt], images=images, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=GREEDY_TOKENS, do_sample=False)
+        new = out[0, inputs["input_ids"].shape[1] :]
+        texts.append("<think>\n" + hf.processor.decode(new, skip_special_tokens=True))
+    assert texts != hf_outputs["base"][:6]
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +241,7 @@ def _openai(server, model, **kw):
         backoff_max_s=0.1,
         pixel_policy=PixelPolicy(size=POLICY_SIZE),
         progress=False,
+        send_top_k=True,  # a vLLM server: send every sampling field, or it takes the folder's
         **kw,
     )
 

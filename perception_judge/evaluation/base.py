@@ -93,15 +93,25 @@ def is_greedy(sampling: Sampling) -> bool:
     return not sampling.temperature or sampling.temperature <= 0
 
 
+NEUTRAL_DECODING = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+"""The decoding fields a judge never uses, at their no-op values. Every backend sends them explicitly: unset, they
+are filled from the model folder's ``generation_config.json`` (transformers 5's ``generate``; a vLLM server's
+defaults) — a Qwen2.5-VL-derived checkpoint ships ``repetition_penalty`` 1.05, which neither training nor the other
+backends use."""
+
+
 def request_sampling(sampling: Sampling, request_id: str) -> dict[str, Any]:
-    """The sampling of one request as vLLM and OpenAI-compatible servers take it: ``temperature`` (0 when
-    greedy), ``top_p`` (1 when greedy or unset), ``max_tokens`` and the per-request ``seed``."""
+    """The sampling of one request as every backend sends it, every field explicit: ``temperature`` (0 when
+    greedy), ``top_p`` (1 when greedy or unset), ``top_k`` (0: off; always off when greedy), ``max_tokens``, the
+    per-request ``seed`` and :data:`NEUTRAL_DECODING`."""
     greedy = is_greedy(sampling)
     return {
         "temperature": 0.0 if greedy else float(sampling.temperature),
         "top_p": 1.0 if greedy or sampling.top_p is None else float(sampling.top_p),
+        "top_k": 0 if greedy or not sampling.top_k else int(sampling.top_k),
         "max_tokens": int(sampling.max_new_tokens),
         "seed": request_seed(sampling.seed, request_id),
+        **NEUTRAL_DECODING,
     }
 
 

@@ -16,30 +16,53 @@ from perception_judge.core.images import PixelPolicy
 from perception_judge.core.protocol import render_generation_prompt
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.backends.common import LocalBackend, run_batches
-from perception_judge.evaluation.base import is_greedy, prepare_each, progress_bar, request_seed
+from perception_judge.evaluation.base import (
+    NEUTRAL_DECODING,
+    is_greedy,
+    prepare_each,
+    progress_bar,
+    request_sampling,
+    request_seed,
+)
 
 log = logging.getLogger(__name__)
 
 
+# Fields of transformers' GenerationConfig a judge never uses, at their no-op values (with NEUTRAL_DECODING's).
+_HF_NEUTRAL = {
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_new_tokens": 0,
+}
+
+
 def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) -> Any:
-    """A ``GenerationConfig`` for a :class:`Sampling` (greedy when temperature is 0, else sampled with
-    temperature / top_p / top_k; ``top_k=None`` disables top-k). Passing a config object (rather than keyword
-    arguments) also skips a costly legacy-config check inside ``generate`` on every call."""
+    """A ``GenerationConfig`` for a :class:`Sampling` with every decoding field set (greedy when temperature is 0,
+    else sampled with temperature / top_p / top_k, ``top_k`` 0 or None: off; repetition penalty 1, no min-p and
+    the other no-op values): transformers 5 fills any field left unset from the model folder's
+    ``generation_config.json``, so an unset field would judge with the checkpoint's settings, not the request's.
+    Passing a config object (rather than keyword arguments) also skips a costly legacy-config check inside
+    ``generate`` on every call."""
     from transformers import GenerationConfig
 
-    sampled = {}
-    if not is_greedy(sampling):
-        sampled = {
-            "temperature": float(sampling.temperature),
-            "top_p": float(sampling.top_p) if sampling.top_p is not None else 1.0,
-            "top_k": int(sampling.top_k) if sampling.top_k else 0,
-        }
+    sent = request_sampling(sampling, "")
+    greedy = is_greedy(sampling)
     return GenerationConfig(
-        max_new_tokens=int(sampling.max_new_tokens),
+        max_new_tokens=sent["max_tokens"],
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
-        do_sample=bool(sampled),
-        **sampled,
+        do_sample=not greedy,
+        temperature=1.0 if greedy else sent["temperature"],
+        top_p=sent["top_p"],
+        top_k=sent["top_k"],
+        min_p=NEUTRAL_DECODING["min_p"],
+        repetition_penalty=NEUTRAL_DECODING["repetition_penalty"],
+        **_HF_NEUTRAL,
     )
 
 

@@ -2,7 +2,9 @@
 the PPJD teacher client (:class:`perception_judge.llm_client.ChatClient`: the same retries, timeout and concurrency
 limit as teacher calls). The server applies its own chat template; a ``reasoning_content`` it returns is kept apart
 from the text the parser reads. Each request sends ``seed = request_seed(seed, request_id)``; ``send_top_k=True``
-adds ``top_k``, which the OpenAI API lacks, to the request body (vLLM and SGLang accept it).
+(for vLLM and SGLang servers) adds the sampling fields the OpenAI API lacks to the request body, explicitly:
+``top_k`` (-1: off), ``min_p`` 0 and ``repetition_penalty`` 1 — a vLLM server fills every field a request leaves
+unset from the model folder's ``generation_config.json``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from perception_judge.evaluation.base import (
     progress_bar,
     request_sampling,
 )
+
+
+def _standard(sampling: Sampling, request_id: str) -> dict[str, Any]:
+    """The OpenAI API's own sampling fields of a request (``temperature``, ``top_p``, ``max_tokens``, ``seed``)."""
+    sent = request_sampling(sampling, request_id)
+    return {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
 
 
 class OpenAIBackend(JudgeBackend):
@@ -87,8 +95,11 @@ class OpenAIBackend(JudgeBackend):
 
     def _make_client(self, sampling: Sampling) -> Any:
         settings = dict(self.client_settings)
-        if self.send_top_k and sampling.top_k and sampling.temperature:
-            settings["extra_body"] = {**settings["extra_body"], "top_k": int(sampling.top_k)}
+        if self.send_top_k:  # vLLM's sampling fields, explicit: the server's defaults come from the model folder
+            sent = request_sampling(sampling, "")
+            extras = {"top_k": sent["top_k"] or -1, "min_p": sent["min_p"]}
+            extras["repetition_penalty"] = sent["repetition_penalty"]
+            settings["extra_body"] = {**settings["extra_body"], **extras}
         if self.client_factory is not None:
             return self.client_factory(settings)
         from perception_judge.llm_client import ChatClient, ClientConfig
@@ -103,7 +114,7 @@ class OpenAIBackend(JudgeBackend):
 
         async def one(req: JudgeRequest, images: list[Any]) -> JudgeResult:
             try:
-                resp = await client.chat(req.messages, images, **request_sampling(sampling, req.request_id))
+                resp = await client.chat(req.messages, images, **_standard(sampling, req.request_id))
             except Exception as e:  # LLMError after retries, or anything else: this request only
                 # LLMError's text is "reason: detail" with the server's message, already redacted
                 return error_result(req, f"{type(e).__name__}: {str(e)[:300] or getattr(e, 'reason', '')}")

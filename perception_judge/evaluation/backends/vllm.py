@@ -23,7 +23,7 @@ from perception_judge.evaluation.backends.common import (
     resolve_model,
     run_batches,
 )
-from perception_judge.evaluation.base import is_greedy, prepare_each, request_sampling
+from perception_judge.evaluation.base import prepare_each, request_sampling
 
 
 def prompt_inputs(
@@ -39,9 +39,11 @@ def prompt_inputs(
 
 
 def sampling_kwargs(sampling: Sampling, request_id: str) -> dict[str, Any]:
-    """``SamplingParams`` keyword arguments: greedy when temperature is 0; ``top_k=None`` → -1 (disabled)."""
-    top_k = -1 if is_greedy(sampling) or not sampling.top_k else int(sampling.top_k)
-    return {"n": 1, **request_sampling(sampling, request_id), "top_k": top_k}
+    """``SamplingParams`` keyword arguments, every field explicit (:func:`~..base.request_sampling`): greedy when
+    temperature is 0; top-k off is -1 in vLLM's terms."""
+    params = {"n": 1, **request_sampling(sampling, request_id)}
+    params["top_k"] = params["top_k"] or -1
+    return params
 
 
 def engine_kwargs(
