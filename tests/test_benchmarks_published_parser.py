@@ -118,6 +118,7 @@ MALFORMED = {  # name -> (x: numbers, n: the scores asked for) -> completion, or
     "spaced": lambda x, n: "".join(f"<answer> {v} </answer>" for v in x[:n]),
     "comma": lambda x, n: f"<answer>{', '.join(map(str, x[:n]))}</answer>",
     "brackets": lambda x, n: " ".join(f"[[{v}]]" for v in x[:n]) + " for [Assistant 1's Answer]",
+    "bracket_alone": lambda x, n: f"[[{x[0]}]]",
     "several": lambda x, n: tags(x[: n + 2]),
     "one_too_many": lambda x, n: f"<think>ok</think>{tags(x[: n + 1])}",
     "think_only": lambda x, n: f"<think>maybe {tags(x[:n])}</think>Final: I cannot decide.",
@@ -393,6 +394,8 @@ def _pair_reference(rows, preferred_of):
 
 
 def test_vlrewardbench_published_equals_the_reference(tmp_path):
+    from test_benchmarks_vlrb_cal import ref_cal, ref_status
+
     data = write_vlrb_disk(tmp_path / "vlrb")
     res = vlrewardbench.run(
         backend(malformed_judge()),
@@ -402,6 +405,21 @@ def test_vlrewardbench_published_equals_the_reference(tmp_path):
     # acc is the mean over seeds of the mean over the two orders
     assert res.metrics["mean.acc"] == approx(_pair_reference(rows, lambda r: r["preferred"]))
     assert res.protocol["parser"].startswith("published")
+    # the cal.py file holds each completion's verdict as the published reader sees it, and cal.py's rule on it
+    # gives the official numbers
+    by_key = {(r["item_id"], r["seed"], r["variant"]): r for r in rows}
+    records = samples(tmp_path / "o" / "vlrewardbench.cal.jsonl")
+    for rec in records:
+        row = by_key[rec["meta"]["item_id"], rec["meta"]["seed"], rec["meta"]["order"]]
+        slot = ref_pair(whole(row))
+        verdict = {"A": "B", "B": "A"}.get(slot, slot) if row["variant"] == "swap" else slot
+        expected = "doesntMatch" if verdict == "C" else "agree" if verdict == row["preferred"] else "reject"
+        assert ref_status(rec) == expected
+    ref = ref_cal(records)
+    assert res.metrics["official.acc"] == approx(ref["overall"])
+    assert res.metrics["official.acc.macro"] == (None if ref["macro"] is None else approx(ref["macro"]))
+    for group, value in ref["groups"].items():
+        assert res.metrics[f"official.acc.by_category.{group}"] == (None if value is None else approx(value))
 
 
 def _mean(values):

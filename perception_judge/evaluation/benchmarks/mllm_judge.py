@@ -386,6 +386,23 @@ def _round3(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def aggregated(agg: str, setting: str, bench: BenchmarkRun, judged: Judged) -> dict[str, float | None]:
+    """One aggregation's metrics of one setting (:data:`AGGREGATIONS`): ``mean`` on the notebook's reading,
+    ``vote`` on the parsed scores, ``flex`` on Flex-Judge's (with ``score.pearson_unmapped`` beside the score)."""
+    kept, parser = judged.items, bench.opts.parser
+    if agg == "mean":
+        preds = dict(zip(bench.seeds, seed_predictions(setting, judged, bench.seeds, parser, "notebook")))
+        return bench.mean(lambda s: run_metrics(setting, kept, preds[s]))
+    if agg == "vote":
+        per_seed = [[judged.scores(i, "main", s) for i in range(len(kept))] for s in bench.seeds]
+        return run_metrics(setting, kept, voted_predictions(setting, per_seed, parser))
+    result = flex_metrics(setting, kept, seed_predictions(setting, judged, bench.seeds, parser, "flex"))
+    if setting == "score":  # the unmodified script's own number: v[0] of the 1-10 answer, unmapped
+        raw = seed_predictions(setting, judged, bench.seeds, parser, "flex_unmapped")
+        result |= flex_metrics(setting, kept, raw, "score.pearson_unmapped")
+    return result
+
+
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     bench = BenchmarkRun(SUITE, backend, config, MLLMJudgeOptions)
     opts = bench.opts
@@ -413,23 +430,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             tied = sum(1 for run in per_seed for s in run if s and len(set(s)) != len(s))
             metrics["batch.tied_scores_rate"] = M.rate(tied, set_counts.get("judgments", 0))
         for agg in opts.aggregation:
-            if agg == "mean":
-                runs = seed_predictions(setting, judged, bench.seeds, opts.parser, "notebook")
-                preds = dict(zip(bench.seeds, runs))
-                result = bench.mean(
-                    lambda s, setting=setting, kept=kept, preds=preds: run_metrics(setting, kept, preds[s])
-                )
-            elif agg == "vote":
-                result = run_metrics(setting, kept, voted_predictions(setting, per_seed, opts.parser))
-            else:
-                runs = seed_predictions(setting, judged, bench.seeds, opts.parser, "flex")
-                result = flex_metrics(setting, kept, runs)
-                if (
-                    setting == "score"
-                ):  # the unmodified script's own number: v[0] of the 1-10 answer, unmapped
-                    raw = seed_predictions(setting, judged, bench.seeds, opts.parser, "flex_unmapped")
-                    result |= flex_metrics(setting, kept, raw, "score.pearson_unmapped")
-            metrics |= prefixed(agg, result)
+            metrics |= prefixed(agg, aggregated(agg, setting, bench, judged))
         counts |= {f"{setting}.{k}": v for k, v in sorted(set_counts.items())}
 
     protocol = {
