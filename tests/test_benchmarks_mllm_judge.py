@@ -90,6 +90,10 @@ def test_score_pearson(result):
     assert m["vote.score.pearson.micro"] == approx(9 / math.sqrt(88))
     # flex: cumulative lists over identical runs give the same r; failures are -1
     assert m["flex.score.pearson.macro"] == round((coco + compat) / 2, 3)  # the mean of the unrounded subsets
+    # the unmodified script reads v[0] of the 1-10 answer as it is: coco [2, 6, 5], mathvista [8, -1, 10]
+    raw_coco = 3 / math.sqrt(78 / 9 * 2)  # x - mean: [-7/3, 5/3, 2/3], y - mean: [-1, 0, 1]
+    assert m["flex.score.pearson_unmapped.by_dataset.coco"] == round(raw_coco, 3) == 0.721
+    assert m["flex.score.pearson_unmapped.macro"] == 0.854
     assert m["score.parse_failure_rate"] == approx(2 / 12)
     assert result.counts["score.skipped_no_gt"] == 1
 

@@ -138,28 +138,22 @@ def test_backend_errors_are_not_parse_failures(disk, tmp_path):
     assert res.metrics["mean.acc"] == approx(7 / 12)  # a failed call is still a missing (wrong) prediction
 
 
-def test_official_accuracy_leaves_ties_and_unparsed_votes_out_of_the_denominator(disk, tmp_path):
-    """cal.py's rule next to the project's: the wildvision tie, the POS item whose two orders disagree and the
-    FAIL item leave the official denominator; the project's vote.acc counts them as wrong."""
-    from perception_judge.evaluation.benchmarks.pairs import PairItem, official_acc
+def test_official_accuracy_is_cal_py_strict_majority_over_every_judgement(disk, tmp_path):
+    """cal.py's rule next to the project's (seed 0, two judgements an item): the wildvision tie (2 doesntMatch) and
+    the FAIL item are doesntMatch items, the POS item (1 agree, 1 reject) is neither agree nor reject: all three
+    leave the official denominator; the project's vote.acc counts them as wrong."""
+    from perception_judge.evaluation.benchmarks.vlrb_cal import classify
 
     res = run(backend(marker_judge()), config(tmp_path, seeds=(0,), data_dir=str(disk), aggregation="mean"))
     m = res.metrics
     assert m["official.acc"] == approx(1.0) and m["official.n"] == 3
     assert m["official.acc.macro"] == approx(1.0) and m["official.acc"] >= m["mean.acc"]
-
-    def item(group, preferred):
-        return PairItem(item_id="x", question="q", responses=["a", "b"], preferred=preferred, group=group)
-
-    items = [item("general", "A"), item("general", "B"), item("general", "A"), item("reasoning", "A"),
-             item("reasoning", "B"), item("hallucination", "A")]  # fmt: skip
-    voted = ["A", "A", "C", "A", None, "B"]
-    o = official_acc(items, voted)
-    assert o["n"] == 4 and o["acc"] == approx(2 / 4)
-    assert o["acc.by_category.general"] == approx(1 / 2) and o["acc.by_category.reasoning"] == approx(1.0)
-    assert o["acc.by_category.hallucination"] == approx(0.0)
-    assert o["acc.macro"] == approx((1 / 2 + 1 + 0) / 3)
-    assert official_acc(items[:1], [None])["acc"] is None
+    assert m["official.n_undecided"] == 3
+    # a strict majority of all k judgements, ties and failures counted in k: 3 agree, 2 reject and 1 failure out
+    # of 6 is no majority (the project's vote, the sign of #agree - #reject, calls it right)
+    assert classify(3, 2, 1) == "other"
+    assert classify(4, 1, 1) == "agree" and classify(1, 3, 0) == "reject"
+    assert classify(2, 0, 2) == "other" and classify(0, 1, 2) == "doesntMatch"
 
 
 def test_duplicate_ids_get_distinct_requests(tmp_path):

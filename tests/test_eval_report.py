@@ -226,3 +226,32 @@ def test_every_table_names_its_protocol_and_parser(tmp_path):
     assert js["vlrewardbench"]["protocol_of"] == {"vote.acc": "project", "official.acc": "official"}
     assert js["mllm_judge"]["protocol_of"]["flex.Ave"] == "published"
     assert js["mllm_judge"]["parser"].startswith("strict")
+
+
+def test_official_numbers_name_their_rule_and_an_undefined_group_is_na_not_zero(tmp_path):
+    steps = {"base": 0, "final": 7}
+    vlrb = {
+        "base": {"mean.acc": 0.5, "official.acc": 0.6, "official.acc.by_category.reasoning": None},
+        "final": {"mean.acc": 0.7, "official.acc": 0.8, "official.acc.by_category.reasoning": 0.75},
+    }
+    why = "no decided (agree or reject) item in reasoning; cal.py divides by zero"
+    protocols = {
+        "vlrewardbench": {
+            "official_rule": "VL-RewardBench cal.py (classify + distribution_dataset): strict majority",
+            "undefined_metrics": {"official.acc.by_category.reasoning": why},
+        }
+    }
+    _write_eval(tmp_path, {"vlrewardbench": vlrb}, steps, protocols)
+    R.write_report(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    section = md.split("## vlrewardbench")[1].split("## ")[0]
+    assert "**official protocol**: the benchmark's official scoring rule" in section
+    assert "VL-RewardBench cal.py (classify + distribution_dataset): strict majority" in section
+    base = next(line for line in section.splitlines() if line.startswith("| base |") and "0.600" in line)
+    assert base.endswith("| n/a |") and "0.000" not in base
+    final = next(line for line in section.splitlines() if line.startswith("| final |") and "0.800" in line)
+    assert final.endswith("| 0.750 |")  # defined for this model: its number, no n/a
+    assert f"- n/a: `base` `official.acc.by_category.reasoning`: seed 0: {why}" in section
+    js = json.loads((tmp_path / "report.json").read_text())["tables"]["vlrewardbench"]
+    assert js["rules"]["official"].startswith("VL-RewardBench cal.py")
+    assert js["undefined"]["base"]["official.acc.by_category.reasoning"].endswith(why)

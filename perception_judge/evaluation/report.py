@@ -75,8 +75,10 @@ def primary_metric(suite: str, metrics: list[str], protocol: dict[str, Any]) -> 
 PROTOCOL_FAMILIES = {
     "project": "the project's rules (failures and ties count against the judge)",
     "published": "a replica of the published evaluation script's aggregation",
-    "official": "the benchmark's official scoring rule (its cal.py: ties and unparsed items leave the denominator)",
+    "official": "the benchmark's official scoring rule, as its own script computes it",
 }
+NOT_AVAILABLE = "n/a"
+"""A cell whose number the suite declares undefined, with a reason (``protocol["undefined_metrics"]``): never 0."""
 
 
 def metric_family(metric: str) -> str:
@@ -288,14 +290,46 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
     return written
 
 
+def _cell(row: dict[str, Any], metric: str, undefined: dict[str, dict[str, str]]) -> str:
+    mean, std = row["values"].get(metric, (None, None))
+    if mean is None and metric in undefined.get(row["model"], {}):
+        return NOT_AVAILABLE
+    return _fmt(mean, std)
+
+
 def _md_table(table: dict[str, Any], columns: list[str], headers: dict[str, str] | None = None) -> list[str]:
+    """A Markdown table of ``columns``; a number the suite declared undefined reads ``n/a`` and its reason follows
+    the table."""
+    undefined = table.get("undefined") or {}
     head = ["model", "step", *[(headers or {}).get(c, c) for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * len(columns)) + "|"]
+    notes = []
     for r in table["rows"]:
         cells = [r["model"], "–" if r["step"] is None else str(r["step"])]
-        cells += [_fmt(*r["values"].get(c, (None, None))) for c in columns]
+        cells += [_cell(r, c, undefined) for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
+        why = undefined.get(r["model"], {})
+        notes += [
+            f"- {NOT_AVAILABLE}: `{r['model']}` `{c}`: {why[c]}"
+            for c in columns
+            if _cell(r, c, undefined) == NOT_AVAILABLE
+        ]
+    return [*lines, "", *([*notes, ""] if notes else [])]
+
+
+def undefined_metrics(
+    results: list[tuple[dict[str, Any], dict[str, Any]]],
+) -> dict[str, dict[str, dict[str, str]]]:
+    """Per suite and model, the numbers its cells declared undefined and why (``protocol["undefined_metrics"]``,
+    e.g. an official group without a decided item); a model's reasons from several seeds are joined."""
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for cell, result in results:
+        declared = (result.get("protocol") or {}).get("undefined_metrics") or {}
+        mine = out.setdefault(cell["suite"], {}).setdefault(cell["model"], {})
+        for metric, reason in declared.items():
+            seed = f"seed {cell.get('seed')}: " if cell.get("seed") is not None else ""
+            mine[metric] = "; ".join(filter(None, [mine.get(metric), seed + str(reason)]))
+    return out
 
 
 def _summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -350,7 +384,11 @@ def render_markdown(report: dict[str, Any]) -> str:
             for c in cols:
                 groups.setdefault(metric_family(c), []).append(c)
             for family, members in groups.items():
-                lines += [f"**{family} protocol**: {PROTOCOL_FAMILIES[family]}.", ""]
+                rule = (table.get("rules") or {}).get(family)
+                lines += [
+                    f"**{family} protocol**: {PROTOCOL_FAMILIES[family]}{f': {rule}' if rule else ''}.",
+                    "",
+                ]
                 for start in range(0, len(members), _MAX_COLS):
                     lines += _md_table(table, members[start : start + _MAX_COLS])
         if table.get("parser"):
@@ -385,7 +423,9 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     tables = {s: _table(rows, s, models) for s in suites}
     protocols: dict[str, dict[str, Any]] = {}
     counts: dict[str, dict[str, dict[str, int]]] = {}
-    for c, result in done_results(out_dir, data):
+    results = done_results(out_dir, data)
+    undefined = undefined_metrics(results)
+    for c, result in results:
         protocols.setdefault(c["suite"], result.get("protocol") or {})
         agg = counts.setdefault(c["suite"], {}).setdefault(c["model"], {})
         for k, v in (result.get("counts") or {}).items():
@@ -394,6 +434,9 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     for s, table in tables.items():
         parser = protocols.get(s, {}).get("parser")  # the parser that produced the suite's scores
         table["parser"] = str(parser or "protocol (the project's strict score parser)")
+        official = protocols.get(s, {}).get("official_rule")  # the rule the official.* numbers follow
+        table["rules"] = {"official": str(official)} if official else {}
+        table["undefined"] = {m: why for m, why in undefined.get(s, {}).items() if why}
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path | None] = []
@@ -413,6 +456,8 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
                 "columns": t["columns"],
                 "parser": t["parser"],
                 "protocol_of": {c: metric_family(c) for c in t["columns"]},
+                "rules": t["rules"],
+                "undefined": t["undefined"],
                 "rows": [
                     {**r, "values": {k: {"mean": v[0], "std": v[1]} for k, v in r["values"].items()}}
                     for r in t["rows"]

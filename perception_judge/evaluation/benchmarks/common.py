@@ -31,7 +31,7 @@ from perception_judge.evaluation.base import (
     write_samples,
 )
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.published import ParserOption
+from perception_judge.evaluation.benchmarks.published import ParserOption, whole_completion
 
 PERCEPTION_JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 0.95, "top_k": 20}
 PERCEPTION_JUDGE_SEEDS = [0, 1, 2]
@@ -372,19 +372,29 @@ class TableImages:
 
 class Judged:
     """The judgements of one :meth:`BenchmarkRun.judge` call by judged item (skipped items left out): ``items``,
-    their positions in the judged sequence (``index``) and :meth:`scores`."""
+    their positions in the judged sequence (``index``), :meth:`scores` and :meth:`completion`."""
 
     def __init__(self, items: Sequence[Any], judgements: list[Judgement], counts: dict[str, int]) -> None:
         self.index = sorted({j.item for j in judgements})
         position = {i: k for k, i in enumerate(self.index)}
         self.items = [items[i] for i in self.index]
         self._scores = {(position[j.item], j.variant, j.seed): j.result.scores for j in judgements}
+        self._texts = {
+            (position[j.item], j.variant, j.seed): whole_completion(j.result.text, j.result.reasoning)
+            for j in judgements
+        }
         self.counts = counts
         counts["items"] = len(self.items)
 
     def scores(self, i: int, variant: str, seed: int) -> list[float] | None:
         """The scores of judged item ``i``'s request ``variant`` under ``seed``; None on a failure."""
         return self._scores.get((i, variant, seed))
+
+    def completion(self, i: int, variant: str, seed: int) -> str:
+        """The whole completion of that judgement as the published scripts read it (the reasoning a backend split
+        off back in front, :func:`~perception_judge.evaluation.benchmarks.published.whole_completion`); ``""``
+        for a failed call or a missing judgement."""
+        return self._texts.get((i, variant, seed), "")
 
     @property
     def parse_failure_rate(self) -> float | None:

@@ -25,6 +25,7 @@ from perception_judge.evaluation.benchmarks.common import (
     BenchmarkOptions,
     BenchmarkRun,
     ImageSource,
+    Judged,
     OptPath,
     choices,
     first_field,
@@ -33,7 +34,14 @@ from perception_judge.evaluation.benchmarks.common import (
     require_file,
     slug,
 )
-from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, request_parser
+from perception_judge.evaluation.benchmarks.published import (
+    DESCRIPTIONS,
+    first_tag,
+    flex_batch_ranking,
+    notebook_batch_ranking,
+    request_parser,
+    tag_ints,
+)
 
 SUITE = "mllm_judge"
 SETTINGS: tuple[str, ...] = ("pair", "score", "batch")
@@ -189,16 +197,74 @@ def checked_items(
 
 
 def prediction(setting: str, scores: list[float] | None, parser: str = "strict") -> Any:
-    """The prediction of one judgment: a verdict (pair), a 1-5 score (score) or a ranking (batch); None on a
-    parse failure or a missing judgment. Under ``parser="published"`` a score of 11 or more is a failure (the
-    published evaluator's -1) and smaller out-of-range values go through ``ceil(s/2)`` as they are."""
+    """The prediction of one judgment from its parsed scores: a verdict (pair), a 1-5 score (score) or a ranking
+    (batch); None on a parse failure or a missing judgment. Under ``parser="published"`` a score whose
+    ``ceil(s/2)`` exceeds 5 is a failure, the Perception-Judge notebook's rule (score cell:
+    ``pred_score = math.ceil(v[0]/2)``; ``if pred_score > 5: pred_score = -1``); 0 and other small values go
+    through ``ceil(s/2)`` as they are."""
     if scores is None:
         return None
     if setting == "pair":
         return M.pair_verdict(scores[0], scores[1])
     if setting == "score":
-        return None if parser == "published" and scores[0] >= 11 else M.ceil_half(scores[0])
+        mapped = M.ceil_half(scores[0])
+        return None if parser == "published" and mapped > 5 else mapped
     return M.ranking_from_scores(scores)
+
+
+PUBLISHED_RULES = {
+    "notebook": "Perception-Judge eval/evaluate_metric.ipynb (the mean aggregation)",
+    "flex": "Flex-Judge test/evaluate.py (the flex aggregation), a score mapped by ceil(s/2) onto Flex's 1-5 prompt",
+    "flex_unmapped": "Flex-Judge test/evaluate.py as it stands: the score v[0] unmapped (score.pearson_unmapped)",
+}
+
+
+def published_prediction(setting: str, completion: str, gt: Any, rule: str) -> Any:
+    """The prediction a published script makes of one completion (None where it finds no answer):
+
+    * pair (both rules; ``test/mllm_as_a_judge_vllm.py`` lines 153-159, the notebook's pair cell): the first two
+      tag integers, A if s1 > s2, B if s1 < s2, else C; fewer than two is a failure (their ``except``: C);
+    * score: ``ceil(v/2)`` of the first tag integer ``v`` (the project's 1-10 prompt onto the 1-5 scale); the
+      notebook makes a value above 5 a failure (-1), Flex keeps it (``test/evaluate.py`` lines 98-100: ``v[0]``,
+      no range check, so 11 gives 6); ``flex_unmapped`` is ``v`` itself, what the unmodified script reads;
+    * batch: the notebook ranks the first ``len(gt)`` integers inside the ``<answer>`` blocks
+      (:func:`~perception_judge.evaluation.benchmarks.published.notebook_batch_ranking`), Flex every tag integer
+      (:func:`~perception_judge.evaluation.benchmarks.published.flex_batch_ranking`, lines 131-134)."""
+    if rule not in PUBLISHED_RULES:
+        raise ValueError(f"rule must be one of {list(PUBLISHED_RULES)}, got {rule!r}")
+    if setting == "pair":
+        ints = tag_ints(completion)
+        return M.pair_verdict(ints[0], ints[1]) if len(ints) >= 2 else None
+    if setting == "score":
+        first = first_tag(completion)
+        if rule == "flex_unmapped":
+            return first
+        mapped = None if first is None else M.ceil_half(first)
+        return None if rule == "notebook" and mapped is not None and mapped > 5 else mapped
+    ranking = (
+        notebook_batch_ranking(completion, len(gt)) if rule == "notebook" else flex_batch_ranking(completion)
+    )
+    return ranking or None
+
+
+def seed_predictions(
+    setting: str, judged: Judged, seeds: list[int], parser: str, rule: str
+) -> list[list[Any]]:
+    """Per seed, per judged item, the prediction: read from the completion by the published ``rule`` under
+    ``parser="published"`` (:func:`published_prediction`), else from the parsed scores (:func:`prediction`; the
+    first score itself for ``flex_unmapped``)."""
+    kept = judged.items
+    if rule == "flex_unmapped" and parser != "published":
+        return [[(judged.scores(i, "main", s) or [None])[0] for i in range(len(kept))] for s in seeds]
+    if parser == "published":
+        return [
+            [
+                published_prediction(setting, judged.completion(i, "main", s), kept[i].gt, rule)
+                for i in range(len(kept))
+            ]
+            for s in seeds
+        ]
+    return [[prediction(setting, judged.scores(i, "main", s)) for i in range(len(kept))] for s in seeds]
 
 
 def _groups(items: list[Item]) -> dict[str, list[int]]:
@@ -272,13 +338,14 @@ def voted_predictions(
 
 
 def flex_metrics(
-    setting: str, items: list[Item], per_seed: list[list[list[float] | None]], parser: str = "strict"
+    setting: str, items: list[Item], preds: list[list[Any]], score_name: str = "score.pearson"
 ) -> dict[str, float | None]:
-    """Flex-Judge's ``test/evaluate.py`` aggregation: pair vote with failures as C, each subset rounded to 3
-    decimals before their mean ("Ave"); score Pearson on the runs' accumulated lists (failure -1), median;
-    batch mean distance on accumulated runs, maximum; each "Ave" rounded to 3 decimals."""
+    """Flex-Judge's ``test/evaluate.py`` aggregation of per-seed predictions ``preds[seed][item]`` (read by
+    :func:`published_prediction` with ``rule="flex"`` under ``parser=published``): pair vote with failures as C,
+    each subset rounded to 3 decimals before their mean ("Ave"); score Pearson on the runs' accumulated lists
+    (failure -1), median (named ``score_name``); batch mean distance on accumulated runs, maximum; each "Ave"
+    rounded to 3 decimals."""
     gts = [it.gt for it in items]
-    preds = [[prediction(setting, s, parser) for s in run] for run in per_seed]
     out: dict[str, float | None] = {}
     if setting == "pair":
         voted = [M.vote_verdict((run[i] or "C") for run in preds) for i in range(len(items))]
@@ -294,7 +361,7 @@ def flex_metrics(
             out |= scoped | per | {f"pair.{name}.macro": _round3(M.mean(per.values()))}
         return out
     if setting == "score":
-        name = "score.pearson"
+        name = score_name
 
         def subset(idx: list[int]) -> float | None:
             runs = [[float(run[i]) if run[i] is not None else -1.0 for i in idx] for run in preds]
@@ -317,6 +384,23 @@ def flex_metrics(
 def _round3(value: float | None) -> float | None:
     """Flex-Judge's printed precision: ``round(x, 3)`` (None stays None)."""
     return None if value is None else round(value, 3)
+
+
+def aggregated(agg: str, setting: str, bench: BenchmarkRun, judged: Judged) -> dict[str, float | None]:
+    """One aggregation's metrics of one setting (:data:`AGGREGATIONS`): ``mean`` on the notebook's reading,
+    ``vote`` on the parsed scores, ``flex`` on Flex-Judge's (with ``score.pearson_unmapped`` beside the score)."""
+    kept, parser = judged.items, bench.opts.parser
+    if agg == "mean":
+        preds = dict(zip(bench.seeds, seed_predictions(setting, judged, bench.seeds, parser, "notebook")))
+        return bench.mean(lambda s: run_metrics(setting, kept, preds[s]))
+    if agg == "vote":
+        per_seed = [[judged.scores(i, "main", s) for i in range(len(kept))] for s in bench.seeds]
+        return run_metrics(setting, kept, voted_predictions(setting, per_seed, parser))
+    result = flex_metrics(setting, kept, seed_predictions(setting, judged, bench.seeds, parser, "flex"))
+    if setting == "score":  # the unmodified script's own number: v[0] of the 1-10 answer, unmapped
+        raw = seed_predictions(setting, judged, bench.seeds, parser, "flex_unmapped")
+        result |= flex_metrics(setting, kept, raw, "score.pearson_unmapped")
+    return result
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
@@ -346,19 +430,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             tied = sum(1 for run in per_seed for s in run if s and len(set(s)) != len(s))
             metrics["batch.tied_scores_rate"] = M.rate(tied, set_counts.get("judgments", 0))
         for agg in opts.aggregation:
-            if agg == "mean":
-                preds = {
-                    s: [prediction(setting, sc, opts.parser) for sc in run]
-                    for s, run in zip(bench.seeds, per_seed)
-                }
-                result = bench.mean(
-                    lambda s, setting=setting, kept=kept, preds=preds: run_metrics(setting, kept, preds[s])
-                )
-            elif agg == "vote":
-                result = run_metrics(setting, kept, voted_predictions(setting, per_seed, opts.parser))
-            else:
-                result = flex_metrics(setting, kept, per_seed, opts.parser)
-            metrics |= prefixed(agg, result)
+            metrics |= prefixed(agg, aggregated(agg, setting, bench, judged))
         counts |= {f"{setting}.{k}": v for k, v in sorted(set_counts.items())}
 
     protocol = {
@@ -376,7 +448,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "batch_gt_field": "human or human_answer; records with no ranking or <= 2 letters skipped",
         "scopes": "micro = pooled over all items; macro = unweighted mean over original_dataset subsets",
         "failures": (
-            "published: a score >= 11 is a failure, a batch ranking may be shorter than the answers; "
+            "published: mean (the Perception-Judge notebook) makes a score with ceil(s/2) > 5 a failure and ranks the "
+            "first len(gt) integers of the <answer> blocks; flex (Flex-Judge test/evaluate.py) keeps any score "
+            "(11 -> 6) and ranks every tag, even one too many; "
             if opts.parser == "published"
             else ""
         )

@@ -6,7 +6,6 @@ verbosity and self-enhancement suites. Preferences and verdicts are in **respons
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ class PairItem:
     preferred: str | None  # "A" | "B" | "C" | None, in response space
     group: str = ""
     names: list[str | None] = field(default_factory=lambda: [None, None])
+    record_id: str = ""  # the benchmark's own id where item_id had to be made unique (VL-RewardBench)
     load_images: Callable[[], list[Any]] = field(default=lambda: [], repr=False)
     check_images: Callable[[], None] = field(default=lambda: None, repr=False)  # fail fast on missing files
 
@@ -150,29 +150,13 @@ def voted_verdicts(per_seed: Sequence[Sequence[dict[str, str | None]]], n: int) 
     return [M.vote_verdict([run[j][o] for run in per_seed for o in ORDERS]) for j in range(n)]
 
 
-def voted_acc(
-    items: Sequence[PairItem], voted: Sequence[str | None], official: bool = False
-) -> dict[str, float | None]:
-    """Accuracy of one voted verdict per item (a tie or failure is wrong), overall, per group and macro.
-
-    ``official``: VL-RewardBench's official accuracy (its ``cal.py`` rule) from the same vote: an item whose vote
-    is a tie or has no parsed judgement leaves the denominator,
-
-        acc = #{i : vote_i = human_i} / #{i : vote_i in {A, B}},   acc.macro = mean over the groups present,
-
-    so it is never lower than the stricter project rule; ``n`` is the denominator."""
-    idx = [
-        i
-        for i, it in enumerate(items)
-        if it.preferred in ("A", "B") and (not official or voted[i] in ("A", "B"))
-    ]
+def voted_acc(items: Sequence[PairItem], voted: Sequence[str | None]) -> dict[str, float | None]:
+    """Accuracy of one voted verdict per item (a tie or failure is wrong), overall, per group and macro, over the
+    items with a decisive human preference. VL-RewardBench's official rule is another one (its ``cal.py``:
+    :mod:`perception_judge.evaluation.benchmarks.vlrb_cal`)."""
+    idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
 
     def correct(i: int) -> bool:
         return voted[i] == items[i].preferred
 
-    out = {"acc": M.mean(correct(i) for i in idx), **group_accuracy(items, correct, idx)}
-    return {**out, "n": float(len(idx))} if official else out
-
-
-official_acc = functools.partial(voted_acc, official=True)
-"""VL-RewardBench's official accuracy: :func:`voted_acc` under its ``cal.py`` rule."""
+    return {"acc": M.mean(correct(i) for i in idx), **group_accuracy(items, correct, idx)}

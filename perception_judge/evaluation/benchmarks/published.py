@@ -1,68 +1,126 @@
-"""``parser=published`` on the benchmark suites: the published evaluators' looser reading of a completion
-(MLLM-as-a-Judge's ``evaluate_metric`` notebook, Flex-Judge's ``test/*_vllm.py`` scripts), so that numbers
-compare with theirs. The scores are the integers inside ``<answer>`` blocks anywhere in the text (a think block
-included), else inside ``[[...]]``; out-of-range values are kept for each benchmark's own rule. ``published``
-takes the first ``n`` (fewer is a failure), ``published_prefix`` the first ``min(k, n)`` of the ``k >= 1``
-found (MLLM-as-a-Judge batch). See ``docs/benchmarks.md`` (Prompts, parsing and failures).
+"""``parser=published`` on the benchmark suites: a completion read exactly as the published evaluation code reads
+it, so that numbers compare with theirs. Two readings exist, each a regex over the **whole** completion (a think
+block included); nothing else (no ``[[n]]`` brackets, no spaces, no decimals) is read:
+
+* **tags** (:func:`tag_ints`): ``re.findall(r"<answer>(\\d+)</answer>", text)``, only digits directly between the
+  tags. Every published pair, score, VL-RewardBench and MJ-Bench reader: flex-judge ``test/mllm_as_a_judge_vllm.py``
+  lines 153-159 (pair), ``test/vl_rewardbench_vllm.py`` 91-97, ``test/mj_bench_vllm.py`` 127-140,
+  ``test/evaluate.py`` 98-100 (score) and 131-135 (batch); the Perception-Judge ``eval/evaluate_metric.ipynb`` pair
+  and score cells.
+* **blocks** (:func:`block_ints`): every integer inside every ``<answer>...</answer>`` block. Only the
+  Perception-Judge notebook's batch cell (``re.findall(r"<answer>(.*?)</answer>", t, flags=re.DOTALL)``, then
+  ``re.findall(r"\\d+", block)``).
+
+Request parsers: ``published`` takes the first ``n`` tag integers (fewer is a failure); ``published_prefix`` the
+first ``min(k, n)`` of the ``k >= 1`` block integers (the notebook's batch). Out-of-range values are kept for each
+benchmark's own rule. See ``docs/benchmarks.md`` (Prompts, parsing and failures).
 """
 
 from __future__ import annotations
 
 import re
+import string
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import AfterValidator
 
-ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
-BRACKET = re.compile(r"\[\[([^\[\]]*)\]\]")
+TAG = re.compile(r"<answer>(\d+)</answer>")
+BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
 DIGITS = re.compile(r"\d+")
-MAX_DIGITS = 6
-"""A longer run of digits is read as 999999 (out of range either way; never ``int()`` a 10,000-digit string)."""
+CAP = 10**15 - 1
+"""Larger values read as CAP: every integer up to 15 digits is exact as a float score (a completion with a longer
+number is out of every range either way; ``int()`` is never run on more than 4,000 digits)."""
+LETTERS = string.ascii_uppercase
+"""The published batch rankings label the scores ``string.ascii_uppercase[:len(v)]`` (at most 26)."""
 
 PARSERS = ("strict", "published")
 """Values of the suites' ``parser`` option."""
 
 
-def _ints(chunks: list[str]) -> list[int]:
-    digits = [d for chunk in chunks for d in DIGITS.findall(chunk)]
-    return [int(d) if len(d) <= MAX_DIGITS else 10**MAX_DIGITS - 1 for d in digits]
+def _value(digits: str) -> int:
+    return min(int(digits), CAP) if len(digits) <= 4000 else CAP
 
 
-def answer_ints(text: str) -> list[int]:
-    """Every integer of every ``<answer>`` block, anywhere in ``text``; the bracketed integers when no block has
-    one (see the module docstring).
+def whole_completion(text: str | None, reasoning: str | None = None) -> str:
+    """The completion as the published scripts read it: the reasoning a backend split off, put back in front as a
+    think block (``<think>{reasoning}</think>{text}``); the text alone when there is none."""
+    text = text if isinstance(text, str) else ""
+    return f"<think>{reasoning}</think>{text}" if reasoning else text
 
-    >>> answer_ints("<think>maybe <answer>3</answer></think><answer>11</answer> <answer>nan</answer>")
+
+def tag_ints(text: str) -> list[int]:
+    """The tag reading: the integers of ``re.findall(r"<answer>(\\d+)</answer>", text)``, in order, anywhere in
+    the text (see the module docstring for the published lines).
+
+    >>> tag_ints("<think><answer>3</answer></think><answer>11</answer><answer> 7 </answer><answer>7.5</answer>")
     [3, 11]
-    >>> answer_ints("Assistant 1: [[8]], Assistant 2: [[0]]")
-    [8, 0]
+    """
+    return [_value(d) for d in TAG.findall(text)] if isinstance(text, str) else []
+
+
+def block_ints(text: str) -> list[int]:
+    """The block reading (the Perception-Judge notebook's batch cell only): every run of digits inside every
+    ``<answer>...</answer>`` block, in order.
+
+    >>> block_ints("<answer>4, 6</answer><answer>7.5</answer><answer>nan</answer>")
+    [4, 6, 7, 5]
     """
     if not isinstance(text, str):
         return []
-    return _ints(ANSWER_BLOCK.findall(text)) or _ints(BRACKET.findall(text))
+    return [_value(d) for block in BLOCK.findall(text) for d in DIGITS.findall(block)]
 
 
 def parse_published(text: str, n: int, reasoning: str | None = None) -> tuple[list[float] | None, str | None]:
-    """``parser="published"``: the first ``n`` integers of :func:`answer_ints` (the reasoning, when a backend
-    split it off, is searched first, as the published scripts read the whole completion)."""
-    ints = _answer_ints(text, reasoning)
+    """``parser="published"``: the first ``n`` of :func:`tag_ints` over the whole completion; fewer is a failure
+    (the published scripts' ``score[1]`` IndexError, caught as a tie: ``pred = "C"`` / ``[0, 0]`` / ``2``)."""
+    ints = tag_ints(whole_completion(text, reasoning))
     if len(ints) < n:
-        return None, f"published rule: {len(ints)} of {n} answer integers"
+        return None, f"published rule: {len(ints)} of {n} <answer>digits</answer> tags"
     return [float(v) for v in ints[:n]], None
 
 
 def parse_published_prefix(
     text: str, n: int, reasoning: str | None = None
 ) -> tuple[list[float] | None, str | None]:
-    """``parser="published_prefix"``: the first ``min(k, n)`` of the ``k`` integers found; none is a failure."""
-    ints = _answer_ints(text, reasoning)
+    """``parser="published_prefix"``: the first ``min(k, n)`` of the ``k`` :func:`block_ints` (the notebook's
+    batch cell, cut to the ranking's length ``n``); none is a failure."""
+    ints = block_ints(whole_completion(text, reasoning))
     if not ints:
-        return None, "published rule: no answer integer"
+        return None, "published rule: no integer inside an <answer> block"
     return [float(v) for v in ints[:n]], None
 
 
-def _answer_ints(text: str, reasoning: str | None) -> list[int]:
-    return answer_ints(f"<think>{reasoning}</think>{text}" if reasoning else text)
+def published_ranking(values: Sequence[float]) -> str:
+    """``"".join(label for _, label in sorted(zip(values, string.ascii_uppercase[:len(values)]), reverse=True))``
+    as a pure rule: the letters of the first 26 values, highest value first, equal values with the later letter
+    first (the batch readers of ``test/evaluate.py`` lines 132-134 and the notebook's batch cell).
+
+    >>> published_ranking([3, 9, 9, 1, 12])
+    'ECBAD'
+    """
+    pairs = list(zip(values, LETTERS))
+    order = sorted(range(len(pairs)), key=lambda i: (pairs[i][0], i), reverse=True)
+    return "".join(pairs[i][1] for i in order)
+
+
+def notebook_batch_ranking(completion: str, gt_length: int) -> str:
+    """The Perception-Judge notebook's batch prediction: :func:`published_ranking` of the first ``gt_length``
+    :func:`block_ints` (``[:len(gt)]``); ``""`` (distance 1.0) when there is none."""
+    return published_ranking(block_ints(completion)[:gt_length])
+
+
+def flex_batch_ranking(completion: str) -> str:
+    """Flex-Judge's batch prediction (``test/evaluate.py`` lines 131-134): :func:`published_ranking` of **every**
+    tag integer, never cut to the number of answers (one tag too many gives a longer ranking)."""
+    return published_ranking(tag_ints(completion))
+
+
+def first_tag(completion: str) -> int | None:
+    """The first tag integer, whatever its range (``test/evaluate.py`` lines 98-100: ``v[0]``); None when there is
+    none (Flex's ``-1``)."""
+    ints = tag_ints(completion)
+    return ints[0] if ints else None
 
 
 def _check_parser(value: str) -> str:
@@ -85,7 +143,9 @@ def request_parser(parser: str, prefix: bool = False) -> str:
 
 DESCRIPTIONS = {
     "strict": "strict (project): exactly n <answer> tags after the reasoning, integers 1-10; anything else a failure",
-    "published": "published: the first n integers inside <answer> blocks anywhere in the text (think included; "
-    "[[n]] brackets when no block has one), out-of-range values kept, then the benchmark's own rule",
+    "published": "published: re.findall(r'<answer>(\\d+)</answer>') over the whole completion (think included), the "
+    "first n matches (only digits directly between the tags; no [[n]] fallback), out-of-range values kept, then the "
+    "benchmark's own rule; MLLM-as-a-Judge batch: the Perception-Judge notebook reads every integer inside every "
+    "<answer> block (cut to the ranking's length), Flex-Judge every tag",
 }
 """What each ``parser`` value means, for the suites' protocol records and the report."""

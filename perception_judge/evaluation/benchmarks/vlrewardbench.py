@@ -1,7 +1,8 @@
 """VL-RewardBench (HF ``MMInstruction/VL-RewardBench``, split ``test``): image-question pairs with a human
 preference between two responses, each pair judged in **both orders** with our pair prompt; a tie or a parse
-failure is wrong. ``official.*`` follows the benchmark's ``cal.py``. Files, fields, categories, protocol and
-metrics: ``docs/benchmarks.md`` (VL-RewardBench).
+failure is wrong. ``official.*`` follows the benchmark's ``cal.py`` on every judgement, which are also written in
+its input layout (``vlrewardbench.cal.jsonl``, :mod:`~perception_judge.evaluation.benchmarks.vlrb_cal`). Files,
+fields, categories, protocol and metrics: ``docs/benchmarks.md`` (VL-RewardBench).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, write_samples
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import (
     BenchmarkDataError,
@@ -27,7 +28,6 @@ from perception_judge.evaluation.benchmarks.pairs import (
     ORIG,
     SWAP,
     PairItem,
-    official_acc,
     order_metrics,
     order_verdicts,
     pair_requests,
@@ -35,6 +35,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     voted_verdicts,
 )
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, request_parser
+from perception_judge.evaluation.benchmarks.vlrb_cal import RULE, cal_py_stops, cal_records, official_metrics
 
 SUITE = "vlrewardbench"
 CATEGORIES: tuple[str, ...] = ("general", "hallucination", "reasoning")
@@ -118,6 +119,7 @@ def load_items(
                 preferred=preferred,
                 group=category,
                 names=names,
+                record_id=str(rec.get("id") if rec.get("id") is not None else i),
                 load_images=functools.partial(images.load, i, where),
                 check_images=functools.partial(images.check, i, where),
             )
@@ -153,7 +155,11 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     metrics: dict[str, float | None] = {"parse_failure_rate": judged.parse_failure_rate}
     for agg in opts.aggregation:
         metrics |= prefixed(agg, bench.mean(seed_metrics) if agg == "mean" else voted_acc(kept, voted))
-    metrics |= prefixed("official", official_acc(kept, voted))
+    records = cal_records(kept, per_seed)
+    cal_path = Path(config.out_dir) / f"{SUITE}.cal.jsonl"
+    write_samples(cal_path, records)
+    official, undefined = official_metrics(records)
+    metrics |= prefixed("official", official)
     protocol = {
         "benchmark": "VL-RewardBench (MMInstruction/VL-RewardBench)",
         "path": str(path),
@@ -164,9 +170,17 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "correct": "the preferred response equals the human's (human_ranking); a tie or a parse failure is wrong",
         "category": "explicit 'category' field, else the id prefix mapped as in lmms-eval (unknown -> general)",
         "macro": "unweighted mean over general / hallucination / reasoning",
-        "official": "official.acc / official.acc.macro: the official cal.py rule on the per-item vote over seeds x "
-        "orders: items whose vote is a tie or unparsed leave the denominator (official.n); the project's acc counts "
-        "them as wrong",
+        "official_rule": RULE,
+        "official": {
+            "metrics": "official.acc (Overall), official.acc.macro, official.acc.by_category.<group>, official.n "
+            "(decided items), official.n_undecided; every judgement of this call (seeds x orders) is one vote",
+            "file": str(cal_path),
+            "cal_py": cal_py_stops(records)
+            or "the unmodified cal.py prints these numbers on the file (its k=9 lines when an item has at most 9 "
+            "judgements)",
+            "category": "cal.py's own source rule on the id (case-sensitive prefix), not the 'category' field",
+        },
+        "undefined_metrics": prefixed("official", undefined),
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, response order swapped at random (p=0.5), "
         "image not resized",
     }
