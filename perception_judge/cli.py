@@ -22,6 +22,9 @@ class Command:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int | None]
     description: str = ""
+    passthrough: bool = (
+        False  # unknown ``--key value`` arguments go to ``args.passthrough`` (recipe overrides)
+    )
 
 
 # name -> (module:attribute of a Command, one-line help). Listed in pipeline order.
@@ -45,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge-lora": (
         "perception_judge.train.cli:MERGE_LORA",
         "merge a LoRA adapter into its base model and save the result",
+    ),
+    "recipe-memory": (
+        "perception_judge.train.cli:RECIPE_MEMORY",
+        "per-GPU memory of a training recipe (ZeRO-3, activations, colocated vLLM): does it fit?",
     ),
     "eval": (
         "perception_judge.evaluation.cli:COMMAND",
@@ -101,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"perception-judge: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
     command = load_command(name)
-    args = build_parser(name, command).parse_args(argv[1:])
+    parser = build_parser(name, command)
+    if command.passthrough:
+        args, args.passthrough = parser.parse_known_args(argv[1:])
+    else:
+        args = parser.parse_args(argv[1:])
     try:
         code = command.run(args)
     except KeyboardInterrupt:

@@ -152,3 +152,26 @@ def test_pixel_policy_factor_comes_from_the_model(tiny_qwen25, tiny_qwen3):
     assert (q25.factor, q3.factor) == (28, 32)
     with pytest.raises(DataError, match="patch factor 32"):
         pixel_policy_for(JudgeArguments(image_size=56), AutoConfig.from_pretrained(tiny_qwen3))
+
+
+def test_pixel_bounds_come_from_the_model_processor(tiny_qwen3):
+    """Qwen3-VL's processor keeps images of 65,536-16,777,216 pixels and resizes any other, silently; the policy
+    takes its least area from the processor and refuses values it would resize (before any weight loads)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, AutoProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    from perception_judge.core.images import processor_pixel_bounds
+
+    config = AutoConfig.from_pretrained(tiny_qwen3)
+    qwen3 = SimpleNamespace(image_processor=Qwen2VLImageProcessor(min_pixels=65536, max_pixels=16777216))
+    assert processor_pixel_bounds(qwen3) == (65536, 16777216)
+    assert processor_pixel_bounds(AutoProcessor.from_pretrained(tiny_qwen3)) == (32 * 32 * 4, 32 * 32 * 16)
+    smart = pixel_policy_for(JudgeArguments(image_mode="smart"), config, qwen3)
+    assert (smart.min_pixels, smart.max_pixels) == (65536, 448 * 448)
+    assert pixel_policy_for(JudgeArguments(image_size=448), config, qwen3).size == 448
+    with pytest.raises(DataError, match=r"image_size 224 \(50,176 pixels\) is outside .* 65,536-16,777,216"):
+        pixel_policy_for(JudgeArguments(image_size=224), config, qwen3)
+    with pytest.raises(DataError, match="image_min_pixels/image_max_pixels 3,136-200,704 reach outside"):
+        pixel_policy_for(JudgeArguments(image_mode="smart", image_min_pixels=56 * 56), config, qwen3)

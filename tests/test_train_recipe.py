@@ -210,3 +210,63 @@ def test_protocol_mix_forms(tmp_path):
     assert protocol_mix_dict(r.judge.protocol_mix) == {"batch": 0.5, "pair": 0.5}
     assert protocol_mix_dict("batch") == {"batch": 1.0}
     assert protocol_mix_dict(None) is None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# memory on 80 GB GPUs (perception_judge.train.memory, docs/training.md)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_memory_shapes_count_the_published_and_the_built_models(tiny_qwen25, tiny_qwen3):
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from perception_judge.train.memory import PUBLISHED, shape_of
+
+    published = {
+        "qwen2_5_vl_7b": 8.29e9,
+        "qwen2_5_vl_32b": 33.5e9,
+        "qwen3_vl_4b": 4.44e9,
+        "qwen3_vl_8b": 8.77e9,
+    }
+    for name, count in published.items():  # the model cards' parameter counts
+        assert abs(PUBLISHED[name].params() / count - 1) < 0.01, name
+    for folder in (tiny_qwen25, tiny_qwen3):
+        config = AutoConfig.from_pretrained(folder)
+        built = AutoModelForImageTextToText.from_config(config).num_parameters()
+        assert abs(shape_of(config).params() / built - 1) < 0.02  # norms and biases left out
+
+
+@pytest.mark.parametrize("name", GPU_RECIPES)
+def test_gpu_recipes_fit_80_gb_and_the_published_micro_batch_does_not(name):
+    """At the maximum lengths every GPU recipe fits an 80 GB GPU next to its colocated engine (asleep for the
+    update); the published micro-batch of 5, or the engine kept awake, does not."""
+    from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate
+
+    def peak(*overrides: str) -> dict:
+        recipe = parse_recipe(
+            [str(RECIPES / f"{name}.yaml"), "--bf16", "false", *overrides], check_environment=False
+        )
+        return estimate(recipe, PUBLISHED[MODEL_SHAPES[recipe.model.model_name_or_path]])
+
+    fit = peak()
+    assert fit["peak"] <= fit["budget"] and fit["vllm_kv_cache_tokens"] > 28672
+    t = parse_recipe([str(RECIPES / f"{name}.yaml"), "--bf16", "false"], check_environment=False).training
+    assert (
+        t.per_device_train_batch_size * t.gradient_accumulation_steps * 8 == 80
+    )  # published: 16 prompts x 5
+    assert t.per_device_train_batch_size * t.steps_per_generation * 8 == 320  # published: 64 prompts x 5
+    published = peak("--per_device_train_batch_size", "5", "--gradient_accumulation_steps", "2",
+                     "--steps_per_generation", "8")  # fmt: skip
+    assert published["peak"] > published["budget"]
+    assert peak("--vllm_enable_sleep_mode", "false")["peak"] > fit["peak"]
+
+
+def test_recipe_memory_command_exits_1_when_a_recipe_does_not_fit(capsys):
+    from perception_judge.cli import main
+
+    assert main(["recipe-memory", str(RECIPES / "flex7b.yaml")]) == 0
+    assert "fits" in capsys.readouterr().out
+    assert main(["recipe-memory", str(RECIPES / "flex7b.yaml"), "--per_device_train_batch_size", "5",
+                 "--gradient_accumulation_steps", "2", "--steps_per_generation", "8"]) == 1  # fmt: skip
+    assert "does NOT fit" in capsys.readouterr().out
+    assert main(["recipe-memory", "--gpu-gib", "40", str(RECIPES / "qwen3vl8b.yaml")]) == 1  # 40 GB cards

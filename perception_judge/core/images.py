@@ -75,6 +75,46 @@ class PixelPolicy:
         return asdict(self)
 
 
+def processor_pixel_bounds(processor: Any) -> tuple[int, int] | None:
+    """(least, largest) image area in pixels a Qwen-VL processor keeps as it is (it resizes images outside them):
+    its image processor's ``min_pixels`` / ``max_pixels``, or ``size["shortest_edge"]`` / ``["longest_edge"]``;
+    None when it names none."""
+    image_processor = getattr(processor, "image_processor", processor)
+    size = getattr(image_processor, "size", None)
+
+    def field(name: str, size_key: str) -> Any:
+        value = getattr(image_processor, name, None)
+        if value is None and size is not None:  # a dict, or transformers 5's SizeDict
+            value = size.get(size_key) if isinstance(size, dict) else getattr(size, size_key, None)
+        return value
+
+    low, high = field("min_pixels", "shortest_edge"), field("max_pixels", "longest_edge")
+    return (int(low), int(high)) if low and high else None
+
+
+def pixel_policy_conflict(policy: PixelPolicy, bounds: tuple[int, int] | None) -> str | None:
+    """Why the model's processor would resize images this policy made (None when it keeps them): a fixed side
+    whose area, or smart bounds that, fall outside the processor's (least, largest) area. The processor's resize
+    is silent, and the image-token counts the project computes from the policy would be wrong."""
+    if bounds is None or policy.mode == "none":
+        return None
+    low, high = bounds
+    if policy.mode == "fixed":
+        area = policy.size * policy.size
+        if not low <= area <= high:
+            return (
+                f"image_size {policy.size} ({area:,} pixels) is outside the model processor's "
+                f"{low:,}-{high:,} pixels: it would resize every image"
+            )
+        return None
+    if policy.min_pixels < low or policy.max_pixels > high:
+        return (
+            f"image_min_pixels/image_max_pixels {policy.min_pixels:,}-{policy.max_pixels:,} reach outside the model "
+            f"processor's {low:,}-{high:,} pixels: it would resize those images"
+        )
+    return None
+
+
 def smart_resize(
     width: int, height: int, factor: int = 28, min_pixels: int = 56 * 56, max_pixels: int = 448 * 448
 ) -> tuple[int, int]:

@@ -93,7 +93,12 @@ def is_greedy(sampling: Sampling) -> bool:
     return not sampling.temperature or sampling.temperature <= 0
 
 
-NEUTRAL_DECODING = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+NEUTRAL_DECODING = {
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
 """The decoding fields a judge never uses, at their no-op values. Every backend sends them explicitly: unset, they
 are filled from the model folder's ``generation_config.json`` (transformers 5's ``generate``; a vLLM server's
 defaults) — a Qwen2.5-VL-derived checkpoint ships ``repetition_penalty`` 1.05, which neither training nor the other

@@ -43,7 +43,10 @@ class JudgeArguments:
     )
     image_mode: str = HfArg(default="fixed", help="Pixel policy: `fixed`, `smart` or `none`.")
     image_size: int = HfArg(default=448, help="Side of the fixed square (pixels).")
-    image_min_pixels: int = HfArg(default=56 * 56, help="Smart mode: least image area.")
+    image_min_pixels: int | None = HfArg(
+        default=None,
+        help="Smart mode: least image area; unset: the model processor's own (Qwen3-VL: 65,536).",
+    )
     image_max_pixels: int = HfArg(default=448 * 448, help="Smart mode: largest image area.")
     image_factor: int = HfArg(default=0, help="Side multiple (patch x merge); 0: from the model config.")
     freeze_vision_tower: bool = HfArg(default=False, help="Freeze the vision tower (full fine-tuning).")

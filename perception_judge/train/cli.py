@@ -56,3 +56,65 @@ def _run(args: argparse.Namespace) -> int:
 
 
 MERGE_LORA = Command(add_arguments=_add_arguments, run=_run, description=__doc__)
+
+
+def _memory_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", help="a training recipe (YAML), e.g. recipes/flex7b.yaml")
+    parser.add_argument(
+        "overrides", nargs="*", help="recipe overrides, as train_grpo.py takes them (--key value)"
+    )
+    parser.add_argument("--world", type=int, default=8, help="GPUs the run uses (default 8)")
+    parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(PUBLISHED_SHAPES),
+        help="the model's shape (default: its config.json, else known)",
+    )
+
+
+PUBLISHED_SHAPES = ("qwen2_5_vl_7b", "qwen2_5_vl_32b", "qwen3_vl_4b", "qwen3_vl_8b")
+
+
+def _model_shape(recipe: object, name: str | None) -> object:
+    from transformers import AutoConfig
+
+    from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, shape_of
+
+    model = recipe.model.model_name_or_path
+    if name or model in MODEL_SHAPES:
+        return PUBLISHED[name or MODEL_SHAPES[model]]
+    return shape_of(AutoConfig.from_pretrained(model))
+
+
+def _memory(args: argparse.Namespace) -> int:
+    from perception_judge.train.memory import estimate
+    from perception_judge.train.recipe import RecipeError, parse_recipe
+
+    try:  # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
+        recipe = parse_recipe([args.recipe, *args.passthrough, "--bf16", "false"], check_environment=False)
+        shape = _model_shape(recipe, args.shape)
+    except (RecipeError, OSError, ValueError) as e:
+        print(f"recipe-memory: {e}", file=sys.stderr)
+        return 2
+    parts = estimate(recipe, shape, world=args.world, gpu_gib=args.gpu_gib)
+    print(
+        f"{args.recipe} on {args.world} x {args.gpu_gib:g} GiB (per GPU, worst case: every sequence at its maximum)"
+    )
+    for key, value in parts.items():
+        print(f"  {key:22s} {value:>12,.1f}" + (" GiB" if "tokens" not in key else " tokens"))
+    fits = parts["peak"] <= parts["budget"]
+    print(
+        "fits"
+        if fits
+        else "does NOT fit: lower per_device_train_batch_size, enable vllm_enable_sleep_mode, ..."
+    )
+    return 0 if fits else 1
+
+
+RECIPE_MEMORY = Command(
+    add_arguments=_memory_arguments,
+    run=_memory,
+    passthrough=True,
+    description="Per-GPU memory of a recipe (perception_judge.train.memory: the arithmetic in its docstring and "
+    'in docs/training.md, "Memory on 80 GB GPUs"); exit 1 when it does not fit.',
+)

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from perception_judge.core.images import PixelPolicy
+from perception_judge.core.images import PixelPolicy, pixel_policy_conflict, processor_pixel_bounds
 from perception_judge.core.protocol import count_image_placeholders, render_generation_prompt
 from perception_judge.core.schema import (
     COL_GROUND_TRUTH,
@@ -60,16 +60,24 @@ class SplitReport:
         return "; ".join(parts)
 
 
-def pixel_policy_for(judge_args: Any, model_config: Any = None) -> PixelPolicy:
-    """The run's pixel policy; ``image_factor: 0`` takes patch × merge from the model config (28 / 32)."""
+def pixel_policy_for(judge_args: Any, model_config: Any = None, processor: Any = None) -> PixelPolicy:
+    """The run's pixel policy; ``image_factor: 0`` takes patch × merge from the model config (28 / 32), an unset
+    ``image_min_pixels`` the model processor's least area. A policy whose images the processor would resize (a
+    fixed side or smart bounds outside the processor's area bounds) is refused: the processor resizes silently
+    and every image-token count the run computes would be wrong."""
     from perception_judge.tiny_models import patch_factor
 
     j = judge_args
     factor = j.image_factor or (patch_factor(model_config) if model_config is not None else 28)
+    bounds = processor_pixel_bounds(processor) if processor is not None else None
+    least = j.image_min_pixels or (bounds[0] if bounds else 56 * 56)
     try:
-        return PixelPolicy(j.image_mode, j.image_size, j.image_min_pixels, j.image_max_pixels, factor=factor)
+        policy = PixelPolicy(j.image_mode, j.image_size, least, j.image_max_pixels, factor=factor)
     except ValueError as e:
         raise DataError(f"pixel policy for this model (patch factor {factor}): {e}") from None
+    if problem := pixel_policy_conflict(policy, bounds):
+        raise DataError(f"pixel policy: {problem}; choose values inside its bounds")
+    return policy
 
 
 class PixelPolicyTransform:

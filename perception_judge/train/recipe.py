@@ -321,7 +321,11 @@ def validate(recipe: Recipe, check_environment: bool = True) -> None:
         raise RecipeError(f"protocol_mix: unknown protocol(s) {bad}; known: {', '.join(PROTOCOLS)}")
     try:
         PixelPolicy(
-            j.image_mode, j.image_size, j.image_min_pixels, j.image_max_pixels, factor=j.image_factor or 1
+            j.image_mode,
+            j.image_size,
+            j.image_min_pixels or 1,
+            j.image_max_pixels,
+            factor=j.image_factor or 1,
         )
     except ValueError as e:
         raise RecipeError(f"image_mode / image_size / image_*_pixels: {e}") from None

@@ -128,7 +128,7 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
     )
     think_open = template_opens_think(processor)
     config = AutoConfig.from_pretrained(model_path, **hub)
-    policy = pixel_policy_for(j, config)
+    policy = pixel_policy_for(j, config, processor)
 
     # 2. data: row checks, protocol mix, overlong prompts, pixel policy
     eval_on = str(getattr(t.eval_strategy, "value", t.eval_strategy)) != "no"

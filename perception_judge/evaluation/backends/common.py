@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perception_judge.core.images import PixelPolicy
+from perception_judge.core.images import PixelPolicy, pixel_policy_conflict, processor_pixel_bounds
 from perception_judge.core.protocol import THINK_PREFIX, opens_think_block
 from perception_judge.core.schema import JudgeRequest, JudgeResult
 from perception_judge.evaluation.base import JudgeBackend, error_result, parse_result
@@ -112,6 +112,12 @@ class LocalBackend(JudgeBackend):
         adapter_proc = self.adapter_path if self.adapter_path and has_processor(self.adapter_path) else None
         self.processor_path = str(processor or adapter_proc or self.model_path)
         self.processor = AutoProcessor.from_pretrained(self.processor_path)
+        if problem := pixel_policy_conflict(self.pixel_policy, processor_pixel_bounds(self.processor)):
+            log.warning(
+                "%s: pixel policy: %s (the judge then sees other pixels than the policy says)",
+                self.label,
+                problem,
+            )
         self._fingerprint = fingerprint(self.model_path, self.adapter_path)
 
     def describe(self) -> dict[str, Any]:
