@@ -24,9 +24,14 @@ SYSTEM_TURN = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 SYSTEM_IDS = [151644, 8948, 198, 2610, 525, 264, 10950, 17847, 13, 151645, 198]
 
 
-@pytest.fixture(scope="module", params=["qwen2_5", "qwen3"])
-def tok(request):
-    return qwen_tokenizer(request.param)
+@pytest.fixture(scope="module")
+def toks():
+    return {variant: qwen_tokenizer(variant) for variant in qwen_vocab.VARIANTS}
+
+
+@pytest.fixture(params=qwen_vocab.VARIANTS)
+def tok(request, toks):
+    return toks[request.param]
 
 
 def _ids(tok, text):
@@ -40,8 +45,8 @@ def test_the_published_ids(tok):
     assert tok.decode(SYSTEM_IDS) == SYSTEM_TURN
 
 
-def test_think_is_one_token_in_qwen3_and_ordinary_text_in_qwen2_5():
-    q3, q25 = qwen_tokenizer("qwen3"), qwen_tokenizer("qwen2_5")
+def test_think_is_one_token_in_qwen3_and_ordinary_text_in_qwen2_5(toks):
+    q3, q25 = toks["qwen3"], toks["qwen2_5"]
     assert _ids(q3, "<think>\n") == [151667, 198]
     assert _ids(q3, "</think>") == [151668]
     pieces = _ids(q25, "<think>\n")
@@ -49,11 +54,11 @@ def test_think_is_one_token_in_qwen3_and_ordinary_text_in_qwen2_5():
     assert q25.decode(pieces) == "<think>\n"
 
 
-def test_added_tokens_sit_at_the_real_ids_and_only_the_first_14_are_special():
-    q3 = qwen_tokenizer("qwen3")
+def test_added_tokens_sit_at_the_real_ids_and_only_the_first_14_are_special(toks):
+    q3 = toks["qwen3"]
     contents = QWEN2_5_ADDED_TOKENS + QWEN3_EXTRA_TOKENS
     assert [q3.convert_tokens_to_ids(c) for c in contents] == list(range(151643, 151669))
-    assert len(q3) == 151669 and len(qwen_tokenizer("qwen2_5")) == 151665
+    assert len(q3) == 151669 and len(toks["qwen2_5"]) == 151665
     named = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|vision_start|>": 151652,
              "<|vision_end|>": 151653, "<|image_pad|>": 151655, "<|video_pad|>": 151656, "<tool_call>": 151657,
              "<|file_sep|>": 151664, "<tool_response>": 151665, "<think>": 151667, "</think>": 151668}  # fmt: skip
@@ -134,7 +139,7 @@ def test_byte_level_alphabet_covers_every_byte_once():
     assert (table[ord("A")], table[ord(" ")], table[ord("\n")]) == ("A", "Ġ", "Ċ")
 
 
-def test_the_cache_is_written_once_and_read_back(tmp_path):
+def test_the_cache_is_written_once_and_read_back(tmp_path, monkeypatch):
     t0 = time.perf_counter()
     built = qwen_backend("qwen3", cache_dir=tmp_path)
     cold = time.perf_counter() - t0
@@ -148,9 +153,12 @@ def test_the_cache_is_written_once_and_read_back(tmp_path):
     assert entry.stat().st_mtime_ns == stamp, "a valid entry is read, not rewritten"
     assert cached.to_str() == built.to_str()
     assert warm < cold, (warm, cold)
-    # a damaged entry is rebuilt
+    # a damaged entry is rebuilt (the build itself stubbed: it was timed above) and rewritten
     entry.write_text('{"version": "1.0", "truncated')
-    assert qwen_backend("qwen3", cache_dir=tmp_path).to_str() == built.to_str()
+    calls = []
+    monkeypatch.setattr(qwen_vocab, "build_backend", lambda variant, ranks: calls.append(variant) or built)
+    assert qwen_backend("qwen3", cache_dir=tmp_path).to_str() == built.to_str() and calls == ["qwen3"]
+    assert entry.read_text() == built.to_str()
     assert qwen_vocab.cache_path("qwen2_5", "0.3.0", tmp_path) != entry, "the variants never share an entry"
 
 
