@@ -12,9 +12,10 @@ from perception_judge import synth
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import RESPONSE_KINDS, order_from_kinds
 from perception_judge.core.trainset import load_training_set
-from perception_judge.ppjd.export import ExportConfig, ExportError, export_ppjd, parse_mix, record_rows
+from perception_judge.ppjd.export import ExportError, ExportOptions, export_ppjd, parse_mix, record_rows
+from perception_judge.ppjd.options import BuildOptions
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
-from perception_judge.ppjd.runner import BuildConfig, build
+from perception_judge.ppjd.runner import build
 from perception_judge.ppjd.sources import synthetic_source
 from perception_judge.ppjd.store import iter_records
 
@@ -28,7 +29,7 @@ def ppjd_dir(tmp_path_factory):
     summary = build(
         synthetic_source(base / "synth"),
         ProgrammaticTeacher(),
-        BuildConfig(str(base / "ppjd"), progress=False),
+        BuildOptions(out=str(base / "ppjd"), progress=False),
     )
     assert summary.records_total >= 85
     return base / "ppjd"
@@ -37,7 +38,7 @@ def ppjd_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def exported(ppjd_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("trainset")
-    info = export_ppjd(ppjd_dir, out, ExportConfig(seed=1, val_fraction=0.2, mix="batch=1,pair=1,single=1"))
+    info = export_ppjd(ppjd_dir, out, ExportOptions(seed=1, val_fraction=0.2, mix="batch=1,pair=1,single=1"))
     return out, info
 
 
@@ -139,13 +140,13 @@ def test_missing_image_is_an_error_naming_the_record_or_skipped(ppjd_dir, tmp_pa
     (broken / victim.image).unlink()
     with pytest.raises(ExportError, match=victim.key):
         export_ppjd(broken, tmp_path / "out1")
-    info = export_ppjd(broken, tmp_path / "out2", ExportConfig(skip_invalid=True))
+    info = export_ppjd(broken, tmp_path / "out2", ExportOptions(skip_invalid=True))
     skipped = set(info["skipped_records"])
     assert victim.key in skipped
     # every record that shared the deleted (content-addressed) image is skipped, nothing else
     assert all(r.image == victim.image for r in iter_records(broken) if r.key in skipped)
     with pytest.raises(FileExistsError):
-        export_ppjd(broken, tmp_path / "out2", ExportConfig(skip_invalid=True))
+        export_ppjd(broken, tmp_path / "out2", ExportOptions(skip_invalid=True))
 
 
 def test_text_only_records_have_no_image(exported):
@@ -189,7 +190,7 @@ def test_overwrite_swaps_the_whole_export_and_cleans_stale_temporaries(ppjd_dir,
 
     src = ppjd_dir
     out = tmp_path / "ts"
-    E.export_ppjd(src, out, E.ExportConfig(seed=0))
+    E.export_ppjd(src, out, E.ExportOptions(seed=0))
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"}
     (out / "notes.txt").write_text("mine")
     (tmp_path / ".ts.export-tmp-999-1").mkdir()  # a dead run's temporary
@@ -200,10 +201,10 @@ def test_overwrite_swaps_the_whole_export_and_cleans_stale_temporaries(ppjd_dir,
 
     monkeypatch.setattr(E, "_swap_in", full_disk)
     with pytest.raises(E.ExportError, match="disk full"):
-        E.export_ppjd(src, out, E.ExportConfig(seed=1, overwrite=True))
+        E.export_ppjd(src, out, E.ExportOptions(seed=1, overwrite=True))
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"} == before  # untouched
     monkeypatch.undo()
-    E.export_ppjd(src, out, E.ExportConfig(seed=1, overwrite=True))
+    E.export_ppjd(src, out, E.ExportOptions(seed=1, overwrite=True))
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"}
     assert set(after) == set(before) and after != before  # the new export, whole
     assert (out / "notes.txt").read_text() == "mine"

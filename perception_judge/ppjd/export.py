@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
 
 from perception_judge.core.images import ImageError, resolve_under
 from perception_judge.core.io import now
@@ -67,20 +67,18 @@ def parse_mix(text: str | list[str] | dict[str, float] | None) -> dict[str, floa
     return mix
 
 
-class ExportConfig(Options):
-    """The settings of an export; a key's docstring is the help of its ``export`` flag."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
+class ExportOptions(Options):
+    """The options of an export; a documented key is also an ``export`` flag."""
 
     seed: int = 0
-    """seed of the slot permutations and the split (default 0)"""
+    """seed of the slot permutations and the split"""
     val_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
-    """fraction of source images (image groups) that go to validation (default 0.1)"""
+    """fraction of source images (image groups) that go to validation"""
     mix: Annotated[dict[str, float], BeforeValidator(parse_mix)] = Field(
         default_factory=lambda: dict(DEFAULT_MIX)
     )
     """rows per record per protocol, e.g. batch=1,pair=0.5,single=0.5 (integer part always, fraction as a
-    probability; default batch=1)"""
+    probability)"""
     chunk_rows: Annotated[int, Field(ge=1)] = 256  # rows per parquet write
     skip_invalid: bool = False
     """skip (and list) records whose image is missing or corrupt"""
@@ -211,19 +209,19 @@ def _write_parquet(path: Path, rows: Iterator[dict[str, Any]], chunk_rows: int) 
 
 
 def export_ppjd(
-    ppjd_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], config: ExportConfig | None = None
+    ppjd_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: ExportOptions | None = None
 ) -> dict[str, Any]:
     """Write the training set of a PPJD folder into ``out_dir``; returns the export info (also written)."""
-    config = config or ExportConfig()
+    options = options or ExportOptions()
     src, out = Path(ppjd_dir), Path(out_dir)
     if read_partition(src) is None and not shard_paths(src):
         raise FileNotFoundError(f"no PPJD records in {str(src)!r} (expected records-*.jsonl from build-ppjd)")
-    if (train := split_path(out, "train")).exists() and not config.overwrite:
+    if (train := split_path(out, "train")).exists() and not options.overwrite:
         raise FileExistsError(f"{str(train)!r} exists; pass --overwrite to replace the export")
 
-    records, partition = _records(src, config.allow_incomplete)
+    records, partition = _records(src, options.allow_incomplete)
     val_groups = choose_validation_groups(
-        [image_group(r) for _, r in records], config.val_fraction, config.seed
+        [image_group(r) for _, r in records], options.val_fraction, options.seed
     )
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -248,19 +246,19 @@ def export_ppjd(
                 _check_record(record)
                 cell = _image_cell(folder, record)
             except ExportError as e:
-                if not config.skip_invalid:
+                if not options.skip_invalid:
                     raise
                 skipped[record.key] = str(e)
                 continue
             records_per_split[split] += 1
             groups_per_split[split].add(group)
-            for row in record_rows(record, cell, config.mix, config.seed, config.prompt_style):
+            for row in record_rows(record, cell, options.mix, options.seed, options.prompt_style):
                 counts[split][row["protocol"]] += 1
                 gt_counts[row["protocol"]][row["ground_truth"]] += 1
                 yield row
 
     try:
-        rows_total = {s: _write_parquet(split_path(tmp, s), rows_of(s), config.chunk_rows) for s in SPLITS}
+        rows_total = {s: _write_parquet(split_path(tmp, s), rows_of(s), options.chunk_rows) for s in SPLITS}
         manifest = (
             read_manifest(src) or (read_manifest(records[0][0]) if records and partition else None) or {}
         )
@@ -268,7 +266,7 @@ def export_ppjd(
             "format": "perception-judge/trainset/1",
             "created": now(),
             "source": str(src.resolve()),
-            "settings": config.model_dump(exclude={"overwrite", "allow_incomplete"}),
+            "settings": options.model_dump(exclude={"overwrite", "allow_incomplete"}),
             "records": {s: records_per_split[s] for s in SPLITS},
             "image_groups": {s: len(groups_per_split[s]) for s in SPLITS},
             "text_only_records": sum(r.image is None and r.key not in skipped for _, r in records),
