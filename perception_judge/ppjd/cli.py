@@ -165,14 +165,16 @@ def _export_run(args: argparse.Namespace) -> int:
         info = export_ppjd(args.ppjd_dir, args.out, options_from_args(ExportOptions, args, "export"))
     except (ExportError, ValueError, FileNotFoundError, FileExistsError) as e:
         return _error("export", e, 2)
+    for warning in info.get("warnings", []):
+        print(f"perception-judge export: warning: {warning}", file=sys.stderr)
     rows, records = info["rows_total"], info["records"]
     print(
         f"exported {records['train']} + {records['validation']} records as {rows['train']} train / "
         f"{rows['validation']} validation rows to {args.out}"
     )
-    if info["skipped_records"]:
-        skipped = len(info["skipped_records"])
-        print(f"skipped {skipped} invalid records (listed in export_info.json)", file=sys.stderr)
+    for what, key in (("invalid records", "skipped_records"), ("damaged lines", "damaged_lines")):
+        if n := len(info.get(key) or ()):
+            print(f"left out {n} {what} (listed in export_info.json)", file=sys.stderr)
     print(json.dumps({"rows": info["rows"]}))
     return 0
 

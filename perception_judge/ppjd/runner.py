@@ -33,7 +33,7 @@ from perception_judge.core.schema import Failure, PPJDRecord, SourceItem
 from perception_judge.ppjd.options import BuildOptions
 from perception_judge.ppjd.partition import part_of
 from perception_judge.ppjd.sources import Source, item_key
-from perception_judge.ppjd.store import PPJDStore
+from perception_judge.ppjd.store import DAMAGED_FILE, PPJDStore
 from perception_judge.ppjd.teacher import StageError, Teacher, TeacherInput
 from perception_judge.ppjd.validate import precheck, validate
 
@@ -194,8 +194,14 @@ class Builder:
         self.last_manifest = time.monotonic()
 
     def _open(self) -> None:
-        """Open the folder and record this run in the manifest."""
-        self.summary.scan = asdict(self.store.open())
+        """Open the folder, say what its scan repaired, and record this run in the manifest."""
+        self.summary.scan = scan = asdict(self.store.open())
+        if scan["manifest_rebuilt"]:
+            what = "rebuilding it from the shards (the history of earlier runs is lost)"
+            print(f"build-ppjd: {scan['manifest_rebuilt']}: {what}", file=sys.stderr, flush=True)
+        if n := scan["corrupt_lines"]:
+            what = f"set aside in {DAMAGED_FILE}; their records are built again in this run"
+            print(f"build-ppjd: {n} damaged line(s) {what}", file=sys.stderr, flush=True)
         hidden = {"out", "progress", "stop_grace_s"}
         self.run_info = {
             "started": now(),
