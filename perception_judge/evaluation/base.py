@@ -1,21 +1,20 @@
 """The evaluation contracts and the one judge loop.
 
 A backend (:class:`JudgeBackend`) turns judge requests into results, parsing completions with the parser each
-request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite,
-``run(backend, config: SuiteConfig) -> SuiteResult`` in :data:`SUITES` (imported lazily), judges with
-:func:`judge_items` and returns flat ``{name: float | None}`` metrics (``None`` = no data, never a silent 0.0)
-whose meaning it declares (:class:`Metric`, :func:`metric_hints`).
+request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite (its
+record, :class:`Suite`) judges with :func:`judge_items` and returns flat ``{name: float | None}`` metrics (``None``
+= no data, never a silent 0.0) whose meaning it declares (:class:`Metric`).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import fnmatch
 import hashlib
 import importlib
 import json
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from perception_judge.core.images import PixelPolicy, load_image
 from perception_judge.core.io import atomic_open
 from perception_judge.core.io import progress_bar as _progress_bar
+from perception_judge.core.options import OptionError, Options
 from perception_judge.core.protocol import count_image_placeholders, parse_scores
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 
@@ -138,52 +138,22 @@ def prepare_each(
     return failed, ready
 
 
-_LOWER_IS_BETTER = re.compile(
-    "fail_rate|failure_rate|error_rate|tied_scores_rate|pred_tie_rate|levenshtein|distance|padded_preferred_rate"
-    "|flip_rate_to_padded|_abs|_var"
-)
-"""Name parts of the metrics where lower is better: failures, errors, ties, distances, variances, magnitudes of
-a bias, the verbosity suite's preference for padding."""
-
-
-def lower_is_better(metric: str) -> bool:
-    """Lower is better, by the name: the report's fallback for undeclared metrics (:func:`metric_hints`)."""
-    return bool(_LOWER_IS_BETTER.search(metric))
-
-
 @dataclass(frozen=True)
 class Metric:
     """What a reader needs to know of a metric, declared next to it (as lm-evaluation-harness does): its
-    direction, the value an unbiased judge reaches when that is not an extreme (``ideal``), and the value of a
-    judge that guesses (``chance``)."""
+    direction (``higher_is_better``; None: neither, a number shown for information), the value an unbiased judge
+    reaches when that is not an extreme (``ideal``), the value of a judge that guesses (``chance``), and whether
+    it is a count (shown as an integer)."""
 
-    higher_is_better: bool = True
+    higher_is_better: bool | None = True
     ideal: float | None = None
     chance: float | None = None
+    count: bool = False
 
 
 LOWER = Metric(higher_is_better=False)
-
-
-def metric_hints(
-    metrics: Iterable[str], declared: dict[str, Metric], primary: str | None = None
-) -> dict[str, Any]:
-    """The protocol keys the report reads, from the declared metrics: ``lower_is_better`` (names),
-    ``ideal_values`` and ``chance`` (``{name: value}``, when any) and ``primary_metric`` (when reported). A
-    reported name is declared by its full name or by one of its dot-separated parts
-    (``mean.pair.acc_with_tie.micro`` by ``acc_with_tie``)."""
-    names = list(metrics)
-    info = {
-        m: declared.get(m) or next((declared[p] for p in m.split(".") if p in declared), None) for m in names
-    }
-    out: dict[str, Any] = {"lower_is_better": [m for m, i in info.items() if i and not i.higher_is_better]}
-    for key, attr in (("ideal_values", "ideal"), ("chance", "chance")):
-        values = {m: getattr(i, attr) for m, i in info.items() if i and getattr(i, attr) is not None}
-        if values:
-            out[key] = values
-    if primary in names:
-        out["primary_metric"] = primary
-    return out
+INFO = Metric(higher_is_better=None)
+COUNT = Metric(higher_is_better=None, count=True)
 
 
 _PROGRESS = {"enabled": True}
@@ -326,13 +296,14 @@ def judge_items(
 
 @dataclass
 class SuiteConfig:
-    """What every suite gets. ``options`` holds suite-specific settings (paths to benchmark files, ...)."""
+    """What every suite gets. ``options``: the suite's typed options (:meth:`Suite.parse`; a mapping is typed when
+    the suite is called through its record)."""
 
     out_dir: Path
     seeds: list[int] = field(default_factory=lambda: [0])
     sampling: Sampling = field(default_factory=Sampling)
     limit: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=dict)
 
 
 @dataclass
@@ -358,24 +329,55 @@ def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
             f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
 
 
-SuiteFn = Callable[[JudgeBackend, SuiteConfig], SuiteResult]
+@dataclass(frozen=True)
+class Suite:
+    """A suite's record, what the plan, the sweep and the report read of it. A suite is one file plus one
+    registration: the file defines its options model, its metrics, ``run`` and ``SUITE = Suite(...)``; the
+    registration adds ``SUITE`` to :data:`perception_judge.evaluation.suites.SUITES`.
 
-SUITES: dict[str, str] = {
-    "bias": "perception_judge.evaluation.bias.suite:run",
-    "perception": "perception_judge.evaluation.perception:run",
-    "perception_mismatched": "perception_judge.evaluation.perception:run_mismatched",
-    "mllm_judge": "perception_judge.evaluation.benchmarks.mllm_judge:run",
-    "vlrewardbench": "perception_judge.evaluation.benchmarks.vlrewardbench:run",
-    "mjbench": "perception_judge.evaluation.benchmarks.mjbench:run",
-    "position": "perception_judge.evaluation.benchmarks.position:run",
-    "verbosity": "perception_judge.evaluation.benchmarks.verbosity:run",
-    "self_enhancement": "perception_judge.evaluation.benchmarks.self_enhancement:run",
-}
-"""Suite name -> ``"module:function"``. Imported only when the suite runs."""
+    ``options``: its typed options (unknown keys and bad values are refused when the plan is built, before any
+    model loads). ``metrics``: every metric it reports, declared by its full name or by a dot-separated part of it
+    (``acc_with_tie`` declares ``mean.pair.acc_with_tie.micro``); ``<name>_std`` is the spread of ``<name>``.
+    ``primary``: its headline metrics as shell patterns, in order: the report's table shows the reported metrics
+    they match, and the first of those ranks the models. ``run(backend, config)`` gets ``config.options`` as an
+    instance of ``options``; call the record itself to run it from a mapping."""
 
+    name: str
+    options: type[Options]
+    metrics: Mapping[str, Metric]
+    primary: tuple[str, ...]
+    run: Callable[[JudgeBackend, SuiteConfig], SuiteResult]
 
-def get_suite(name: str) -> SuiteFn:
-    if name not in SUITES:
-        raise KeyError(f"unknown suite {name!r}; available: {', '.join(SUITES)}")
-    module, attr = SUITES[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    def parse(self, values: Options | Mapping[str, Any] | None) -> Options:
+        """The typed, defaults-filled options; an unknown key or a bad value raises ``OptionError`` naming
+        ``SUITE.KEY`` and what it allows."""
+        if isinstance(values, self.options):
+            return values
+        values = dict(values or {})
+        if unknown := [k for k in values if k not in self.options.model_fields]:
+            known = ", ".join(self.options.model_fields)
+            raise OptionError(
+                "; ".join(
+                    f"{self.name}.{k}: unknown option of the {self.name} suite; known: {known}"
+                    for k in unknown
+                )
+            )
+        return self.options.parse(values, self.name)
+
+    def metric(self, name: str) -> Metric | None:
+        """The declaration of a reported metric (the spread ``<name>_std`` is declared by ``<name>``)."""
+        base = name.removesuffix("_std")
+        return next((self.metrics[k] for k in (name, base, *base.split(".")) if k in self.metrics), None)
+
+    def primary_metrics(self, reported: Iterable[str]) -> list[str]:
+        """The reported metrics its ``primary`` patterns match, pattern by pattern in reported order."""
+        reported = list(reported)
+        return list(dict.fromkeys(m for p in self.primary for m in reported if fnmatch.fnmatchcase(m, p)))
+
+    def __call__(self, backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
+        """Run the suite (options typed first); the result names the suite and its ranking metric."""
+        result = self.run(backend, dataclasses.replace(config, options=self.parse(config.options)))
+        result.suite = self.name
+        if primary := self.primary_metrics(result.metrics):
+            result.protocol["primary_metric"] = primary[0]
+        return result

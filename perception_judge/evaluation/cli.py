@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.cli import Command
-from perception_judge.core.options import CommaList, OptionError, Options, parse_set
-from perception_judge.core.schema import Sampling
+from perception_judge.core.options import OptionError, parse_set
 
 log = logging.getLogger("perception_judge.eval")
 
@@ -31,28 +30,41 @@ are set with --set SUITE.KEY=VALUE (values are YAML: --set bias.n_per_type=8 --s
 """
 
 
-class JobConfig(Options):
-    """An eval job YAML (``--config``). ``backend`` holds ``kind`` and that kind's options (checked by
-    :func:`perception_judge.evaluation.backends.backend_kwargs`), ``options`` each suite's options (checked by the
-    suite), ``models`` the judges of ``eval run``; ``sampling.seed`` is ignored (seeds come from ``seeds``)."""
-
-    suites: CommaList | None = None
-    seeds: list[int] | None = None
-    limit: int | None = None
-    sampling: Sampling = Sampling()
-    backend: dict[str, Any] | None = None
-    options: dict[str, dict[str, Any] | None] | None = None
-    models: list[dict[str, Any]] | None = None
-    out: str | None = None
-    models_filter: CommaList | None = None
-
-
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+FLAG_KEYS = {
+    "suites": "suites",
+    "seeds": "seeds",
+    "limit": "limit",
+    "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p",
+    "top_k": "sampling.top_k",
+    "max_new_tokens": "sampling.max_new_tokens",
+    "backend": "backend.kind",
+    "batch_size": "backend.batch_size",
+    "dtype": "backend.dtype",
+    "device": "backend.device",
+    "base_urls": "backend.base_urls",
+    "think_prefix": "backend.think_prefix",
+    "pixel_mode": "backend.pixel_policy.mode",
+    "pixel_size": "backend.pixel_policy.size",
+}
+"""Each flag's key in the eval job (the flags are the last layer of :func:`~perception_judge.evaluation.plan.resolve`)."""
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The eval job keys of the flags given."""
+    layer: dict[str, Any] = {}
+    for dest, key in FLAG_KEYS.items():
+        if (value := getattr(args, dest, None)) is not None:
+            *heads, last = key.split(".")
+            target = layer
+            for head in heads:
+                target = target.setdefault(head, {})
+            target[last] = value
+    return layer
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -84,6 +96,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     b.add_argument("--dtype", help="hf / vllm dtype (auto, float32, bfloat16)")
     b.add_argument("--device", help="hf device (auto, cpu, cuda)")
     b.add_argument("--base-url", dest="base_urls", type=_csv, help="openai: server URL(s), comma-separated")
+    b.add_argument(
+        "--think-prefix", choices=["auto", "off"], help="think prefill (default: the run's, else auto)"
+    )
+    b.add_argument("--pixel-size", type=int, help="fixed pixel policy size (default: the run's, else 448)")
+    b.add_argument(
+        "--pixel-mode", choices=["fixed", "smart", "none"], help="pixel policy mode (default fixed)"
+    )
     s = p.add_argument_group("decoding")
     s.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
     s.add_argument("--top-p", type=float)
@@ -149,11 +168,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rn.add_argument("--adapter", help="LoRA adapter for a single --model")
     rn.add_argument("--base-model", help="base model of adapter folders whose config names another path")
-    rn.add_argument("--think-prefix", choices=["auto", "off"], help="think prefill (default auto)")
-    rn.add_argument("--pixel-size", type=int, help="fixed pixel policy size (default 448)")
-    rn.add_argument(
-        "--pixel-mode", choices=["fixed", "smart", "none"], help="pixel policy mode (default fixed)"
-    )
     _common(rn)
     co = sub.add_parser(
         "collect",
@@ -170,8 +184,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config(path: Path | None) -> dict[str, Any]:
-    """The eval job YAML at ``path`` (checked against :class:`JobConfig`), as a mapping; ``{}`` without one."""
+    """The eval job YAML at ``path`` (its keys checked against :class:`~.plan.JobConfig`); ``{}`` without one."""
     import yaml
+
+    from perception_judge.evaluation.plan import JobConfig
 
     if path is None:
         return {}
@@ -181,7 +197,7 @@ def load_config(path: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"eval config {str(path)!r} must be a mapping")
     try:
-        JobConfig.parse(data, "", what="key(s)")
+        JobConfig.parse(data, "", what="key in the eval job")
     except OptionError as e:
         raise OptionError(f"eval config {str(path)!r}: {e}") from None
     return data
@@ -190,7 +206,7 @@ def load_config(path: Path | None) -> dict[str, Any]:
 def apply_sets(cfg: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     """Apply ``SUITE.KEY=VALUE`` / ``sampling.KEY=VALUE`` / ``backend.KEY=VALUE`` overrides in place (a longer
     dotted KEY reaches into a nested mapping: ``backend.pixel_policy.size=56``)."""
-    from perception_judge.evaluation.base import SUITES
+    from perception_judge.evaluation.suites import SUITES
 
     for item in sets:
         (head, *keys), value = parse_set(item)
@@ -216,47 +232,13 @@ def apply_sets(cfg: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     return cfg
 
 
-def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> Any:
-    """The :class:`~perception_judge.evaluation.sweep.EvalPlan` of a job config (after ``--set``) and the flags,
-    which win over the file."""
-    from perception_judge.evaluation.backends import backend_kwargs, backend_options
-    from perception_judge.evaluation.sweep import EvalPlan
+def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path, run: Any = None) -> Any:
+    """The :class:`~perception_judge.evaluation.plan.EvalPlan` of the run file (``eval sweep``), the job config
+    (``cfg``, with ``--set`` applied) and the flags, in that order (:func:`~perception_judge.evaluation.plan.resolve`:
+    everything typed and checked before any model loads)."""
+    from perception_judge.evaluation.plan import resolve
 
-    sampling = dict(cfg.get("sampling") or {})
-    sampling.update(_given(args, "temperature", "top_p", "top_k", "max_new_tokens"))
-    if sampling.get("top_k") == 0:
-        sampling["top_k"] = None
-    sampling.pop("seed", None)  # seeds come from --seeds / seeds:
-    job = JobConfig.parse({**cfg, "sampling": sampling}, "", what="key(s) in the eval config")
-    backend = dict(job.backend or {})
-    if args.backend and args.backend != backend.get("kind", "hf"):
-        # the config's block is another kind's: keep only the keys the chosen kind takes too
-        takes = backend_options(args.backend)
-        if dropped := sorted(k for k in backend if k != "kind" and k not in takes):
-            log.warning(
-                "--backend %s: dropping the config's %s backend key(s) %s (not %s options)",
-                args.backend, backend.get("kind", "hf"), dropped, args.backend,
-            )  # fmt: skip
-        backend = {k: v for k, v in backend.items() if k in takes}
-        backend["kind"] = args.backend
-    backend.setdefault("kind", "hf")
-    backend.update(_given(args, "batch_size", "dtype", "device", "base_urls"))
-    if args.quiet:
-        backend.setdefault("progress", False)
-    if backend["kind"] in ("vllm", "scripted"):
-        backend.pop("progress", None)
-    # refuse unknown keys and bad values now (think_prefix: `eval run` takes it for the plan)
-    backend_kwargs({k: v for k, v in backend.items() if k != "think_prefix"})
-    return EvalPlan(
-        suites=list(args.suites or job.suites or ["bias", "perception"]),
-        out_dir=out_dir,
-        seeds=list(args.seeds or job.seeds or [0]),
-        sampling=job.sampling,
-        limit=args.limit if args.limit is not None else job.limit,
-        options={k: dict(v or {}) for k, v in (job.options or {}).items()},
-        backend=backend,
-        force=args.force,
-    )
+    return resolve([cfg, _flags(args)], out_dir, run, force=args.force)
 
 
 def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
@@ -281,7 +263,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     cfg = apply_sets(load_config(args.config), args.sets)
     run = read_run(args.run_dir)
     out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else run.run_dir / "eval")
-    plan = build_plan(args, cfg, out_dir)
+    plan = build_plan(args, cfg, out_dir, run)
     if getattr(args, "ray", None):
         from perception_judge.evaluation.ray_workers import run_on_ray
 
@@ -365,24 +347,16 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from perception_judge.core.images import PixelPolicy
-    from perception_judge.evaluation.sweep import evaluate
+    from perception_judge.evaluation.sweep import check_cell_names, evaluate
 
     cfg = apply_sets(load_config(args.config), args.sets)
     out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else None)
     if out_dir is None:
         raise ValueError("eval run needs --out DIR (or out: in the config)")
     plan = build_plan(args, cfg, out_dir)
-    policy = dict(plan.backend.pop("pixel_policy", None) or {})
-    policy.update({k: v for k, v in {"mode": args.pixel_mode, "size": args.pixel_size}.items() if v})
-    plan.pixel_policy = PixelPolicy(**policy)
-    plan.think_prefix = args.think_prefix or plan.backend.pop("think_prefix", None) or "auto"
-    outcome, _ = evaluate(
-        _model_entries(args, cfg, plan.backend["kind"]),
-        plan,
-        report=not args.no_report,
-        progress=not args.quiet,
-    )
+    entries = _model_entries(args, cfg, plan.backend.kind)
+    check_cell_names(entries)
+    outcome, _ = evaluate(entries, plan, report=not args.no_report, progress=not args.quiet)
     _print_outcome(outcome, out_dir, not args.no_report)
     return 1 if outcome.failed else 0
 
@@ -403,12 +377,13 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from perception_judge.evaluation.base import SUITES
     from perception_judge.evaluation.bias.taxonomy import BIASES
+    from perception_judge.evaluation.suites import SUITES
 
-    print("suites:")
-    for name, target in SUITES.items():
-        print(f"  {name:18s} {target}")
+    print("suites (options: --set SUITE.KEY=VALUE; headline metrics first):")
+    for name, suite in SUITES.items():
+        print(f"  {name:22s} {', '.join(suite.primary[:3])}")
+        print(f"  {'':22s} options: {', '.join(suite.options.model_fields)}")
     print("bias types (MM-JudgeBias):")
     for b in BIASES:
         print(f"  {b.bias_type:26s} {b.category:12s} {b.metric.upper()}  {b.perturbation}")

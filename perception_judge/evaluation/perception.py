@@ -30,9 +30,9 @@ import math
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from perception_judge.core.options import CommaList, Options
 from perception_judge.core.protocol import build_messages
@@ -47,14 +47,16 @@ from perception_judge.core.schema import (
     order_from_kinds,
 )
 from perception_judge.evaluation.base import (
+    COUNT,
+    INFO,
     LOWER,
     JudgeBackend,
     Metric,
+    Suite,
     SuiteConfig,
     SuiteResult,
     is_backend_error,
     judge_items,
-    metric_hints,
     write_samples,
 )
 from perception_judge.evaluation.benchmarks.metrics import rate
@@ -69,6 +71,12 @@ PAIR_METRICS = {"pair_acc_c_vs_rp": "pair_rp", "pair_acc_c_vs_rp_r": "pair_rp_r"
 _COLUMNS = ("question", "responses", "kinds", "images", "record_key")
 
 
+def _known_protocols(values: list[str]) -> list[str]:
+    if bad := sorted(set(values) - set(PROTOCOL_NAMES)):
+        raise ValueError(f"unknown perception protocol(s) {bad}; known: {', '.join(PROTOCOL_NAMES)}")
+    return values
+
+
 class PerceptionOptions(Options):
     """``data``: a training-set folder or a parquet file (a sweep fills it from the run's ``train_set``);
     ``prompt_style``: default, the style the training set was exported in."""
@@ -76,7 +84,7 @@ class PerceptionOptions(Options):
     model_config = ConfigDict(validate_default=True)
     data: str | None = None
     split: str = "validation"
-    protocols: CommaList = PROTOCOL_NAMES
+    protocols: Annotated[CommaList, AfterValidator(_known_protocols)] = PROTOCOL_NAMES
     batch_orders: Literal["random", "all"] = "random"
     tau: float = DEFAULT_TAU
     data_seed: int = 0
@@ -86,18 +94,28 @@ class PerceptionOptions(Options):
     control_seed: int = 0
 
 
-DEFAULTS: dict[str, Any] = PerceptionOptions().model_dump()
+class MismatchedOptions(PerceptionOptions):
+    """The control's options: every image replaced by another record's unless ``image_control`` says otherwise."""
+
+    image_control: Literal["none", "mismatched"] = "mismatched"
+
 
 METRICS: dict[str, Metric] = {
     **{name: Metric(chance=0.5) for name in PAIR_METRICS},
+    **{f"{name}_{end}": INFO for name in PAIR_METRICS for end in ("ci95_lo", "ci95_hi")},
+    **{f"{name}_n": COUNT for name in PAIR_METRICS},
+    **{f"{name}_{part}": LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
+    "pair_consistency": Metric(),
     "single_verdict_acc": Metric(chance=0.5),
+    "single_acc_r_c": Metric(),
+    "single_acc_perturbed": Metric(),
     "batch_ranking_reward": Metric(chance=0.5),  # distinct random scores
     "batch_kendall_tau": Metric(chance=0.0),
-    **{f"{name}_{part}": LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
     **dict.fromkeys(("pair_parse_fail_rate", "batch_parse_fail_rate", "single_parse_fail_rate"), LOWER),
     "error_rate": LOWER,
 }
-CHANCE = {name: m.chance for name, m in METRICS.items() if m.chance is not None}
+PRIMARY = ("pair_acc", "pair_acc_c_vs_rp", "pair_acc_c_vs_rp_r", "pair_acc_n", "pair_consistency",
+           "batch_ranking_reward", "batch_kendall_tau", "single_verdict_acc")  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -338,16 +356,14 @@ def score_seed(
     return metrics, c, lines
 
 
-def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perception") -> SuiteResult:
+def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     """Run the perceptual-sensitivity suite (see the module docstring)."""
-    opts = PerceptionOptions.parse(config.options, "perception")
+    opts: PerceptionOptions = config.options
     if not opts.data:
         raise ValueError(
             "the perception suite needs the option data=PATH (an exported training set with validation.parquet); "
             "a sweep takes it from the run's train_set"
         )
-    if bad := set(opts.protocols) - set(PROTOCOL_NAMES):
-        raise ValueError(f"unknown perception protocol(s) {sorted(bad)}; known: {PROTOCOL_NAMES}")
     from perception_judge.core.trainset import prompt_style_of
 
     data = Path(opts.data)
@@ -357,29 +373,22 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
     requests = build_requests(records, opts.protocols, opts.batch_orders, opts.data_seed, style)
     seeds = list(dict.fromkeys(int(s) for s in config.seeds))
     judged = judge_items(
-        backend,
-        requests,
-        lambda r: [r],
-        seeds=seeds,
-        sampling=config.sampling,
-        chunk_size=opts.chunk_size,
+        backend, requests, lambda r: [r], seeds=seeds, sampling=config.sampling, chunk_size=opts.chunk_size,
         desc="perception",
-    )
+    )  # fmt: skip
     per_seed: dict[str, Any] = {}
     all_lines: list[dict] = []
     totals: Counter[str] = Counter()
     for seed in seeds:
-        results = [j.result for j in judged if j.seed == seed]
-        metrics, counts, lines = score_seed(requests, results, opts.tau)
+        metrics, counts, lines = score_seed(requests, [j.result for j in judged if j.seed == seed], opts.tau)
         per_seed[str(seed)] = {"metrics": metrics, "counts": counts}
         all_lines += [{**line, "seed": seed} for line in lines]
         totals.update(counts)
-    metrics = {}
-    stds: dict[str, float | None] = {}
-    for name in next(iter(per_seed.values()))["metrics"] if per_seed else []:
-        metrics[name], stds[f"{name}_std"] = mean_std([run["metrics"][name] for run in per_seed.values()])
-    if len(per_seed) > 1:
-        metrics.update(stds)
+    runs = [run["metrics"] for run in per_seed.values()]
+    spread = {name: mean_std([r[name] for r in runs]) for name in (runs[0] if runs else {})}
+    metrics = {name: m for name, (m, _) in spread.items()}
+    if len(runs) > 1:
+        metrics |= {f"{name}_std": s for name, (_, s) in spread.items()}
     samples = Path(config.out_dir) / "samples.jsonl"
     write_samples(samples, all_lines)
     counts = {
@@ -393,30 +402,23 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
     protocol = {
         "suite": "perception",
         "data": str(opts.data),
-        "split": opts.split,
-        "protocols": opts.protocols,
-        "batch_orders": opts.batch_orders,
-        "tau": opts.tau,
+        **opts.model_dump(
+            include={"split", "protocols", "batch_orders", "tau", "image_control", "control_seed"}
+        ),
         "seeds": list(config.seeds),
         "sampling": dataclasses.asdict(config.sampling),
         "backend": backend.describe(),
         "parser": "protocol (perception_judge.core.protocol.parse_scores: final answer only, exactly N tags, 1-10)",
         "prompt_style": style,
-        "image_control": opts.image_control,
-        "control_seed": opts.control_seed,
         "control": opts.image_control != "none",  # a control suite: reported, never ranked
         "pair_rule": "1 when r_c scores strictly higher, 1/2 for a tie, 0 for lower or a parse failure; both "
         "orders; backend errors leave the denominator; 95% Wilson interval",
         "batch_rule": "ranking_reward(ties='zero'), failures 0; Kendall tau-b over parsed completions",
         "aggregation": "per seed, then mean over seeds (sample std when k > 1)",
-        "higher_is_better": True,
-        **metric_hints(metrics, METRICS, "pair_acc"),
     }
-    return SuiteResult(suite_name, metrics, protocol, counts, str(samples), {"per_seed": per_seed})
+    return SuiteResult("perception", metrics, protocol, counts, str(samples), {"per_seed": per_seed})
 
 
-def run_mismatched(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    """The ``perception_mismatched`` suite: :func:`run` with ``image_control=mismatched`` (the control a sweep runs
-    beside ``perception``, so the report shows both)."""
-    options = {"image_control": "mismatched", **config.options}
-    return run(backend, dataclasses.replace(config, options=options), suite_name="perception_mismatched")
+SUITE = Suite("perception", PerceptionOptions, METRICS, PRIMARY, run)
+MISMATCHED = Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run)
+"""The control a sweep runs beside ``perception`` (``image_control=mismatched``), so the report shows both."""

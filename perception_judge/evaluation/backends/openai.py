@@ -14,7 +14,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from perception_judge.core.images import PixelPolicy
+from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.base import (
     JudgeBackend,
@@ -32,53 +35,51 @@ def _standard(sampling: Sampling, request_id: str) -> dict[str, Any]:
     return {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
 
 
+class OpenAIOptions(Options):
+    """The served model's name, the server URLs (several = round robin in the client; default
+    ``$OPENAI_BASE_URL``), the client's settings (as the teacher client's), ``send_top_k`` (see the module
+    docstring) and the judge's name in results. The key is read from ``api_key_env`` (never stored in results)."""
+
+    model: str | None = None
+    base_urls: CommaList | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    api_key: str | None = None
+    concurrency: int = Field(16, ge=1)
+    timeout_s: float = Field(180, gt=0)
+    max_retries: int = Field(6, ge=0)
+    backoff_base_s: float = Field(1.0, ge=0)
+    backoff_max_s: float = Field(60.0, ge=0)
+    image_max_side: int = Field(1024, ge=1)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    send_top_k: bool = False
+    label: str | None = None
+
+
 class OpenAIBackend(JudgeBackend):
-    """Judge through an OpenAI-compatible server. ``base_urls`` (several = round robin in the client) default
-    to ``$OPENAI_BASE_URL``; the key is read from ``api_key_env`` (never stored in results)."""
+    """Judge through an OpenAI-compatible server (:class:`OpenAIOptions`)."""
 
     name = "openai"
+    Options = OpenAIOptions
 
     def __init__(
         self,
-        model: str,
-        base_urls: list[str] | str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        api_key: str | None = None,
-        concurrency: int = 16,
-        timeout_s: float = 180,
-        max_retries: int = 6,
-        backoff_base_s: float = 1.0,
-        backoff_max_s: float = 60.0,
-        image_max_side: int = 1024,
-        extra_body: dict[str, Any] | None = None,
-        send_top_k: bool = False,
+        model: str | None = None,
+        *,
         pixel_policy: PixelPolicy | dict | None = None,
-        label: str | None = None,
         progress: bool = True,
         client_factory: Callable[[Any], Any] | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(pixel_policy)
-        if isinstance(base_urls, str):
-            base_urls = [u.strip() for u in base_urls.split(",") if u.strip()]
-        if not base_urls:
-            base_urls = [os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"]
-        self.model = model
-        self.base_urls = list(base_urls)
-        self.client_settings = {
-            "base_urls": self.base_urls,
-            "model": model,
-            "api_key_env": api_key_env,
-            "api_key": api_key,
-            "concurrency": int(concurrency),
-            "timeout_s": timeout_s,
-            "max_retries": int(max_retries),
-            "backoff_base_s": backoff_base_s,
-            "backoff_max_s": backoff_max_s,
-            "image_max_side": int(image_max_side),
-            "extra_body": dict(extra_body or {}),
-        }
-        self.send_top_k = send_top_k
-        self.label = label or model
+        o = OpenAIOptions.parse({"model": model, **options}, "backend")
+        if not o.model:
+            raise ValueError("the openai backend needs the served model's name (option model)")
+        self.model = o.model
+        self.base_urls = o.base_urls or [os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"]
+        settings = o.model_dump(exclude={"base_urls", "send_top_k", "label"})
+        self.client_settings = {"base_urls": self.base_urls, **settings}
+        self.send_top_k = o.send_top_k
+        self.label = o.label or o.model
         self.progress = progress
         self.client_factory = client_factory
 

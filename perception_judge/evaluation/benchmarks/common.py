@@ -22,12 +22,10 @@ from perception_judge.core.schema import JudgeRequest
 from perception_judge.evaluation.base import (
     JudgeBackend,
     Judgement,
-    Metric,
     SkipItem,
     SuiteConfig,
     SuiteResult,
     judge_items,
-    metric_hints,
     write_samples,
 )
 from perception_judge.evaluation.benchmarks import metrics as M
@@ -406,11 +404,9 @@ class BenchmarkRun:
     """One call of a benchmark suite: its options (``opts``), the seeds it judges, the per-sample lines and the
     per-seed metrics; :meth:`result` writes ``<suite>.samples.jsonl`` and completes the protocol record."""
 
-    def __init__(
-        self, suite: str, backend: JudgeBackend, config: SuiteConfig, options: type[JudgeOptions]
-    ) -> None:
+    def __init__(self, suite: str, backend: JudgeBackend, config: SuiteConfig) -> None:
         self.suite, self.backend, self.config = suite, backend, config
-        self.opts: Any = options.parse(config.options, suite)
+        self.opts: Any = config.options
         seeds = getattr(self.opts, "seeds", None) or config.seeds
         self.seeds = list(dict.fromkeys(int(s) for s in seeds)) or [0]
         self.lines: list[dict[str, Any]] = []
@@ -466,14 +462,11 @@ class BenchmarkRun:
         metrics: dict[str, float | None],
         counts: dict[str, int],
         protocol: dict[str, Any],
-        primary: str | None,
         published_images: str,
         published_sampling: bool = False,
-        declared: dict[str, Metric] | None = None,
     ) -> SuiteResult:
         """The suite's :class:`SuiteResult`. ``protocol`` is completed with the images, sampling, seeds and
-        backend of the run, its deviations from Perception-Judge's published sampling (``published_sampling``),
-        and the report's hints from :data:`metrics.METRICS` and ``declared`` (``primary`` ranks models)."""
+        backend of the run and its deviations from Perception-Judge's published sampling (``published_sampling``)."""
         path = Path(self.config.out_dir) / f"{self.suite}.samples.jsonl"
         write_samples(path, self.lines)
         aggs = getattr(self.opts, "aggregation", ["mean"])
@@ -509,6 +502,5 @@ class BenchmarkRun:
             protocol["published_sampling"] = {**PERCEPTION_JUDGE_SAMPLING, "seeds": PERCEPTION_JUDGE_SEEDS}
             protocol["deviations_from_published"] = deviations
         protocol["backend"] = self.backend.describe()
-        protocol.update(metric_hints(metrics, {**M.METRICS, **(declared or {})}, primary))
         extra = {"per_seed": self.per_seed} if self.per_seed else {}
         return SuiteResult(self.suite, metrics, protocol, counts, str(path), extra)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from perception_judge.core.options import CommaList
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import (
     BenchmarkDataError,
@@ -34,7 +34,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
 )
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, request_parser
 
-SUITE = "mjbench"
+NAME = "mjbench"
 SPLITS: tuple[str, ...] = ("alignment", "safety", "quality")
 CRITERIA: dict[str, str] = {
     "alignment": (
@@ -145,7 +145,7 @@ def split_accuracy(items: list[PairItem], views: list[list[str | None]]) -> dict
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, MJBenchOptions)
+    bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     loaded = {s: load_split(opts, s) for s in opts.splits}  # every split read before any judging
     for items, _, _ in loaded.values():
@@ -158,7 +158,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     for split, (items, split_counts, _) in loaded.items():
         judged = bench.judge(
             items[: config.limit],
-            lambda it: pair_requests(SUITE, it, bench.images(it), swap_images=True, parser=parser),
+            lambda it: pair_requests(NAME, it, bench.images(it), swap_images=True, parser=parser),
             f"mjbench {split}",
             split_counts,
             lambda it: {"item_id": it.item_id, "split": it.group, "preferred": it.preferred},
@@ -197,5 +197,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "avg": "unweighted mean over splits",
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, 336x336 images, k=0 original / k=1 swapped",
     }
-    primary = f"{opts.aggregation[0]}.avg.acc_with_tie"
-    return bench.result(metrics, counts, protocol, primary, "336x336 (Flex-Judge)")
+    return bench.result(metrics, counts, protocol, "336x336 (Flex-Judge)")
+
+
+SUITE = Suite(NAME, MJBenchOptions, M.METRICS, ("*.avg.acc_with_tie", "*.avg.acc_without_tie"), run)

@@ -18,7 +18,7 @@ from typing import Any
 
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import SLOTS, JudgeRequest
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import (
     BenchmarkDataError,
@@ -43,7 +43,7 @@ from perception_judge.evaluation.benchmarks.published import (
     tag_ints,
 )
 
-SUITE = "mllm_judge"
+NAME = "mllm_judge"
 SETTINGS: tuple[str, ...] = ("pair", "score", "batch")
 PROMPT_PROTOCOL = {"pair": "pair", "score": "single", "batch": "batch"}
 GT_FIELDS = ("human", "human_answer")
@@ -404,7 +404,7 @@ def aggregated(agg: str, setting: str, bench: BenchmarkRun, judged: Judged) -> d
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, MLLMJudgeOptions)
+    bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     files = {s: setting_file(s, getattr(opts, f"{s}_file"), opts.data_dir) for s in opts.settings}
     images = image_source(opts.images_dir, list(files.values()), opts.missing_images)
@@ -417,7 +417,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         judged = bench.judge(
             items,
             lambda it, parser=parser: [
-                it.request(SUITE, bench.image(images.load(it.image, it.where)), parser)
+                it.request(NAME, bench.image(images.load(it.image, it.where)), parser)
             ],
             f"mllm_judge {setting}",
             set_counts,
@@ -458,13 +458,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "*_compat metrics treat it as the published evaluators do (C / -1)",
         "aggregation": {a: AGGREGATIONS[a] for a in opts.aggregation},
     }
-    head = opts.aggregation[0]
-    candidates = [
-        f"{head}.{name}.{scope}"
-        for name in ("pair.acc_without_tie", "score.pearson_compat", "batch.norm_levenshtein")
-        for scope in ("micro", "macro")
-    ]
-    primary = next((c for c in candidates if c in metrics), None)
-    return bench.result(
-        metrics, counts, protocol, primary, "448x448 square, aspect ignored", published_sampling=True
-    )
+    return bench.result(metrics, counts, protocol, "448x448 square, aspect ignored", published_sampling=True)
+
+
+PRIMARY = tuple(
+    f"*.{name}.{scope}"
+    for name in ("pair.acc_without_tie", "score.pearson_compat", "batch.norm_levenshtein")
+    for scope in ("micro", "macro")
+)
+"""Each setting's headline; the first reported one (the first aggregation's) ranks models."""
+SUITE = Suite(NAME, MLLMJudgeOptions, M.METRICS, PRIMARY, run)

@@ -4,7 +4,7 @@ as (r1, r0), under every seed (protocol: ours, judge-benchmarks.md §5; ``docs/b
 
 from __future__ import annotations
 
-from perception_judge.evaluation.base import JudgeBackend, Metric, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import JudgeBackend, Metric, Suite, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import PairSourceOptions, load_pair_source
@@ -20,8 +20,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
     slot_verdict,
 )
 
-SUITE = "position"
-METRICS = {"position_score_bias": Metric(ideal=0.0)}
+NAME = "position"
 
 
 def position_metrics(
@@ -52,12 +51,12 @@ def position_metrics(
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, PairSourceOptions)
-    items, source = load_pair_source(bench.opts, config.limit, SUITE)
+    bench = BenchmarkRun(NAME, backend, config)
+    items, source = load_pair_source(bench.opts, config.limit, NAME)
     counts: dict[str, int] = {"pairs": len(items)}
     judged = bench.judge(
         items,
-        lambda it: pair_requests(SUITE, it, bench.images(it)),
+        lambda it: pair_requests(NAME, it, bench.images(it)),
         "position",
         counts,
         lambda it: {"item_id": it.item_id, "group": it.group, "preferred": it.preferred},
@@ -72,6 +71,10 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "orders": "each pair judged as (r0, r1) and (r1, r0); verdicts compared after un-swapping",
         "ideal": "consistency_rate 1.0, first_position_win_rate 0.5, position_score_bias 0",
     }
-    return bench.result(
-        metrics, counts, protocol, "mean.consistency_rate", "n/a (our protocol)", declared=METRICS
-    )
+    return bench.result(metrics, counts, protocol, "n/a (our protocol)")
+
+
+METRICS = {**M.METRICS, "position_score_bias": Metric(None, ideal=0.0)}
+SUITE = Suite(
+    NAME, PairSourceOptions, METRICS, ("mean.consistency_rate", "mean.first_position_win_rate"), run
+)

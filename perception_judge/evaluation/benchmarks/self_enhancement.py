@@ -10,7 +10,15 @@ import re
 from typing import Any
 
 from perception_judge.core.options import CommaList
-from perception_judge.evaluation.base import LOWER, JudgeBackend, Metric, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import (
+    INFO,
+    LOWER,
+    JudgeBackend,
+    Metric,
+    Suite,
+    SuiteConfig,
+    SuiteResult,
+)
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks import mllm_judge
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, OptPath, choices, prefixed
@@ -28,13 +36,18 @@ from perception_judge.evaluation.benchmarks.pairs import (
     response_verdict,
 )
 
-SUITE = "self_enhancement"
+NAME = "self_enhancement"
 SETTINGS: tuple[str, ...] = ("pair", "score")
 METRICS: dict[str, Metric] = {
+    **M.METRICS,
     "self_preference_abs": LOWER,
     "gap_vs_human_abs": LOWER,
     **dict.fromkeys(
-        ("self_preference", "mean_score_gap", "acc_gap", "gap", "gap_vs_human"), Metric(ideal=0.0)
+        ("self_preference", "mean_score_gap", "acc_gap", "gap", "gap_vs_human"), Metric(None, ideal=0.0)
+    ),
+    **dict.fromkeys(("acc_own_preferred", "acc_other_preferred"), Metric()),
+    **dict.fromkeys(
+        ("own_win_rate_human", "own_win_rate_judge", "mean_own", "mean_other", "human_gap"), INFO
     ),
 }
 
@@ -120,19 +133,19 @@ def _own_pairs(items: list[PairItem], own: set[str]) -> tuple[list[PairItem], li
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, SelfEnhancementOptions)
+    bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     own = {normalize_name(n) for n in opts.own_model} - {""}
     if not own:
         raise ValueError(
-            f"suite {SUITE!r} needs option 'own_model': the judge's own model name as it appears in the "
+            f"suite {NAME!r} needs option 'own_model': the judge's own model name as it appears in the "
             "candidates' name fields (e.g. --set self_enhancement.own_model=gpt4v)"
         )
     settings = opts.settings or (list(SETTINGS) if infer_source(opts) == "mllm_judge" else ["pair"])
     pair_source: dict[str, Any] = {}
     score_file = None
     if "pair" in settings:  # read everything before any judging
-        all_pairs, pair_source = load_pair_source(opts, None, SUITE)
+        all_pairs, pair_source = load_pair_source(opts, None, NAME)
         pairs, own_index, pair_counts = _own_pairs(all_pairs, own)
         pairs, own_index = pairs[: config.limit], own_index[: config.limit]
     if "score" in settings:
@@ -145,7 +158,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     if "pair" in settings:
         judged = bench.judge(
             pairs,
-            lambda it: pair_requests(SUITE, it, bench.images(it)),
+            lambda it: pair_requests(NAME, it, bench.images(it)),
             "self_enhancement pair",
             pair_counts,
             lambda it: {"setting": "pair"} | {k: getattr(it, k) for k in ("item_id", "names", "preferred")},
@@ -163,7 +176,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     if "score" in settings:
         judged_s = bench.judge(
             score_items,
-            lambda it: [it.request(SUITE, bench.image(images.load(it.image, it.where)))],
+            lambda it: [it.request(NAME, bench.image(images.load(it.image, it.where)))],
             "self_enhancement score",
             score_counts,
             lambda it: {"setting": "score", "item_id": it.item_id, "name": it.names[0], "gt": it.gt},
@@ -202,5 +215,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         },
         "ideal": "self_preference 0, acc_gap 0, score.gap_vs_human 0",
     }
-    primary = "mean.pair.self_preference_abs" if "pair" in settings else "mean.score.gap_vs_human_abs"
-    return bench.result(metrics, counts, protocol, primary, "n/a (our protocol)", declared=METRICS)
+    return bench.result(metrics, counts, protocol, "n/a (our protocol)")
+
+
+PRIMARY = (
+    "mean.pair.self_preference_abs",
+    "mean.score.gap_vs_human_abs",
+    "mean.*.self_preference",
+    "mean.*.gap_vs_human",
+)
+SUITE = Suite(NAME, SelfEnhancementOptions, METRICS, PRIMARY, run)

@@ -14,7 +14,15 @@ import re
 from pydantic import Field, model_validator
 
 from perception_judge.core.schema import JudgeRequest, sha256_hex
-from perception_judge.evaluation.base import LOWER, JudgeBackend, Metric, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import (
+    INFO,
+    LOWER,
+    JudgeBackend,
+    Metric,
+    Suite,
+    SuiteConfig,
+    SuiteResult,
+)
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, Judged, choices, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import PairSourceOptions, load_pair_source
@@ -26,13 +34,15 @@ from perception_judge.evaluation.benchmarks.pairs import (
     response_verdict,
 )
 
-SUITE = "verbosity"
+NAME = "verbosity"
 MODES: tuple[str, ...] = ("self", "flip")
 METRICS: dict[str, Metric] = {
+    **M.METRICS,
     "padded_preferred_rate": LOWER,
     "flip_rate_to_padded": LOWER,
-    "mean_score_shift": Metric(ideal=0.0),
-    "mean_score_shift_worse": Metric(ideal=0.0),
+    **dict.fromkeys(("concise_preferred_rate", "acc_unpadded", "acc_worse_padded"), Metric()),
+    **dict.fromkeys(("mean_score_shift", "mean_score_shift_worse"), Metric(None, ideal=0.0)),
+    **dict.fromkeys(("mean_length_ratio", "tie_rate"), INFO),
 }
 
 LEAD_INS: tuple[str, ...] = (
@@ -166,9 +176,9 @@ def flip_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, VerbosityOptions)
+    bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
-    items, source = load_pair_source(opts, config.limit, SUITE)
+    items, source = load_pair_source(opts, config.limit, NAME)
     counts: dict[str, int] = {"pairs": len(items)}
     ratios: list[float] = []
 
@@ -185,13 +195,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             for r in (0, 1):
                 padded = pad(item, r)
                 ratios.append(len(padded) / max(1, len(item.responses[r])))
-                reqs += pair_requests(SUITE, item, images, [item.responses[r], padded], tag=f"self{r}_")
+                reqs += pair_requests(NAME, item, images, [item.responses[r], padded], tag=f"self{r}_")
         w = worse_index(item)
         if "flip" in opts.modes and w is not None:
             padded_pair = list(item.responses)
             padded_pair[w] = pad(item, w)
-            reqs += pair_requests(SUITE, item, images, tag="flip_base_")
-            reqs += pair_requests(SUITE, item, images, padded_pair, tag="flip_pad_")
+            reqs += pair_requests(NAME, item, images, tag="flip_base_")
+            reqs += pair_requests(NAME, item, images, padded_pair, tag="flip_pad_")
         return reqs
 
     judged = bench.judge(
@@ -218,5 +228,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "prompt": "perception_judge.core.protocol.build_messages('pair'), two 1-10 scores, both orders",
         "ideal": "self: padded_preferred_rate 0 and mean_score_shift 0; flip: flip_rate_to_padded 0",
     }
-    primary = "mean.flip.flip_rate_to_padded" if "flip" in opts.modes else "mean.self.padded_preferred_rate"
-    return bench.result(metrics, counts, protocol, primary, "n/a (our protocol)", declared=METRICS)
+    return bench.result(metrics, counts, protocol, "n/a (our protocol)")
+
+
+PRIMARY = ("mean.flip.flip_rate_to_padded", "mean.self.padded_preferred_rate", "mean.*mean_score_shift*")
+SUITE = Suite(NAME, VerbosityOptions, METRICS, PRIMARY, run)

@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, write_samples
+from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult, write_samples
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import (
     BenchmarkDataError,
@@ -37,7 +37,7 @@ from perception_judge.evaluation.benchmarks.pairs import (
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, request_parser
 from perception_judge.evaluation.benchmarks.vlrb_cal import RULE, cal_py_stops, cal_records, official_metrics
 
-SUITE = "vlrewardbench"
+NAME = "vlrewardbench"
 CATEGORIES: tuple[str, ...] = ("general", "hallucination", "reasoning")
 CATEGORY_BY_PREFIX: dict[str, str] = {
     "mathverse": "reasoning",
@@ -128,7 +128,7 @@ def load_items(
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, VLRewardBenchOptions)
+    bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     items, counts, path = load_items(opts.data_dir, opts.split, opts.images_dir, opts.missing_images)
     items = items[: config.limit]  # a None limit keeps everything
@@ -136,7 +136,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         item.check_images()
     judged = bench.judge(
         items,
-        lambda it: pair_requests(SUITE, it, bench.images(it), parser=request_parser(opts.parser)),
+        lambda it: pair_requests(NAME, it, bench.images(it), parser=request_parser(opts.parser)),
         "vlrewardbench",
         counts,
         lambda it: {"item_id": it.item_id, "category": it.group, "preferred": it.preferred},
@@ -156,7 +156,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     for agg in opts.aggregation:
         metrics |= prefixed(agg, bench.mean(seed_metrics) if agg == "mean" else voted_acc(kept, voted))
     records = cal_records(kept, per_seed)
-    cal_path = Path(config.out_dir) / f"{SUITE}.cal.jsonl"
+    cal_path = Path(config.out_dir) / f"{NAME}.cal.jsonl"
     write_samples(cal_path, records)
     official, undefined = official_metrics(records)
     metrics |= prefixed("official", official)
@@ -184,4 +184,10 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, response order swapped at random (p=0.5), "
         "image not resized",
     }
-    return bench.result(metrics, counts, protocol, f"{opts.aggregation[0]}.acc", "not resized")
+    return bench.result(metrics, counts, protocol, "not resized")
+
+
+PRIMARY = ("*.acc", "*.acc.macro", "official.acc.by_category.*", "official.n")
+"""Accuracy and its macro over the three groups (each aggregation's, then cal.py's) and cal.py's groups; the first
+aggregation's accuracy ranks models."""
+SUITE = Suite(NAME, VLRewardBenchOptions, M.METRICS, PRIMARY, run)
