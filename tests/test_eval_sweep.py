@@ -611,3 +611,25 @@ def test_a_cell_whose_backend_died_is_failed_and_redone(tmp_path):
 
     assert S.backend_failure({"n_backend_errors": 1, "n_calls": 100}) is None  # transient errors stay
     assert "3 of 10" in S.backend_failure({"backend_errors": 3, "judgments": 10})
+
+
+def test_a_judge_name_of_240_characters_keeps_its_files_within_the_limits(tmp_path):
+    """Issue 29 item 10: `eval run` with a 240-character judge name judged the whole cell, then failed writing it
+    (OSError: [Errno 36] File name too long). A long name is cut and hashed in file names; the name itself stays
+    whole in the results."""
+    from perception_judge.cli import main
+    from perception_judge.evaluation.results import cell_id
+
+    name = "judge-" + "x" * 200 + "/" + "y" * 33  # 240 characters
+    out = tmp_path / "long"
+    args = ["eval", "run", "--backend", "scripted", "--model", f"{name}=constant", "--suites", "bias",
+            "--set", "bias.source=builtin", "--set", "bias.n_per_type=1", "--out", str(out), "-q"]  # fmt: skip
+    assert main(args) == 0
+    (cell,) = (out / "cells").glob("*.json")
+    assert all(len(p.name) <= 100 for p in out.rglob("*"))
+    assert json.loads(cell.read_text())["model"] == name and json.loads(cell.read_text())["status"] == "done"
+    assert {r["model"] for r in json.loads((out / "results.json").read_text())["rows"]} == {name}
+    assert main(args) == 0  # the re-run finds the cell under the same file name and skips it
+    other = name[:-1] + "z"  # the same first 239 characters: other files
+    assert cell_id(other, "bias", 0) != cell_id(name, "bias", 0) and len(cell_id(other, "bias", 0)) < 100
+    assert cell_id("short name", "bias", 0) == "short_name__bias__seed0"  # short names read as before
