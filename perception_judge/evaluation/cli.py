@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -391,15 +392,23 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _quiet() -> None:
-    from datasets.utils.logging import disable_progress_bar
-    from transformers.utils import logging as hf_logging
-
+    """Progress bars off and library warnings only, without importing transformers / datasets (the plan is checked
+    first, in well under a second)."""
     from perception_judge.evaluation.base import set_progress
 
     set_progress(False)
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    disable_progress_bar()
+    for var, value in (("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                       ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")):  # fmt: skip
+        os.environ.setdefault(var, value)
+    if "transformers" in sys.modules:  # already imported (in-process callers): tell it directly
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    if "datasets" in sys.modules:
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
 
 
 ACTIONS = {
