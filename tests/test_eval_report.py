@@ -263,3 +263,57 @@ def test_official_numbers_name_their_rule_and_an_undefined_group_is_na_not_zero(
     js = json.loads((tmp_path / "report.json").read_text())["tables"]["vlrewardbench"]
     assert js["rules"]["official"].startswith("VL-RewardBench cal.py")
     assert js["undefined"]["base"]["official.acc.by_category.reasoning"].endswith(why)
+
+
+def test_the_report_reads_for_people(tmp_path, monkeypatch):
+    """Issue 31: counts printed as 240.000, each suite's table was split into column chunks of raw metric names,
+    and the bias chart drew a type with no scorable pair exactly like a 0. Now: per suite one table of its headline
+    metrics with their intervals, counts as integers, the full set in report.json, and "n/a (no scorable pair)" in
+    tables and a hatched n/a bar in the chart."""
+    from perception_judge.evaluation import sweep as S
+    from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
+    from perception_judge.evaluation.plan import resolve
+
+    def judge(req, sampling):  # never scores a text-dominance pair: that type has no scorable pair
+        return "no verdict" if req.meta["bias_type"] == "text_dominance" else format_scores(req, [8])
+
+    options = {"bias": {"source": "builtin", "n_per_type": 1}}
+    plan = resolve([{"suites": ["bias"], "options": options, "backend": {"kind": "scripted"}}], tmp_path)
+    figures = []
+    monkeypatch.setattr(R, "_save_figure", lambda plt, fig, path, dpi=110: figures.append(fig) or path)
+    S.evaluate(
+        [S.ModelEntry("judge")], plan, backend_factory=lambda e, p: ScriptedBackend(judge), progress=False
+    )
+    md = (tmp_path / "report.md").read_text()
+    bias = md.split("## bias")[1]
+    head = next(line for line in bias.splitlines() if line.startswith("| model |")).split(" | ")
+    row = next(line for line in bias.splitlines() if line.startswith("| judge |")).split(" | ")
+    assert row[head.index("TD (BD)")] == "n/a (no scorable pair)"
+    assert "inter_sample_var" not in bias and "parse_failure_rate" not in bias  # headline only
+    js = json.loads((tmp_path / "report.json").read_text())["tables"]["bias"]
+    assert {"inter_sample_var", "parse_failure_rate"} <= set(
+        js["columns"]
+    )  # the full set stays in report.json
+    assert js["headline"][0] == "overall" and js["rows"][0]["values"]["text_dominance"]["mean"] is None
+    counts = bias.split("Counts")[1]
+    assert "| 9 |" in counts and ".0" not in counts  # integers as integers
+    ax = figures[0].axes[0]
+    assert any(t.get_text() == "n/a" for t in ax.texts)
+    assert any(p.get_hatch() == "///" for p in ax.patches)  # drawn unlike a 0
+
+    steps = {"base": 0, "final": 7}
+    perception = {
+        m: {"pair_acc": 0.5 + 0.2 * i, "pair_acc_ci95_lo": 0.44 + 0.2 * i, "pair_acc_ci95_hi": 0.56 + 0.2 * i,
+            "pair_acc_n": 240.0, "pair_acc_ties": 0.1, "error_rate": 0.0}
+        for i, m in enumerate(steps)
+    }  # fmt: skip
+    _write_eval(tmp_path / "p", {"perception": perception}, steps)
+    md = R.render_markdown(
+        {
+            **R.write_report(tmp_path / "p"),
+            "tables": R._tables(tmp_path / "p", R.read_results(tmp_path / "p"))[0],
+        }
+    )
+    table = md.split("## perception")[1].split("Parser")[0]
+    assert "| base | 0 | 0.500 [0.44, 0.56] | 240 |" in table and "240.000" not in md
+    assert "pair_acc_ties" not in table and "error_rate" not in table
