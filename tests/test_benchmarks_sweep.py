@@ -54,6 +54,9 @@ def test_suites_run_through_the_sweep(tmp_path):
     assert rows[("position", "mean.consistency_rate")]["mean"] == pytest.approx(1.0)
     assert rows[("verbosity", "mean.self.tie_rate")]["mean"] == pytest.approx(1.0)
     assert rows[("self_enhancement", "mean.pair.own_win_rate_judge")]["mean"] == pytest.approx(1.0)
+    from perception_judge.evaluation.suites import SUITES
+
+    assert [k for k in rows if SUITES[k[0]].metric(k[1]) is None] == []  # every suite declares its metrics
 
 
 def test_suites_with_a_real_tiny_judge(tiny_qwen25, tmp_path):
@@ -115,5 +118,8 @@ def test_cli_eval_run_with_in_suite_seeds_and_report(tmp_path):
         (1 + round(1 / 3, 3)) / 2, 3
     )  # the script's "Ave"
     assert rows[("vlrewardbench", "mean.acc")] == pytest.approx(7 / 12)
+    from perception_judge.evaluation.suites import SUITES
+
+    assert [k for k in rows if SUITES[k[0]].metric(k[1]) is None] == []  # vote and flex metrics too
     report = (out / "report.md").read_text()
     assert "mllm_judge" in report and "vlrewardbench" in report

@@ -104,6 +104,7 @@ def test_perfect_judge_scores_one_everywhere(val_set, tmp_path):
     assert sum(r.meta["kinds"][0] == "r_c" for r in pairs) == len(pairs) // 2
     assert res.counts["n_records"] == 3 and res.counts["n_pair_judgements"] == 24
     assert res.protocol["primary_metric"] == "pair_acc" and res.samples_path.endswith("samples.jsonl")
+    assert [m for m in res.metrics if perception.SUITE.metric(m) is None] == []  # every metric is declared
 
 
 def test_position_biased_and_constant_judges(val_set, tmp_path):

@@ -19,6 +19,7 @@ from perception_judge.evaluation import sweep as S
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
 from perception_judge.evaluation.base import SuiteConfig
 from perception_judge.evaluation.plan import resolve
+from perception_judge.evaluation.suites import SUITES
 
 BIAS_OPTS = {"bias": {"source": "builtin", "n_per_type": 1}}
 
@@ -138,6 +139,7 @@ def test_crash_then_rerun_does_not_redo_finished_cells(tmp_path):
     rows = [r for r in data["rows"] if r["metric"] == "overall"]
     assert [r["model"] for r in rows] == ["base", "checkpoint-10", "checkpoint-20", "final"]
     assert rows[0]["n_seeds"] == 2 and rows[0]["values"] == {"0": rows[0]["mean"], "1": rows[0]["mean"]}
+    assert [r["metric"] for r in data["rows"] if SUITES["bias"].metric(r["metric"]) is None] == []  # declared
     for name in ("results.csv", "results.json", "report.md", "report.json", "plan.json"):
         assert (out / name).is_file(), name
     outcome, _ = S.sweep(run_dir, _plan(out), backend_factory=_factory(calls2), progress=False)
