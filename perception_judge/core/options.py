@@ -1,27 +1,49 @@
-"""The one configuration mechanism of jobs and suites: a typed pydantic model per job or suite.
+"""The one configuration mechanism of jobs and suites: a typed pydantic model per job or suite, which is also the
+runtime configuration of the code it drives (no parallel dataclass, no defaults copied from one to the other).
 
-    class PerceptionOptions(Options):
-        data: str | None = None
-        tau: float = DEFAULT_TAU
-        protocols: CommaList = ["pair", "batch", "single"]
-        image_control: Literal["none", "mismatched"] = "none"
+    class ExportOptions(Options):
+        seed: int = 0
+        '''seed of the slot permutations'''        # documented: the flag --seed, this text its help
+        chunk_rows: int = 256                       # undocumented: a config-file / --set key only
+        prompt_style: Literal["full", "tiny"] = "full"
 
-    opts = PerceptionOptions.parse(config.options, "perception")
+    ExportOptions(seed=1)                           # in code
+    ExportOptions.parse(values, "export")           # from a mapping (a YAML section)
+    add_flags(parser, ExportOptions)                # on a command line: --config FILE, --set KEY=VALUE, --seed ...
+    options = options_from_args(ExportOptions, parser.parse_args(argv))
 
-Values come from YAML job files and ``--set KEY=VALUE`` overrides (:func:`parse_set`; the value is YAML). Unknown
-keys and bad values raise :class:`OptionError` naming ``WHERE.KEY``, the value and what was expected. Training
-recipes are not read here: they stay trl configs read by ``TrlParser``.
+**Flags** come from the documented fields (the attribute docstring is the help, the default is appended):
+``--key-name`` unless a :class:`Flag` in the field's ``Annotated`` metadata names it; a bool is a switch
+(``--x/--no-x`` unless it defaults to False); a Literal lists its choices; a list is repeatable; a dict takes
+repeatable ``KEY=VALUE`` entries (several comma-separated in one). A documented field whose type is itself an
+``Options`` model is a section: its documented fields are flags in an argument group, its keys ``SECTION.KEY``.
+
+**Precedence**, lowest first: the model's defaults < the ``--config`` YAML file < each ``--set KEY=VALUE`` (dotted
+keys, YAML values; :func:`parse_set`) in order < explicit flags. A dict flag adds its entries to the mapping below
+it; a mapping given for a sub-model keeps the other values of that field's default.
+
+**Errors** are :class:`OptionError`, one line per problem: ``WHERE.KEY: what is wrong (got VALUE)``, with the known
+keys for an unknown one and the choices for a Literal; secret-looking values are redacted. Training recipes are not
+read here: they stay trl configs read by ``TrlParser``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Self, get_args
+import argparse
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+
+from perception_judge.core.redact import redact
 
 
 class OptionError(ValueError):
-    """An unknown option or a bad value; the message names ``WHERE.KEY``."""
+    """An unknown option or a bad value; the message names ``WHERE.KEY``, the value and what is allowed."""
 
 
 def _split_commas(value: Any) -> Any:
@@ -36,34 +58,102 @@ CommaList = Annotated[list[str], BeforeValidator(_split_commas)]
 """A list of strings, also given as one comma-separated string (``--set suite.protocols=pair,batch``)."""
 
 
+@dataclass(frozen=True)
+class Flag:
+    """``Annotated`` metadata of a field's flag: its name (default ``--key-name``) and metavar."""
+
+    name: str | None = None
+    metavar: str | None = None
+
+
 class Options(BaseModel):
-    """Base of every option model: unknown keys are refused, numbers are accepted where text is expected."""
+    """Base of every option model: unknown keys are refused, numbers are accepted where text is expected, an
+    attribute docstring documents its field (and makes it a flag)."""
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, arbitrary_types_allowed=True)
+    model_config["use_attribute_docstrings"] = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_sub_defaults(cls, data: Any) -> Any:
+        """A partial mapping for a sub-model field keeps the other values of the field's default."""
+        if isinstance(data, dict):
+            for name, value in data.items():
+                default = cls.model_fields[name].default if name in cls.model_fields else None
+                if isinstance(default, BaseModel) and isinstance(value, dict):
+                    data = {**data, name: {**default.model_dump(), **value}}
+        return data
 
     @classmethod
-    def parse(cls, values: dict[str, Any] | None, where: str, what: str | None = None) -> Self:
-        """The options of ``where`` (a suite or job section) from ``values``. None keeps the default of a field
-        that cannot hold None. ``what`` words the unknown-key message (default ``option(s) for WHERE``)."""
-        values = values or {}
-        if unknown := sorted(set(values) - set(cls.model_fields)):
-            raise OptionError(
-                f"unknown {what or f'option(s) for {where}'} {unknown}; known: {sorted(cls.model_fields)}"
-            )
-        given = {k: v for k, v in values.items() if v is not None or _admits_none(cls.model_fields[k])}
+    def parse(cls, values: Mapping[str, Any] | None, where: str = "", what: str | None = None) -> Self:
+        """The options of ``where`` (a job, section or suite) from ``values``. None keeps the default of a field that
+        cannot hold None. ``what`` words the unknown-key message (default ``option``)."""
+        values = {} if values is None else values
+        if isinstance(values, Mapping):
+            known = cls.model_fields
+            values = {k: v for k, v in values.items() if v is not None or k not in known or _admits(known[k])}
         try:
-            return cls.model_validate(given)
+            return cls.model_validate(values)
         except ValidationError as e:
-            raise OptionError("; ".join(_describe(where, err) for err in e.errors())) from None
+            raise OptionError("; ".join(_describe(cls, where, err, what) for err in e.errors())) from None
 
 
-def _admits_none(field: Any) -> bool:
+def _strip_none(annotation: Any) -> Any:
+    """``X | None`` -> X (other annotations as they are)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _admits(field: FieldInfo) -> bool:
+    """Whether a field may hold None."""
     return field.annotation is Any or type(None) in get_args(field.annotation)
 
 
-def _describe(where: str, err: Any) -> str:
-    key = ".".join(str(p) for p in (where, *err["loc"]) if p != "")
-    return f"{key}: {err['msg']} (got {err['input']!r})"
+def _section(field: FieldInfo) -> type[Options] | None:
+    """The model of a sub-model field, or None."""
+    ann = _strip_none(field.annotation)
+    return ann if isinstance(ann, type) and issubclass(ann, Options) else None
+
+
+def _field_at(model: type[BaseModel], loc: Iterable[Any]) -> tuple[type[BaseModel] | None, FieldInfo | None]:
+    """(the model holding the last key of ``loc``, that key's field), following sub-model fields."""
+    field = None
+    for part in loc:
+        if field is not None:
+            model = _section(field)  # type: ignore[assignment]
+        field = model.model_fields.get(str(part)) if model is not None else None
+        if field is None:
+            return model, None
+    return model, field
+
+
+def _flag_meta(field: FieldInfo) -> Flag:
+    return next((m for m in field.metadata if isinstance(m, Flag)), Flag())
+
+
+def flag_name(field: FieldInfo, key: str) -> str:
+    """The flag of a field named ``key``: its :class:`Flag` name, else ``--key-name``."""
+    return _flag_meta(field).name or "--" + key.rsplit(".", 1)[-1].replace("_", "-")
+
+
+def _shown(key: str, value: Any) -> str:
+    text = repr(redact({key: value})[key])
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _describe(model: type[BaseModel], where: str, err: Any, what: str | None) -> str:
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(p for p in (where, *loc) if p) or model.__name__
+    holder, field = _field_at(model, loc)
+    if err["type"] == "extra_forbidden":
+        known = ", ".join(sorted(holder.model_fields)) if holder is not None else ""
+        return f"{key}: unknown {what or 'option'} (got {_shown(loc[-1], err['input'])}); known: {known}"
+    if err["type"] == "missing":
+        hint = f" (flag {flag_name(field, loc[-1])})" if field is not None and field.description else ""
+        return f"{key}: required, not given{hint}"
+    return f"{key}: {err['msg']} (got {_shown(loc[-1] if loc else '', err['input'])})"
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:
@@ -73,11 +163,172 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     key, sep, raw = item.partition("=")
     path = [p.strip() for p in key.split(".")]
     if not sep or not all(path):
-        raise OptionError(f"--set {item!r}: expected KEY=VALUE (a dotted KEY such as SUITE.OPTION)")
+        raise OptionError(f"--set {item!r}: expected KEY=VALUE (a dotted KEY such as SECTION.OPTION)")
     try:
         return path, yaml.safe_load(raw)
     except yaml.YAMLError:
         return path, raw
 
 
-__all__ = ["CommaList", "OptionError", "Options", "parse_set"]
+# ------------------------------------------------------------------------------------------------------------------
+# Command lines
+# ------------------------------------------------------------------------------------------------------------------
+
+_CONFIG_HELP = "YAML file of options (sections and keys as in --set); --set and flags override it"
+_SET_HELP = (
+    "set any option by its dotted key to a YAML value, e.g. --set %s (repeatable; later wins). Precedence: "
+    "defaults < --config < --set < flags"
+)
+
+
+def _leaves(model: type[Options], prefix: str = "") -> Iterator[tuple[str, FieldInfo, type[Options] | None]]:
+    """(dotted key, field, section model or None) of every documented field, sections before their fields."""
+    for name, field in model.model_fields.items():
+        if field.description:
+            section = _section(field)
+            yield prefix + name, field, section
+            if section is not None:
+                yield from _leaves(section, f"{prefix}{name}.")
+
+
+def _default_text(field: FieldInfo) -> str:
+    default = field.get_default(call_default_factory=True)
+    if default is None or default is False or default == [] or default == {}:
+        return ""
+    if isinstance(default, dict):
+        default = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in default.items())
+    elif isinstance(default, list):
+        default = ",".join(map(str, default))
+    return f" (default {default})"
+
+
+def _argument(field: FieldInfo, key: str) -> tuple[list[str], dict[str, Any]]:
+    """The argparse flag of a documented field: (option strings, keyword arguments)."""
+    ann, meta = _strip_none(field.annotation), _flag_meta(field)
+    help_ = field.description or ""
+    if "default" not in help_ and not field.is_required():
+        help_ += _default_text(field)
+    kw: dict[str, Any] = {"dest": key, "default": None, "help": help_.replace("%", "%%")}
+    name = flag_name(field, key)
+    upper = name.lstrip("-").replace("-", "_").upper()
+    if ann is bool:
+        kw["action"] = "store_true" if field.default is False else argparse.BooleanOptionalAction
+    elif get_origin(ann) is Literal:
+        kw["metavar"] = "{" + ",".join(map(str, get_args(ann))) + "}"
+    elif get_origin(ann) in (list, dict):
+        kw |= {
+            "action": "append",
+            "metavar": meta.metavar or ("KEY=VALUE" if get_origin(ann) is dict else upper),
+        }
+    else:
+        kw["metavar"] = meta.metavar or upper
+    return [name], kw
+
+
+def add_flags(parser: argparse.ArgumentParser, model: type[Options], *, config: bool = True) -> None:
+    """Add ``--config FILE`` and ``--set KEY=VALUE`` (unless ``config=False``) and a flag per documented field of
+    ``model`` to ``parser``, a section's flags in an argument group (see the module docstring). A flag's dest is
+    its dotted key and its default None, so :func:`options_from_args` sees which flags were given."""
+    if config:
+        example = next((k for k, _, s in _leaves(model) if s is None), "KEY")
+        parser.add_argument("--config", metavar="FILE", help=_CONFIG_HELP)
+        set_help = _SET_HELP % f"{example}=VALUE"
+        parser.add_argument(
+            "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=set_help
+        )
+    groups: dict[str, Any] = {}
+    for key, field, section in _leaves(model):
+        if section is not None:
+            groups[key] = parser.add_argument_group(f"{key} (config section {key!r})", field.description)
+            continue
+        target = groups.get(key.rpartition(".")[0], parser)
+        flags, kw = _argument(field, key)
+        target.add_argument(*flags, **kw)
+
+
+def _pairs(entries: list[str], flag: str, metavar: str) -> dict[str, str]:
+    """Repeatable ``KEY=VALUE`` entries (several comma-separated in one when every piece has a ``=``)."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        pieces = entry.split(",")
+        for piece in pieces if all("=" in p for p in pieces) else [entry]:
+            key, sep, value = piece.partition("=")
+            if not sep or not key.strip():
+                raise OptionError(f"{flag} {entry!r}: expected {metavar}")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def given_flags(model: type[Options], args: argparse.Namespace) -> dict[str, Any]:
+    """``{dotted key: value}`` of the flags of ``model`` given in ``args`` (dict flags as mappings)."""
+    out = {}
+    for key, field, section in _leaves(model):
+        if section is None and (value := getattr(args, key, None)) is not None:
+            if get_origin(_strip_none(field.annotation)) is dict:
+                value = _pairs(value, flag_name(field, key), _flag_meta(field).metavar or "KEY=VALUE")
+            out[key] = value
+    return out
+
+
+def _read_config(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise OptionError(f"config file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise OptionError(f"config file {str(p)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise OptionError(f"config file {str(p)!r}: expected a mapping of options, got {type(data).__name__}")
+    return data
+
+
+def _put(data: dict[str, Any], path: list[str], value: Any, add: bool = False) -> None:
+    """Set ``data[path[0]][path[1]]... = value`` (a mapping ``value`` with ``add`` is added to the one there)."""
+    for i, part in enumerate(path[:-1]):
+        if data.get(part) is None:
+            data[part] = {}
+        elif not isinstance(data[part], dict):
+            raise OptionError(f"{'.'.join(path[: i + 1])}: is {data[part]!r}, not a mapping of options")
+        data = data[part]
+    old = data.get(path[-1])
+    data[path[-1]] = {**old, **value} if add and isinstance(old, dict) else value
+
+
+def resolve_options(
+    model: type[Options],
+    where: str = "",
+    config: str | Path | None = None,
+    sets: Iterable[str] = (),
+    flags: Mapping[str, Any] | None = None,
+) -> Any:
+    """The options of ``model`` from its defaults, a YAML ``config`` file, ``--set`` items and ``flags``
+    (``{dotted key: value}``), in that order of precedence (the module docstring); raises :class:`OptionError`."""
+    data = _read_config(config) if config else {}
+    for item in sets:
+        _put(data, *parse_set(item))
+    for key, value in (flags or {}).items():
+        _put(data, key.split("."), value, add=isinstance(value, dict))
+    return model.parse(data, where)
+
+
+def options_from_args(model: type[Options], args: argparse.Namespace, where: str = "") -> Any:
+    """The options of a command line built with :func:`add_flags` (precedence: the module docstring)."""
+    config, sets = getattr(args, "config", None), getattr(args, "sets", None) or ()
+    return resolve_options(model, where, config, sets, given_flags(model, args))
+
+
+__all__ = [
+    "CommaList",
+    "Flag",
+    "OptionError",
+    "Options",
+    "add_flags",
+    "flag_name",
+    "given_flags",
+    "options_from_args",
+    "parse_set",
+    "resolve_options",
+]
