@@ -268,7 +268,7 @@ def test_default_source_runs_without_options(tmp_path):
     )
     assert res.counts["n_pairs"] == 9 and res.metrics["overall"] == pytest.approx(4 / 9)
     assert res.protocol["data"]["source"] in ("synth", "builtin")
-    with pytest.raises(ValueError, match=r"bias\.n_per_typo: unknown option of the bias suite"):
+    with pytest.raises(ValueError, match=r"bias\.n_per_typo: unknown option of the bias suite \(got 1\)"):
         suite.SUITE(ScriptedBackend(constant), SuiteConfig(out_dir=tmp_path / "e", options={"n_per_typo": 1}))
 
 

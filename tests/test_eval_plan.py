@@ -20,7 +20,7 @@ from perception_judge.cli import build_parser, main
 from perception_judge.evaluation import sweep as S
 from perception_judge.evaluation.backends.hf import HFBackend
 from perception_judge.evaluation.backends.scripted import ScriptedBackend
-from perception_judge.evaluation.cli import COMMAND, apply_sets, build_plan, load_config
+from perception_judge.evaluation.cli import COMMAND, build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,10 +52,20 @@ def no_model_loads(monkeypatch):
         (["--suites", "bias,nope"], ["unknown suite 'nope'", "self_enhancement"]),
         (["--set", "backend.batch_size=0"], ["backend.batch_size", "greater than or equal to 1"]),
         (["--dtype", "fp8"], ["backend.dtype", "'bfloat16'"]),
-        (["--set", "backend.kind=vllm", "--set", "backend.device=cpu"], ["backend.device", "it takes"]),
+        (
+            ["--set", "backend.kind=vllm", "--set", "backend.device=cpu"],
+            ["backend.device: unknown option", "known"],
+        ),
         (["--set", "sampling.top_p=2"], ["sampling.top_p", "less than or equal to 1"]),
-        (["--set", "backend.pixel_policy.mode=square"], ["backend.pixel_policy", "fixed, smart or none"]),
-        (["--set", "backend.think_prefix=always"], ["backend.think_prefix", "auto, off"]),
+        (
+            ["--set", "backend.pixel_policy.mode=square"],
+            ["backend.pixel_policy.mode", "'fixed', 'smart' or 'none'"],
+        ),
+        (
+            ["--set", "backend.pixel_policy.size=50"],
+            ["backend.pixel_policy", "not a multiple of the patch factor 28"],
+        ),
+        (["--set", "backend.think_prefix=always"], ["backend.think_prefix", "'auto' or 'off'"]),
     ],
 )
 def test_a_bad_option_exits_2_before_any_model_loads(tmp_path, capsys, no_model_loads, flags, names):
@@ -121,7 +131,7 @@ def _args(*argv: str):
 
 
 def _build(args, run=None, out=None):
-    return build_plan(args, apply_sets(load_config(args.config), args.sets), out or Path(args.out), run)
+    return build_plan(args, run)
 
 
 def test_settings_resolve_in_one_order_run_file_config_set_flags(tmp_path):

@@ -316,20 +316,22 @@ def test_cli_eval_run_compares_judges_and_report_rerender(tmp_path, capsys):
     assert e.value.code == 0 and "RUN_DIR" in capsys.readouterr().out.upper()
 
 
-def test_apply_sets_and_plan_building():
-    from perception_judge.evaluation.cli import apply_sets
+def test_set_items_and_plan_building():
+    from perception_judge.cli import build_parser
+    from perception_judge.evaluation.cli import COMMAND, job_layers
 
-    cfg = apply_sets(
-        {},
-        [
-            "bias.n_per_type=8",
-            "perception.protocols=[pair, batch]",
-            "sampling.temperature=0.3",
-            "backend.batch_size=4",
-            "bias.prompt=mmjb",
-        ],
+    def layers(*sets: str) -> tuple[dict, dict]:
+        argv = ["run", "--model", "m=x", "--out", "o", *(a for s in sets for a in ("--set", s))]
+        return job_layers(build_parser("eval", COMMAND).parse_args(argv))
+
+    cfg, flags = layers(
+        "bias.n_per_type=8",
+        "perception.protocols=[pair, batch]",
+        "sampling.temperature=0.3",
+        "backend.batch_size=4",
+        "bias.prompt=mmjb",
     )
-    assert cfg == {
+    assert flags == {} and cfg == {
         "options": {
             "bias": {"n_per_type": 8, "prompt": "mmjb"},
             "perception": {"protocols": ["pair", "batch"]},
@@ -338,7 +340,7 @@ def test_apply_sets_and_plan_building():
         "backend": {"batch_size": 4},
     }
     with pytest.raises(ValueError, match=r"SUITE\.KEY=VALUE"):
-        apply_sets({}, ["bias=3"])
+        layers("bias=3")
     with pytest.raises(ValueError, match="unknown suite"):
         resolve([{"suites": ["bias", "nope"]}], Path("x"))
 
@@ -463,12 +465,12 @@ def test_hf_sweep_end_to_end_on_tiny_runs(tmp_path, tiny_qwen25, tuning):
 )
 def test_shipped_eval_configs_build_a_plan(config, tmp_path):
     from perception_judge.cli import build_parser
-    from perception_judge.evaluation.cli import COMMAND, apply_sets, build_plan, load_config
+    from perception_judge.evaluation.cli import COMMAND, build_plan
 
     args = build_parser("eval", COMMAND).parse_args(
         ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x"]
     )
-    plan = build_plan(args, apply_sets(load_config(config), args.sets), tmp_path)
+    plan = build_plan(args)
     assert plan.suites and plan.seeds and plan.backend.kind in ("hf", "vllm", "openai", "scripted")
     from perception_judge.evaluation.suites import SUITES
 
@@ -555,13 +557,13 @@ def test_backend_flag_drops_another_kinds_config_keys(kind, tmp_path):
     takes, and a key a kind does not take is an error that names it."""
     from perception_judge.cli import build_parser
     from perception_judge.evaluation.backends import KINDS, load_backend
-    from perception_judge.evaluation.cli import COMMAND, apply_sets, build_plan, load_config
+    from perception_judge.evaluation.cli import COMMAND, build_plan
 
     config = Path(__file__).resolve().parents[1] / "eval/configs/tiny.yaml"
     args = build_parser("eval", COMMAND).parse_args(
         ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x", "--backend", kind]
     )
-    plan = build_plan(args, apply_sets(load_config(config), args.sets), tmp_path)
+    plan = build_plan(args)
     assert plan.backend.kind == kind
     assert type(plan.backend.options) is KINDS[kind].Options  # only keys the chosen kind takes
     assert "device" not in plan.backend.to_dict()
@@ -569,7 +571,9 @@ def test_backend_flag_drops_another_kinds_config_keys(kind, tmp_path):
         assert (
             plan.backend.options.batch_size == 32 and plan.backend.options.dtype == "float32"
         )  # shared keys stay
-    with pytest.raises(ValueError, match=r"has no option\(s\) \['device'\]"):
+    with pytest.raises(
+        ValueError, match=rf"backend\.device: unknown option of the {kind} backend \(got 'cpu'\)"
+    ):
         load_backend({"kind": kind, "model": "m", "device": "cpu"})
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from perception_judge.core.images import PixelPolicy, load_image
 from perception_judge.core.io import atomic_open
 from perception_judge.core.io import progress_bar as _progress_bar
-from perception_judge.core.options import OptionError, Options
+from perception_judge.core.options import Options
 from perception_judge.core.protocol import count_image_placeholders, parse_scores
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 
@@ -353,16 +353,7 @@ class Suite:
         ``SUITE.KEY`` and what it allows."""
         if isinstance(values, self.options):
             return values
-        values = dict(values or {})
-        if unknown := [k for k in values if k not in self.options.model_fields]:
-            known = ", ".join(self.options.model_fields)
-            raise OptionError(
-                "; ".join(
-                    f"{self.name}.{k}: unknown option of the {self.name} suite; known: {known}"
-                    for k in unknown
-                )
-            )
-        return self.options.parse(values, self.name)
+        return self.options.parse(values, self.name, f"option of the {self.name} suite")
 
     def metric(self, name: str) -> Metric | None:
         """The declaration of a reported metric (the spread ``<name>_std`` is declared by ``<name>``)."""

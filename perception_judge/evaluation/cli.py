@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.cli import Command
-from perception_judge.core.options import OptionError, parse_set
+from perception_judge.core.options import OptionError, add_flags, given_flags, resolve_options
+from perception_judge.evaluation.plan import JobConfig, resolve
+from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger("perception_judge.eval")
 
@@ -23,93 +25,60 @@ plots/); `eval run --model NAME=PATH ... --out DIR` compares any judges (local f
 OpenAI-compatible server, scripted judges). Re-running skips finished cells (model x suite x seed).
 
 Suites: bias (MM-JudgeBias compositional biases), perception (held-out PPJD: r_c vs its counterfactuals), and
-the judge benchmarks (mllm_judge, vlrewardbench, mjbench, position, verbosity, self_enhancement).
+the judge benchmarks (mllm_judge, vlrewardbench, mjbench, position, verbosity, self_enhancement); `eval list`.
 
-Settings come from an eval job YAML (--config, e.g. eval/configs/tiny.yaml) and the flags below; suite options
-are set with --set SUITE.KEY=VALUE (values are YAML: --set bias.n_per_type=8 --set perception.protocols=[pair]);
---set sampling.KEY=VALUE and --set backend.KEY=VALUE work too. See docs/evaluation.md.
+Settings, lowest precedence first: the training run's file (sweep: pixel policy, think prefix, token budget,
+training set), the eval job YAML (--config, e.g. eval/configs/tiny.yaml), --set KEY=VALUE (values are YAML; a
+suite's option is SUITE.KEY: --set bias.n_per_type=8 --set perception.protocols=[pair]; also sampling.KEY and
+backend.KEY), then the flags below. Everything is checked before any model loads. See docs/evaluation.md.
 """
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
-FLAG_KEYS = {
-    "suites": "suites",
-    "seeds": "seeds",
-    "limit": "limit",
-    "temperature": "sampling.temperature",
-    "top_p": "sampling.top_p",
-    "top_k": "sampling.top_k",
-    "max_new_tokens": "sampling.max_new_tokens",
-    "backend": "backend.kind",
-    "batch_size": "backend.batch_size",
-    "dtype": "backend.dtype",
-    "device": "backend.device",
-    "base_urls": "backend.base_urls",
-    "think_prefix": "backend.think_prefix",
-    "pixel_mode": "backend.pixel_policy.mode",
-    "pixel_size": "backend.pixel_policy.size",
-}
-"""Each flag's key in the eval job (the flags are the last layer of :func:`~perception_judge.evaluation.plan.resolve`)."""
-
-
-def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The eval job keys of the flags given."""
-    layer: dict[str, Any] = {}
-    for dest, key in FLAG_KEYS.items():
-        if (value := getattr(args, dest, None)) is not None:
-            *heads, last = key.split(".")
-            target = layer
-            for head in heads:
-                target = target.setdefault(head, {})
-            target[last] = value
-    return layer
-
-
 def _common(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("what to run")
-    g.add_argument(
-        "--config", type=Path, help="eval job YAML (suites, seeds, sampling, backend, options, models)"
-    )
-    g.add_argument("--suites", type=_csv, help="comma-separated suites (default: bias,perception)")
-    g.add_argument(
-        "--seeds", type=lambda s: [int(x) for x in _csv(s)], help="comma-separated judge seeds (default: 0)"
-    )
-    g.add_argument("--limit", type=int, help="cap items per suite (bias: pairs per bias type)")
-    g.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="SUITE.KEY=VALUE suite option, or sampling.KEY=VALUE / backend.KEY=VALUE (repeatable)",
-    )
-    g.add_argument("--out", type=Path, help="output folder")
-    g.add_argument("--force", action="store_true", help="re-run finished cells too")
-    g.add_argument("--no-report", action="store_true", help="write the results table but no report")
-    b = p.add_argument_group("backend")
-    b.add_argument(
-        "--backend", choices=["hf", "vllm", "openai", "scripted"], help="judge backend (default: hf)"
-    )
-    b.add_argument("--batch-size", type=int, help="hf / vllm batch size")
-    b.add_argument("--dtype", help="hf / vllm dtype (auto, float32, bfloat16)")
-    b.add_argument("--device", help="hf device (auto, cpu, cuda)")
-    b.add_argument("--base-url", dest="base_urls", type=_csv, help="openai: server URL(s), comma-separated")
-    b.add_argument(
-        "--think-prefix", choices=["auto", "off"], help="think prefill (default: the run's, else auto)"
-    )
-    b.add_argument("--pixel-size", type=int, help="fixed pixel policy size (default: the run's, else 448)")
-    b.add_argument(
-        "--pixel-mode", choices=["fixed", "smart", "none"], help="pixel policy mode (default fixed)"
-    )
-    s = p.add_argument_group("decoding")
-    s.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
-    s.add_argument("--top-p", type=float)
-    s.add_argument("--top-k", type=int, help="0 disables top-k")
-    s.add_argument("--max-new-tokens", type=int)
+    add_flags(p, JobConfig)
+    p.add_argument("--out", type=Path, help="output folder")
+    p.add_argument("--force", action="store_true", help="re-run finished cells too")
+    p.add_argument("--no-report", action="store_true", help="write the results table but no report")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
+
+
+def _suite_key(item: str) -> str:
+    """A ``--set`` item with a suite's option (``SUITE.KEY=VALUE``) as the job key it sets (``options.SUITE.KEY``)."""
+    key = item.partition("=")[0]
+    head = key.split(".")[0].strip()
+    if head in SUITES and "." in key:
+        return f"options.{item.strip()}"
+    if head in SUITES or head not in JobConfig.model_fields:
+        raise OptionError(
+            f"--set {item!r}: expected SUITE.KEY=VALUE with SUITE one of {', '.join(SUITES)} (or a key of the eval "
+            f"job: {', '.join(JobConfig.model_fields)}); {head!r} is neither a suite nor a job key"
+        )
+    return item
+
+
+def job_layers(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The eval job's layers from the command line: the config file with ``--set`` applied, and the flags given
+    (each the keys it sets), both checked."""
+    config = resolve_options(JobConfig, "", args.config, [_suite_key(s) for s in args.sets])
+    flags: dict[str, Any] = {}
+    for key, value in given_flags(JobConfig, args).items():
+        *heads, last = key.split(".")
+        target = flags
+        for head in heads:
+            target = target.setdefault(head, {})
+        target[last] = value
+    return config.model_dump(exclude_unset=True), flags
+
+
+def build_plan(args: argparse.Namespace, run: Any = None) -> Any:
+    """The :class:`~perception_judge.evaluation.plan.EvalPlan` of the run file (``eval sweep``), the job config with
+    ``--set``, and the flags, in that order (:func:`~perception_judge.evaluation.plan.resolve`: everything typed and
+    checked before any model loads)."""
+    config, flags = job_layers(args)
+    out = args.out or config.get("out") or (run.run_dir / "eval" if run is not None else None)
+    if out is None:
+        raise ValueError("eval run needs --out DIR (or out: in the config)")
+    return resolve([config, flags], Path(out), run, force=args.force)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "set). Finished cells are skipped on re-runs.",
     )
     sw.add_argument("run_dir", type=Path, help="training output folder (train_grpo.py --output_dir)")
-    sw.add_argument("--models", type=_csv, help="only these models (shell patterns: base,checkpoint-*,final)")
+    sw.add_argument(
+        "--models",
+        type=lambda v: v.split(","),
+        help="only these models (shell patterns: base,checkpoint-*,final)",
+    )
     sw.add_argument(
         "--claim",
         action="store_true",
@@ -184,64 +157,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="list suites and bias types")
 
 
-def load_config(path: Path | None) -> dict[str, Any]:
-    """The eval job YAML at ``path`` (its keys checked against :class:`~.plan.JobConfig`); ``{}`` without one."""
-    import yaml
-
-    from perception_judge.evaluation.plan import JobConfig
-
-    if path is None:
-        return {}
-    if not path.is_file():
-        raise FileNotFoundError(f"eval config {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"eval config {str(path)!r} must be a mapping")
-    try:
-        JobConfig.parse(data, "", what="key in the eval job")
-    except OptionError as e:
-        raise OptionError(f"eval config {str(path)!r}: {e}") from None
-    return data
-
-
-def apply_sets(cfg: dict[str, Any], sets: list[str]) -> dict[str, Any]:
-    """Apply ``SUITE.KEY=VALUE`` / ``sampling.KEY=VALUE`` / ``backend.KEY=VALUE`` overrides in place (a longer
-    dotted KEY reaches into a nested mapping: ``backend.pixel_policy.size=56``)."""
-    from perception_judge.evaluation.suites import SUITES
-
-    for item in sets:
-        (head, *keys), value = parse_set(item)
-        if not keys:
-            raise ValueError(
-                f"--set {item!r}: expected SUITE.KEY=VALUE (or sampling.KEY=VALUE, backend.KEY=VALUE)"
-            )
-        if head in ("sampling", "backend"):
-            target = cfg.setdefault(head, {})
-        elif head in SUITES:
-            target = cfg.setdefault("options", {}).setdefault(head, {})
-        else:
-            raise ValueError(
-                f"--set {item!r}: {head!r} is neither a suite ({', '.join(SUITES)}) nor sampling/backend"
-            )
-        for key in keys[:-1]:
-            if target.get(key) is None:
-                target[key] = {}
-            target = target[key]
-            if not isinstance(target, dict):
-                raise ValueError(f"--set {item!r}: {key!r} does not hold a mapping")
-        target[keys[-1]] = value
-    return cfg
-
-
-def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path, run: Any = None) -> Any:
-    """The :class:`~perception_judge.evaluation.plan.EvalPlan` of the run file (``eval sweep``), the job config
-    (``cfg``, with ``--set`` applied) and the flags, in that order (:func:`~perception_judge.evaluation.plan.resolve`:
-    everything typed and checked before any model loads)."""
-    from perception_judge.evaluation.plan import resolve
-
-    return resolve([cfg, _flags(args)], out_dir, run, force=args.force)
-
-
 def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
     print(
         f"cells: {outcome.done} run, {outcome.skipped} already done (skipped), {outcome.failed} failed"
@@ -261,10 +176,9 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
 def run_sweep(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import read_run, sweep
 
-    cfg = apply_sets(load_config(args.config), args.sets)
     run = read_run(args.run_dir)
-    out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else run.run_dir / "eval")
-    plan = build_plan(args, cfg, out_dir, run)
+    plan = build_plan(args, run)
+    out_dir = plan.out_dir
     if getattr(args, "ray", None):
         from perception_judge.evaluation.ray_workers import run_on_ray
 
@@ -278,7 +192,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     outcome, _ = sweep(
         run.run_dir,
         plan,
-        models=args.models or cfg.get("models_filter"),
+        models=args.models or job_layers(args)[0].get("models_filter"),
         report=not args.no_report,
         progress=not args.quiet,
         claim=args.claim,
@@ -316,11 +230,11 @@ def run_collect(args: argparse.Namespace) -> int:
     return 1 if state["missing"] or state["failed"] else 0
 
 
-def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> list[Any]:
+def _model_entries(args: argparse.Namespace, models: list[dict[str, Any]], kind: str) -> list[Any]:
     from perception_judge.evaluation.sweep import ModelEntry
 
     entries = []
-    for i, m in enumerate(cfg.get("models") or []):
+    for i, m in enumerate(models):
         if not isinstance(m, dict) or not (m.get("model") or m.get("fn")):
             raise ValueError(
                 f"config models[{i}] must be a mapping with 'model' (and optional name, adapter, step)"
@@ -350,15 +264,11 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
 def run_eval(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import check_cell_names, evaluate
 
-    cfg = apply_sets(load_config(args.config), args.sets)
-    out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else None)
-    if out_dir is None:
-        raise ValueError("eval run needs --out DIR (or out: in the config)")
-    plan = build_plan(args, cfg, out_dir)
-    entries = _model_entries(args, cfg, plan.backend.kind)
+    plan = build_plan(args)
+    entries = _model_entries(args, job_layers(args)[0].get("models") or [], plan.backend.kind)
     check_cell_names(entries)
     outcome, _ = evaluate(entries, plan, report=not args.no_report, progress=not args.quiet)
-    _print_outcome(outcome, out_dir, not args.no_report)
+    _print_outcome(outcome, plan.out_dir, not args.no_report)
     return 1 if outcome.failed else 0
 
 
@@ -379,7 +289,6 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.bias.taxonomy import BIASES
-    from perception_judge.evaluation.suites import SUITES
 
     print("suites (options: --set SUITE.KEY=VALUE; headline metrics first):")
     for name, suite in SUITES.items():

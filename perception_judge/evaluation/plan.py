@@ -24,12 +24,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from perception_judge.core.io import temp_name
-from perception_judge.core.options import CommaList, OptionError, Options
+from perception_judge.core.options import Flag, OptionError, Options
 from perception_judge.core.redact import redact
 from perception_judge.core.runinfo import RunInfo
 from perception_judge.core.schema import Sampling
@@ -44,33 +44,85 @@ PAIR_SOURCE_SUITES = ("position", "verbosity")
 PAIR_SOURCE_PATHS = ("data_dir", "pair_file", "trainset_dir", "pairs_file")
 
 
-class JobConfig(Options):
-    """An eval job YAML (``--config``): which suites, seeds and items; the ``sampling``, the ``backend`` (``kind``,
-    that kind's options, ``pixel_policy``, ``think_prefix``), each suite's ``options``; ``models`` (the judges of
-    ``eval run``: ``{name, model, adapter, step}``), ``models_filter`` (``eval sweep``) and ``out``."""
+def _names(value: Any) -> Any:
+    """Names given one by one, in a list, or comma-separated (``--suites bias,perception``, ``seeds: [0, 1]``)."""
+    items = value if isinstance(value, list | tuple) else [value]
+    return [n.strip() for v in items for n in str(v).split(",") if n.strip()] if value is not None else None
 
-    suites: CommaList | None = None
-    seeds: list[int] | None = None
-    limit: int | None = Field(None, ge=1)
-    sampling: dict[str, Any] | None = None
-    backend: dict[str, Any] | None = None
-    options: dict[str, dict[str, Any] | None] | None = None
-    models: list[dict[str, Any]] | None = None
-    out: str | None = None
-    models_filter: CommaList | None = None
+
+Names = Annotated[list[str], BeforeValidator(_names)]
+Ints = Annotated[list[int], BeforeValidator(_names)]
 
 
 class SamplingOptions(Options):
-    """Decoding: ``temperature`` 0 is greedy, ``top_k`` 0 disables top-k; ``seed`` is ignored (``seeds`` sets it)."""
+    """Decoding (the job's ``sampling`` section); ``seed`` is ignored: ``seeds`` sets it."""
 
     temperature: float = Field(1.0, ge=0)
+    """0 = greedy"""
     top_p: float = Field(0.95, gt=0, le=1)
+    """nucleus sampling"""
     top_k: int | None = Field(20, ge=0)
+    """0 disables top-k"""
     max_new_tokens: int = Field(4096, ge=1)
+    """the token budget (default: the training run's max_completion_length, else 4096)"""
     seed: int | None = None
 
     def sampling(self) -> Sampling:
         return Sampling(self.temperature, self.top_p, self.top_k or None, self.max_new_tokens)
+
+
+class PixelOptions(Options):
+    """The pixel policy (``backend.pixel_policy``; :class:`perception_judge.core.images.PixelPolicy`)."""
+
+    mode: Annotated[Literal["fixed", "smart", "none"] | None, Flag("--pixel-mode")] = None
+    """pixel policy mode (default: the run's, else fixed)"""
+    size: Annotated[int | None, Flag("--pixel-size")] = None
+    """fixed pixel policy size (default: the run's, else 448)"""
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    factor: int | None = None
+
+
+class BackendOptions(Options):
+    """The job's ``backend`` section: ``kind``, the kind's options (typed by the kind's model when the plan is
+    built), the pixel policy and the think prefix."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Annotated[Literal["hf", "vllm", "openai", "scripted"] | None, Flag("--backend")] = None
+    """judge backend (default hf)"""
+    batch_size: int | None = None
+    """hf / vllm batch size"""
+    dtype: str | None = None
+    """hf / vllm dtype (auto, float32, bfloat16)"""
+    device: str | None = None
+    """hf device (auto, cpu, cuda)"""
+    base_urls: Annotated[Names | None, Flag("--base-url")] = None
+    """openai: server URL(s), comma-separated"""
+    think_prefix: Literal["auto", "off"] | None = None
+    """think prefill (default: the run's, else auto)"""
+    pixel_policy: PixelOptions | None = None
+    """pixel policy"""
+
+
+class JobConfig(Options):
+    """An eval job: a YAML file (``--config``), ``--set KEY=VALUE`` (``SUITE.KEY`` for a suite's option) and the flags
+    of its documented keys. ``options`` holds each suite's options, ``models`` the judges of ``eval run`` (``{name,
+    model, adapter, step}``), ``models_filter`` the models of ``eval sweep`` (shell patterns), ``out`` the folder."""
+
+    suites: Names | None = None
+    """comma-separated suites (default: bias,perception)"""
+    seeds: Ints | None = None
+    """comma-separated judge seeds (default: 0)"""
+    limit: int | None = Field(None, ge=1)
+    """cap items per suite (bias: pairs per bias type)"""
+    sampling: SamplingOptions | None = None
+    """decoding"""
+    backend: BackendOptions | None = None
+    """the judge backend"""
+    options: dict[str, dict[str, Any] | None] | None = None
+    models: list[dict[str, Any]] | None = None
+    out: str | None = None
+    models_filter: Names | None = None
 
 
 @dataclass(frozen=True)
@@ -178,8 +230,7 @@ def resolve(
     of the module docstring, typed and checked; raises ``OptionError`` naming what is wrong."""
     job: dict[str, Any] = {}
     for layer in (_run_layer(run), *layers):
-        layer = dict(layer)
-        JobConfig.parse(layer, "", what="key in the eval job")
+        layer = JobConfig.parse(layer, "", what="key in the eval job").model_dump(exclude_unset=True)
         _merge_backend(job, layer.pop("backend", None))
         merge(job, layer)
     config = JobConfig.parse(job, "", what="key in the eval job")
@@ -191,8 +242,8 @@ def resolve(
         raise OptionError(f"suites: unknown suite {unknown[0]!r}; available: {', '.join(SUITES)}")
     _pair_sources(options, run.train_set if run else None)
     typed = {s: SUITES[s].parse(options.get(s)) for s in dict.fromkeys((*suites, *options))}
-    sampling = SamplingOptions.parse(config.sampling, "sampling").sampling()
-    backend = BackendSpec.parse({"kind": "hf", **(config.backend or {})}, sampling)
+    sampling = (config.sampling or SamplingOptions()).sampling()
+    backend = BackendSpec.parse({"kind": "hf", **job.get("backend", {})}, sampling)
     warnings = []
     trained = (run.raw.get("args") or {}).get("max_completion_length") if run else None
     if trained and sampling.max_new_tokens < int(trained):

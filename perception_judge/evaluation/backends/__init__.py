@@ -65,7 +65,7 @@ def pixel_policy(
         return values
     names = [f.name for f in dataclasses.fields(PixelPolicy)]
     if unknown := sorted(set(values or {}) - set(names)):
-        raise OptionError(f"{where}.{unknown[0]}: unknown key {unknown}; known: {', '.join(names)}")
+        raise OptionError(f"{where}.{unknown[0]}: unknown option; known: {', '.join(names)}")
     try:
         return PixelPolicy(**dict(values or {}))
     except (TypeError, ValueError) as e:
@@ -100,11 +100,7 @@ class BackendSpec:
             )
         if kind == "scripted":
             d = {k: v for k, v in d.items() if k in takes(kind)}
-        elif unknown := sorted(set(d) - takes(kind)):
-            raise OptionError(
-                f"backend.{unknown[0]}: backend {kind!r} has no option(s) {unknown}; it takes {sorted(takes(kind))}"
-            )
-        options = KINDS[kind].Options.parse(d, "backend")
+        options = KINDS[kind].Options.parse(d, "backend", f"option of the {kind} backend")
         return cls(kind, options, pixel_policy(policy), think, sampling or Sampling())
 
     def to_dict(self) -> dict[str, Any]:
