@@ -9,11 +9,13 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from perception_judge.cli import Command
-from perception_judge.core.options import OptionError, add_flags, given_flags, resolve_options
-from perception_judge.evaluation.plan import JobConfig, resolve
+from perception_judge.core.options import Flag, OptionError, Options, add_flags, given_flags, resolve_options
+from perception_judge.evaluation.plan import JobConfig, Names, resolve
 from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger("perception_judge.eval")
@@ -34,12 +36,48 @@ backend.KEY), then the flags below. Everything is checked before any model loads
 """
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    add_flags(p, JobConfig)
-    p.add_argument("--out", type=Path, help="output folder")
-    p.add_argument("--force", action="store_true", help="re-run finished cells too")
-    p.add_argument("--no-report", action="store_true", help="write the results table but no report")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
+class CommonFlags(Options):
+    out: Path | None = None
+    """output folder"""
+    force: bool = False
+    """re-run finished cells too"""
+    no_report: bool = False
+    """write the results table but no report"""
+
+
+class SweepFlags(CommonFlags):
+    models: Names | None = None
+    """only these models (shell patterns: base,checkpoint-*,final)"""
+    claim: bool = False
+    """one of many identical workers on this sweep (a SLURM array, srun tasks, Ray tasks): run only the cells this
+    worker claims (exclusive-create claim files with a heartbeat lease); write no tables (`eval collect OUT` does,
+    once every cell is done)"""
+    lease: float = 60.0
+    """--claim: seconds before a silent worker's cell is taken over"""
+    max_attempts: int = 3
+    """--claim: a cell that failed this often is left failed"""
+    ray: Annotated[int | None, Flag(metavar="N")] = None
+    """run N --claim workers as Ray tasks (pip install 'perception-judge[ray]'), then collect"""
+    ray_gpus: float | None = None
+    """--ray: GPUs per worker (default 1 when the cluster has GPUs, else 0)"""
+    ray_address: str | None = None
+    """--ray: a running cluster (auto inside one; default: start a local cluster)"""
+
+
+class RunFlags(CommonFlags):
+    model: Annotated[list[str], Flag(metavar="[NAME=]TARGET")] = Field(default_factory=list)
+    """a judge to evaluate (repeatable): a model or adapter folder (hf, vllm; an adapter is loaded on the base its
+    config names), a served model name (openai), a scripted judge (constant, random, module:function)"""
+    adapter: str | None = None
+    """LoRA adapter for a single --model"""
+    base_model: str | None = None
+    """base model of adapter folders whose config names another path"""
+
+
+def _flags(args: argparse.Namespace) -> Any:
+    """The action's own flags, typed."""
+    model = {"sweep": SweepFlags, "run": RunFlags}[args.action]
+    return model.parse(given_flags(model, args))
 
 
 def _suite_key(item: str) -> str:
@@ -75,74 +113,30 @@ def build_plan(args: argparse.Namespace, run: Any = None) -> Any:
     ``--set``, and the flags, in that order (:func:`~perception_judge.evaluation.plan.resolve`: everything typed and
     checked before any model loads)."""
     config, flags = job_layers(args)
-    out = args.out or config.get("out") or (run.run_dir / "eval" if run is not None else None)
+    own = _flags(args)
+    out = own.out or config.get("out") or (run.run_dir / "eval" if run is not None else None)
     if out is None:
         raise ValueError("eval run needs --out DIR (or out: in the config)")
-    return resolve([config, flags], Path(out), run, force=args.force)
+    return resolve([config, flags], Path(out), run, force=own.force)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sw = sub.add_parser(
-        "sweep",
-        help="evaluate every checkpoint of a training run",
-        description="Evaluate the base model, every checkpoint and the final model of a training run "
-        "(RUN_DIR/perception_judge_run.json names the base model, tuning, pixel policy, think prefix and training "
-        "set). Finished cells are skipped on re-runs.",
+    sweep_help = (
+        "Evaluate the base model, every checkpoint and the final model of a training run (RUN_DIR/"
+        "perception_judge_run.json names the base model, tuning, pixel policy, think prefix, token budget and "
+        "training set). Finished cells are skipped on re-runs."
     )
+    sw = sub.add_parser("sweep", help="evaluate every checkpoint of a training run", description=sweep_help)
     sw.add_argument("run_dir", type=Path, help="training output folder (train_grpo.py --output_dir)")
-    sw.add_argument(
-        "--models",
-        type=lambda v: v.split(","),
-        help="only these models (shell patterns: base,checkpoint-*,final)",
-    )
-    sw.add_argument(
-        "--claim",
-        action="store_true",
-        help="one of many identical workers on this sweep (a SLURM array, srun tasks, Ray tasks): run only the "
-        "cells this worker claims (exclusive-create claim files with a heartbeat lease); write no tables "
-        "(`eval collect OUT` does, once every cell is done)",
-    )
-    sw.add_argument(
-        "--lease",
-        type=float,
-        default=60.0,
-        help="--claim: seconds before a silent worker's cell is taken over",
-    )
-    sw.add_argument(
-        "--max-attempts", type=int, default=3, help="--claim: a cell that failed this often is left failed"
-    )
-    sw.add_argument(
-        "--ray",
-        type=int,
-        metavar="N",
-        help="run N --claim workers as Ray tasks (pip install 'perception-judge[ray]'), then collect",
-    )
-    sw.add_argument(
-        "--ray-gpus", type=float, help="--ray: GPUs per worker (default 1 when the cluster has GPUs, else 0)"
-    )
-    sw.add_argument(
-        "--ray-address", help="--ray: a running cluster (auto inside one; default: start a local cluster)"
-    )
-    _common(sw)
     rn = sub.add_parser(
-        "run",
-        help="evaluate and compare judges",
-        description="Evaluate judges given with --model NAME=TARGET: a model folder or adapter folder (hf, vllm), a "
-        "served model name (openai), or a scripted judge (scripted: constant, random, module:function).",
+        "run", help="evaluate and compare judges", description=RunFlags.model_fields["model"].description
     )
-    rn.add_argument(
-        "--model",
-        dest="models",
-        action="append",
-        default=[],
-        metavar="[NAME=]TARGET",
-        help="a judge to evaluate (repeatable); an adapter folder is loaded on the base its config names",
-    )
-    rn.add_argument("--adapter", help="LoRA adapter for a single --model")
-    rn.add_argument("--base-model", help="base model of adapter folders whose config names another path")
-    _common(rn)
+    for p, flags in ((sw, SweepFlags), (rn, RunFlags)):
+        add_flags(p, flags, config=False)
+        add_flags(p, JobConfig)
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
     co = sub.add_parser(
         "collect",
         help="after `eval sweep --claim` workers: write the tables and the report",
@@ -176,14 +170,14 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
 def run_sweep(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import read_run, sweep
 
-    run = read_run(args.run_dir)
+    run, f = read_run(args.run_dir), _flags(args)
     plan = build_plan(args, run)
     out_dir = plan.out_dir
-    if getattr(args, "ray", None):
+    if f.ray:
         from perception_judge.evaluation.ray_workers import run_on_ray
 
         args.out_dir = out_dir
-        codes, state = run_on_ray(claim_worker, args, args.ray, args.ray_gpus, args.ray_address)
+        codes, state = run_on_ray(claim_worker, args, f.ray, f.ray_gpus, f.ray_address)
         print(
             f"ray: {len(codes)} workers, exit codes {sorted(codes)}; wrote {out_dir}/results.csv, results.json"
         )
@@ -192,20 +186,20 @@ def run_sweep(args: argparse.Namespace) -> int:
     outcome, _ = sweep(
         run.run_dir,
         plan,
-        models=args.models or job_layers(args)[0].get("models_filter"),
-        report=not args.no_report,
+        models=f.models or job_layers(args)[0].get("models_filter"),
+        report=not f.no_report,
         progress=not args.quiet,
-        claim=args.claim,
-        lease_s=args.lease,
-        max_attempts=args.max_attempts,
+        claim=f.claim,
+        lease_s=f.lease,
+        max_attempts=f.max_attempts,
     )
-    if args.claim:
+    if f.claim:
         print(
             f"cells: {outcome.done} run by this worker, {outcome.skipped} already done, {outcome.elsewhere} held by "
             f"other workers, {outcome.failed} failed; `perception-judge eval collect {out_dir}` writes the tables"
         )
     else:
-        _print_outcome(outcome, out_dir, not args.no_report)
+        _print_outcome(outcome, out_dir, not f.no_report)
     return 1 if outcome.failed else 0
 
 
@@ -230,7 +224,7 @@ def run_collect(args: argparse.Namespace) -> int:
     return 1 if state["missing"] or state["failed"] else 0
 
 
-def _model_entries(args: argparse.Namespace, models: list[dict[str, Any]], kind: str) -> list[Any]:
+def _model_entries(f: RunFlags, models: list[dict[str, Any]], kind: str) -> list[Any]:
     from perception_judge.evaluation.sweep import ModelEntry
 
     entries = []
@@ -242,17 +236,17 @@ def _model_entries(args: argparse.Namespace, models: list[dict[str, Any]], kind:
         name = str(m.get("name") or Path(str(m.get("model") or m.get("fn"))).name)
         spec = {k: v for k, v in m.items() if k not in ("name", "step")}
         entries.append(ModelEntry(name, m.get("step"), "model", spec))
-    for item in args.models:
+    for item in f.model:
         name, sep, target = item.partition("=")
         if not sep:
             name, target = Path(item.rstrip("/")).name or item, item
-        spec = {"fn" if kind == "scripted" else "model": target}
-        if args.adapter:
-            spec["adapter"] = args.adapter
-        if args.base_model:
-            spec["base_model"] = args.base_model
-        entries.append(ModelEntry(name, None, "model", spec))
-    if args.adapter and len(args.models) != 1:
+        spec = {
+            "fn" if kind == "scripted" else "model": target,
+            "adapter": f.adapter,
+            "base_model": f.base_model,
+        }
+        entries.append(ModelEntry(name, None, "model", {k: v for k, v in spec.items() if v}))
+    if f.adapter and len(f.model) != 1:
         raise ValueError("--adapter applies to exactly one --model")
     if dupes := sorted(n for n, k in Counter(e.name for e in entries).items() if k > 1):
         raise ValueError(f"duplicate model names {dupes}: name them with --model NAME=TARGET")
@@ -264,11 +258,11 @@ def _model_entries(args: argparse.Namespace, models: list[dict[str, Any]], kind:
 def run_eval(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import check_cell_names, evaluate
 
-    plan = build_plan(args)
-    entries = _model_entries(args, job_layers(args)[0].get("models") or [], plan.backend.kind)
+    plan, f = build_plan(args), _flags(args)
+    entries = _model_entries(f, job_layers(args)[0].get("models") or [], plan.backend.kind)
     check_cell_names(entries)
-    outcome, _ = evaluate(entries, plan, report=not args.no_report, progress=not args.quiet)
-    _print_outcome(outcome, plan.out_dir, not args.no_report)
+    outcome, _ = evaluate(entries, plan, report=not f.no_report, progress=not args.quiet)
+    _print_outcome(outcome, plan.out_dir, not f.no_report)
     return 1 if outcome.failed else 0
 
 
