@@ -12,7 +12,6 @@ import abc
 import dataclasses
 import fnmatch
 import hashlib
-import importlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,24 +36,14 @@ def _protocol_parser(
 
 
 PARSERS: dict[str, ParserFn] = {"protocol": _protocol_parser}
-"""Score parsers by name: ``f(text, n, reasoning) -> (scores | None, error | None)``."""
-
-_BUILTIN_PARSERS: dict[str, str] = {
-    "mmjb": "perception_judge.evaluation.bias.prompts:parse_mmjb",
-    "mmjb_strict": "perception_judge.evaluation.bias.prompts:parse_mmjb_strict",
-    "published": "perception_judge.evaluation.benchmarks.published:parse_published",
-    "published_prefix": "perception_judge.evaluation.benchmarks.published:parse_published_prefix",
-}
-"""Parsers shipped with the evaluation package, registered on first use (so any backend can parse them)."""
+"""Score parsers by name: ``f(text, n, reasoning) -> (scores | None, error | None)``; the modules that define the
+others register them here (``mmjb`` and ``mmjb_strict`` in :mod:`.bias.prompts`, ``published`` and
+``published_prefix`` in :mod:`.benchmarks.published`)."""
 
 
 def get_parser(name: str) -> ParserFn:
-    """A parser by name (built-in ones are imported on first use); clear error for unknown names."""
-    if name not in PARSERS and name in _BUILTIN_PARSERS:
-        module, attr = _BUILTIN_PARSERS[name].split(":")
-        PARSERS[name] = getattr(importlib.import_module(module), attr)
     if name not in PARSERS:
-        raise KeyError(f"unknown parser {name!r}; known: {sorted(set(PARSERS) | set(_BUILTIN_PARSERS))}")
+        raise KeyError(f"unknown parser {name!r}; known: {sorted(PARSERS)}")
     return PARSERS[name]
 
 
@@ -204,15 +193,11 @@ class JudgeBackend(abc.ABC):
 def _judge(backend: JudgeBackend, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
     """``backend.judge``, checked: one result per request, in request order."""
     out = backend.judge(requests, sampling)
-    if len(out) != len(requests):
+    got, wanted = [r.request_id for r in out], [r.request_id for r in requests]
+    if got != wanted:
         raise RuntimeError(
-            f"backend {backend.name!r} returned {len(out)} results for {len(requests)} requests"
+            f"backend {backend.name!r} returned results {got[:5]}... for requests {wanted[:5]}..."
         )
-    for req, res in zip(requests, out):
-        if res.request_id != req.request_id:
-            raise RuntimeError(
-                f"backend {backend.name!r} returned result {res.request_id!r} in place of {req.request_id!r}"
-            )
     return out
 
 
@@ -366,9 +351,12 @@ class Suite:
         return list(dict.fromkeys(m for p in self.primary for m in reported if fnmatch.fnmatchcase(m, p)))
 
     def __call__(self, backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-        """Run the suite (options typed first); the result names the suite and its ranking metric."""
+        """Run the suite (options typed first); the result names the suite, its ranking metric, and (unless the
+        suite says otherwise) the seeds, the sampling and the backend."""
         result = self.run(backend, dataclasses.replace(config, options=self.parse(config.options)))
         result.suite = self.name
         if primary := self.primary_metrics(result.metrics):
             result.protocol["primary_metric"] = primary[0]
+        given = {"seeds": list(config.seeds), "sampling": dataclasses.asdict(config.sampling)}
+        result.protocol |= {**given, "backend": backend.describe()} | result.protocol
         return result

@@ -417,9 +417,6 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         if prep["provenance"]["parser"] != "mmjb"
         else "a closed <think>...</think> block is stripped before the upstream parser runs",
         **opts.model_dump(include={"abstention", "empty"}),
-        "seeds": list(config.seeds),
-        "sampling": dataclasses.asdict(config.sampling),
-        "backend": backend.describe(),
         "model_key": model_key,
         "data": {k: v for k, v in source_info.items() if k != "load_report"},
         **opts.model_dump(include={"data_seed", "n_per_type"}),
