@@ -1,10 +1,10 @@
 """Evaluation sweeps: every model of a training run (or a list of judges) × suite × seed, resumable.
 
-A *cell* is one (model, suite, seed), written to its own file when it ends (:mod:`.results`): a killed sweep
-loses at most the cells in flight, and a re-run skips every finished cell whose *fingerprint* (suite, seed, options,
-sampling, limit, backend settings, model folders, pixel policy, think prefix) is unchanged; a failed cell is retried
-on the next run. The models of a training run: ``base`` (its ``base_model``, step 0), each ``checkpoint-<N>`` (full
-weights or a LoRA adapter) and ``final`` (at the run's root).
+A *cell* is one (model, suite, seed), written to its own file when it ends (:mod:`.results`): a killed sweep loses at
+most the cells in flight, and a re-run skips every finished cell whose fingerprint (:func:`cell_fingerprint`) is
+unchanged; a failed cell is retried on the next run. The models of a training run: ``base`` (its ``base_model``, step
+0), each ``checkpoint-<N>`` (full weights or a LoRA adapter) and ``final`` (at the run's root). The plan
+(:mod:`.plan`) is read, never changed.
 """
 
 from __future__ import annotations
@@ -96,10 +96,8 @@ def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]
 
 def select_models(entries: list[ModelEntry], patterns: list[str] | None) -> list[ModelEntry]:
     """Keep the entries whose name matches one of the shell patterns (``base``, ``checkpoint-*``, ``final``)."""
-    if not patterns:
-        return entries
-    kept = [e for e in entries if any(fnmatch.fnmatchcase(e.name, p) for p in patterns)]
-    if not kept:
+    kept = [e for e in entries if not patterns or any(fnmatch.fnmatchcase(e.name, p) for p in patterns)]
+    if patterns and not kept:
         raise ValueError(f"no model matches {patterns}; available: {[e.name for e in entries]}")
     return kept
 
@@ -108,44 +106,29 @@ def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -
     """What must match for a finished cell to be reused: the suite's typed options (defaults filled, so writing a
     default out changes nothing), the backend spec (options, pixel policy, think prefix, sampling), the seed, the
     limit, the model folders and a fingerprint of their weight files."""
-    folders = [entry.spec.get("model"), entry.spec.get("adapter")]
-    return content_key(
-        suite,
-        int(seed),
-        jsonable(plan.options[suite].model_dump()),
-        plan.backend.to_dict(),
-        plan.limit,
-        jsonable(entry.spec),
-        fingerprint(*[f for f in folders if f and Path(str(f)).is_dir()]),
-    )
-
-
-def _claim_cell_dir(folder: Path, fp: str) -> None:
-    """Mark a cell's output folder with the fingerprint it is run with; leftovers of an interrupted run with
-    other settings are removed first (an interrupted run with the same settings is kept: suites resume from it)."""
-    mark = folder / ".fingerprint"
-    if folder.is_dir() and (not mark.is_file() or mark.read_text().strip() != fp):
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    mark.write_text(fp)
+    folders = [f for f in (entry.spec.get("model"), entry.spec.get("adapter")) if f and Path(str(f)).is_dir()]
+    options = jsonable(plan.options[suite].model_dump())
+    backend, spec = plan.backend.to_dict(), jsonable(entry.spec)
+    return content_key(suite, int(seed), options, backend, plan.limit, spec, fingerprint(*folders))
 
 
 BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
 
 
 class BackendPool:
-    """Builds the backend of each model from the plan's backend settings; with vLLM and LoRA checkpoints one
-    engine (LoRA enabled) serves the base model and every adapter."""
+    """Builds each judge's backend from the plan's backend spec; with vLLM and LoRA checkpoints one engine (LoRA
+    enabled) serves the base model and every adapter."""
 
     def __init__(
         self, plan: EvalPlan, entries: list[ModelEntry], factory: BackendFactory | None = None
     ) -> None:
-        self.plan = plan
-        self.entries = entries
-        self.factory = factory  # builds every backend instead, when given
+        self.plan, self.entries, self.factory = (
+            plan,
+            entries,
+            factory,
+        )  # factory: builds every backend instead
         self._shared: dict[str, Any] = {}  # base model -> its shared engine
-        # base model -> entries still to be served by its shared engine
-        self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))
+        self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))  # its models left
 
     def judge_keys(self, entry: ModelEntry) -> dict[str, Any]:
         """The backend keys of one judge: a local kind's folders; a server's model name, a LoRA checkpoint by its
@@ -153,14 +136,14 @@ class BackendPool:
         name); a scripted judge's function. A key the job's backend block sets explicitly wins for servers and
         scripted judges."""
         kind, given = self.plan.backend.kind, self.plan.backend.options.model_fields_set
-        if kind == "openai":
-            model = entry.name if entry.spec.get("adapter") else entry.spec.get("model")
-            keys = {"model": None if model is None else str(model)}
-        elif kind == "scripted":
-            keys = {"fn": entry.spec.get("fn")}
-        else:
-            keys = dict(entry.spec)
-        keys = {k: v for k, v in keys.items() if kind in ("hf", "vllm") or k not in given}
+        model = entry.name if entry.spec.get("adapter") else entry.spec.get("model")
+        keys = {
+            "openai": {"model": None if model is None else str(model)},
+            "scripted": {"fn": entry.spec.get("fn")},
+        }
+        keys = {
+            k: v for k, v in keys.get(kind, entry.spec).items() if kind in ("hf", "vllm") or k not in given
+        }
         return {**keys, "label": entry.name}
 
     def get(self, entry: ModelEntry) -> JudgeBackend:
@@ -171,8 +154,7 @@ class BackendPool:
             return spec.build(**keys)
         from perception_judge.evaluation.backends.vllm import adapter_rank
 
-        owner = self._shared.get(keys["model"])
-        if owner is None:
+        if (owner := self._shared.get(keys["model"])) is None:
             rank = max(adapter_rank(e.spec["adapter"]) for e in self.entries if e.spec.get("adapter"))
             owner = self._shared[keys["model"]] = spec.build(
                 model=keys["model"], enable_lora=True, max_lora_rank=rank, label="base"
@@ -234,13 +216,8 @@ def suite_config(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -> Su
     options = plan.options[suite]
     if "model_key" in type(options).model_fields and options.model_key is None:
         options = options.model_copy(update={"model_key": entry.name})
-    return SuiteConfig(
-        out_dir=plan.out_dir / CELLS_DIR / cell_id(entry.name, suite, seed),
-        seeds=[int(seed)],
-        sampling=plan.backend.sampling,
-        limit=plan.limit,
-        options=options,
-    )
+    out_dir = plan.out_dir / CELLS_DIR / cell_id(entry.name, suite, seed)
+    return SuiteConfig(out_dir, [int(seed)], plan.backend.sampling, plan.limit, options)
 
 
 def check_cell_names(entries: list[ModelEntry]) -> None:
@@ -260,30 +237,27 @@ def check_cell_names(entries: list[ModelEntry]) -> None:
 
 
 def _run_cell(
-    entry: ModelEntry,
-    suite: str,
-    seed: int,
-    fp: str,
-    plan: EvalPlan,
-    backend: JudgeBackend | None,
-    load_error: str | None,
+    entry: ModelEntry, suite: str, seed: int, fp: str, plan: EvalPlan, backend: Any
 ) -> dict[str, Any]:
-    """Run one cell; one failing cell never stops the sweep (its error is recorded)."""
+    """Run one cell (``backend``: the judge, or why it could not be loaded); one failing cell never stops the
+    sweep (its error is recorded). The cell's folder is marked with its fingerprint; leftovers of an interrupted
+    run with other settings are removed first (one with the same settings is kept: suites resume from it)."""
     cell = {
         "cell": cell_id(entry.name, suite, seed),
         "model": entry.name,
         "step": entry.step,
         "kind": entry.kind,
-        "suite": suite,
-        "seed": int(seed),
-        "fingerprint": fp,
-        "model_spec": jsonable(entry.spec),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    t0 = time.time()
-    _claim_cell_dir(plan.out_dir / CELLS_DIR / cell["cell"], fp)
-    if backend is None:
-        cell.update(status="failed", error=f"model could not be loaded: {load_error}")
+    cell |= {"suite": suite, "seed": int(seed), "fingerprint": fp, "model_spec": jsonable(entry.spec)}
+    cell["started"], t0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.time()
+    folder = plan.out_dir / CELLS_DIR / cell["cell"]
+    mark = folder / ".fingerprint"
+    if folder.is_dir() and (not mark.is_file() or mark.read_text().strip() != fp):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    mark.write_text(fp)
+    if isinstance(backend, str):
+        cell.update(status="failed", error=f"model could not be loaded: {backend}")
     else:
         try:
             result = SUITES[suite](backend, suite_config(entry, suite, seed, plan))
@@ -307,11 +281,10 @@ def _todo(
     entries: list[ModelEntry], plan: EvalPlan, outcome: SweepOutcome, claims: Any, max_attempts: int
 ) -> Todo:
     """The cells to run, by model; the finished ones (same fingerprint) go to ``outcome`` as skipped, and with
-    ``claims`` the ones that failed ``max_attempts`` times as failed."""
+    ``claims`` the ones that failed ``max_attempts`` times as failed (left for a person to look at)."""
     todo: Todo = {}
     for entry, suite, seed in itertools.product(entries, plan.suites, plan.seeds):
-        cid = cell_id(entry.name, suite, seed)
-        fp = cell_fingerprint(entry, suite, seed, plan)
+        cid, fp = cell_id(entry.name, suite, seed), cell_fingerprint(entry, suite, seed, plan)
         old = read_cell(cell_path(plan.out_dir, cid)) or {}
         same = old.get("fingerprint") == fp
         if old.get("status") == "done" and not plan.force:
@@ -319,9 +292,13 @@ def _todo(
                 outcome.add(old, "skipped")
                 continue
             log.info("cell %s: settings changed since it was run; running it again", cid)
-        retried = old.get("status") == "failed" and same and int(old.get("attempts", 1)) >= max_attempts
-        if claims is not None and retried:
-            outcome.add(old, "failed")  # retried enough: left for a person to look at
+        if (
+            claims is not None
+            and old.get("status") == "failed"
+            and same
+            and old.get("attempts", 1) >= max_attempts
+        ):
+            outcome.add(old, "failed")
             continue
         todo.setdefault(entry.name, []).append((entry, suite, seed, fp))
     return todo
@@ -330,8 +307,7 @@ def _todo(
 def _finish(cell: dict[str, Any], path: Path, load_s: float, fp: str) -> dict[str, Any]:
     """Time a cell, count its attempts (a failed cell with the same settings as the last failure: one more) and
     write it."""
-    cell["model_load_seconds"] = round(load_s, 3)
-    cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    cell |= {"model_load_seconds": round(load_s, 3), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if cell["status"] == "failed":
         previous = read_cell(path) or {}
         same = previous.get("fingerprint") == fp and previous.get("status") == "failed"
@@ -360,8 +336,7 @@ def run_cells(
     bar = progress_bar(sum(map(len, todo.values())) if progress else 0, "cells", "cell")
     try:
         for items in todo.values():
-            entry = items[0][0]
-            backend, load_error, load_s = None, None, None
+            entry, backend, load_s = items[0][0], None, None
             try:
                 for entry, suite, seed, fp in items:
                     bar.update(1)
@@ -381,17 +356,16 @@ def run_cells(
                         try:
                             backend = pool.get(entry)
                         except Exception as e:  # recorded on every cell of this model
-                            load_error = f"{type(e).__name__}: {e}"
-                            log.error("cannot load model %s: %s", entry.name, load_error)
+                            backend = f"{type(e).__name__}: {e}"
+                            log.error("cannot load model %s: %s", entry.name, backend)
                         load_s = time.time() - t_load
                     bar.set_postfix_str(f"{entry.name} / {suite} / seed {seed}")
-                    cell = _run_cell(entry, suite, seed, fp, plan, backend, load_error)
-                    _finish(cell, path, load_s, fp)
+                    cell = _finish(_run_cell(entry, suite, seed, fp, plan, backend), path, load_s, fp)
                     if claims is not None:
                         claims.release(cid)
                     outcome.add(cell, cell["status"])  # "done" or "failed"
             finally:
-                if backend is not None:
+                if backend is not None and not isinstance(backend, str):
                     pool.release(backend, entry)
     finally:
         bar.close()
@@ -439,17 +413,14 @@ def evaluate(
     lease_s: float = 60.0,
     max_attempts: int = 3,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
-    """Evaluate a list of judges: same cells, table and report as a sweep (``run``: the training run they
-    come from, when a sweep evaluates one). With ``claim`` this is one of many workers sharing the folder
-    (:mod:`perception_judge.evaluation.claims`): it runs the cells it claims and writes no table; ``collect``
-    writes them once every cell is done."""
+    """Evaluate a list of judges: same cells, table and report as a sweep (``run``: the training run they come
+    from, when a sweep evaluates one). With ``claim`` this is one of many workers sharing the folder
+    (:mod:`perception_judge.evaluation.claims`): it runs the cells it claims and writes no table; ``collect`` writes
+    them once every cell is done."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    saved = {
-        "plan": plan.to_dict(),
-        "models": [dataclasses.asdict(e) for e in entries],
-        "run_dir": str(run.run_dir) if run else None,
-        "run": jsonable(run.raw) if run else None,
-    }
+    models = [dataclasses.asdict(e) for e in entries]
+    saved = {"plan": plan.to_dict(), "models": models, "run_dir": str(run.run_dir) if run else None}
+    saved["run"] = jsonable(run.raw) if run else None
     if not claim:
         atomic_write_json(plan.out_dir / "plan.json", saved)
         outcome = run_cells(entries, plan, backend_factory, progress)
@@ -471,20 +442,15 @@ def collect(
     from perception_judge.evaluation.claims import claimed_cells
 
     out_dir = Path(out_dir)
-    plan_file = out_dir / "plan.json"
-    if not plan_file.is_file():
+    if not (out_dir / "plan.json").is_file():
         raise FileNotFoundError(
-            f"{str(plan_file)!r} not found: OUT must be the --out of an `eval sweep --claim` run"
+            f"{str(out_dir / 'plan.json')!r} not found: OUT must be the --out of an `eval sweep --claim` run"
         )
-    saved = json.loads(plan_file.read_text(encoding="utf-8"))
+    saved = json.loads((out_dir / "plan.json").read_text(encoding="utf-8"))
     plan = saved.get("plan") or {}
     status = {c["cell"]: c.get("status") for c in collect_cells(out_dir)}
-    expected = [
-        cell_id(m["name"], suite, int(seed))
-        for m in saved.get("models", [])
-        for suite in plan.get("suites", [])
-        for seed in plan.get("seeds", [])
-    ]
+    grid = itertools.product(saved.get("models", []), plan.get("suites", []), plan.get("seeds", []))
+    expected = [cell_id(m["name"], suite, int(seed)) for m, suite, seed in grid]
     state = {
         "missing": [c for c in expected if c not in status],
         "failed": [c for c in expected if status.get(c) == "failed"],
