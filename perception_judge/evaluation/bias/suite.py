@@ -234,24 +234,37 @@ def _scored(pair: BiasPair, u: JudgeResult, b: JudgeResult) -> M.ScoredPair:
     )
 
 
+def _sample_line(
+    pair: BiasPair, u: JudgeResult, b: JudgeResult, seed: int, abstention: str
+) -> dict[str, Any]:
+    """The ``samples.jsonl`` line of one pair and seed."""
+    sp = _scored(pair, u, b)
+    value, status = M.pair_value(sp, abstention)
+    line = {"seed": seed, "id": pair.pair_id, "bias_type": pair.bias_type, "category": pair.category}
+    line |= {"unbiased_score": sp.unbiased, "biased_score": sp.biased, "value": value, "status": status}
+    line |= {"out_of_range": sp.out_of_range, "unbiased_error": u.error, "biased_error": b.error}
+    line |= {"unbiased_text": u.text, "biased_text": b.text}
+    line |= {"unbiased_query": pair.unbiased.query, "biased_query": pair.biased.query}
+    return line | {"meta": {k: v for k, v in pair.meta.items() if isinstance(v, str | int | float | list)}}
+
+
 def judge_seed(
-    backend: JudgeBackend,
-    pairs: list[BiasPair],
-    requests: dict[tuple[Any, str], JudgeRequest],
-    seed: int,
-    config: SuiteConfig,
-    opts: BiasOptions,
-    model_key: str,
-    provenance: dict[str, Any],
+    backend: JudgeBackend, prep: dict[str, Any], seed: int, config: SuiteConfig
 ) -> tuple[list[M.ScoredPair], list[dict[str, Any]], dict[str, int]]:
-    """Judge every pair once with one seed (the completed sides of an earlier run are re-parsed with the current
-    parser); writes the per-sample files as chunks finish, and all of them at the end."""
-    out_dir = Path(config.out_dir)
+    """Judge every pair once with one seed (``prep``: :func:`_prepare`'s; the completed sides of an earlier run are
+    re-parsed with the current parser); writes the per-sample files as chunks finish, and all of them at the end."""
+    opts: BiasOptions = config.options
+    out_dir, pairs, requests, model_key = (
+        Path(config.out_dir),
+        prep["pairs"],
+        prep["requests"],
+        prep["model_key"],
+    )
     results: dict[tuple[Any, str], JudgeResult] = {}
     todo: list[tuple[BiasPair, str]] = []
     for pair in pairs:
         path = sample_file(out_dir, seed, pair.pair_id)
-        stored = _stored_texts(path, model_key, provenance["resume_key"]) if opts.resume else {}
+        stored = _stored_texts(path, model_key, prep["provenance"]["resume_key"]) if opts.resume else {}
         for side in SIDES:
             if side in stored:
                 req = requests[pair.pair_id, side]
@@ -261,7 +274,7 @@ def judge_seed(
 
     def write(pair: BiasPair) -> None:
         sides = {s: results.get((pair.pair_id, s)) for s in SIDES}
-        rec = _record(pair, seed, model_key, sides, provenance, opts.abstention)
+        rec = _record(pair, seed, model_key, sides, prep["provenance"], opts.abstention)
         atomic_write_json(sample_file(out_dir, seed, pair.pair_id), rec, fsync=False)
 
     def finished(chunk: list[Judgement]) -> None:
@@ -275,42 +288,15 @@ def judge_seed(
 
     counts: dict[str, int] = {}
     judge_items(
-        backend,
-        todo,
-        lambda todo_side: [requests[todo_side[0].pair_id, todo_side[1]]],
-        seeds=[seed],
-        sampling=config.sampling,
-        chunk_size=max(1, opts.chunk_size),
-        desc=f"bias seed {seed}",
-        counts=counts,
+        backend, todo, lambda todo_side: [requests[todo_side[0].pair_id, todo_side[1]]], seeds=[seed],
+        sampling=config.sampling, chunk_size=max(1, opts.chunk_size), desc=f"bias seed {seed}", counts=counts,
         on_chunk=finished,
-    )
+    )  # fmt: skip
     scored, lines = [], []
     for pair in pairs:
         u, b = results[pair.pair_id, "unbiased"], results[pair.pair_id, "biased"]
-        sp = _scored(pair, u, b)
-        value, status = M.pair_value(sp, opts.abstention)
-        scored.append(sp)
-        lines.append(
-            {
-                "seed": seed,
-                "id": pair.pair_id,
-                "bias_type": pair.bias_type,
-                "category": pair.category,
-                "unbiased_score": sp.unbiased,
-                "biased_score": sp.biased,
-                "value": value,
-                "status": status,
-                "out_of_range": sp.out_of_range,
-                "unbiased_error": u.error,
-                "biased_error": b.error,
-                "unbiased_text": u.text,
-                "biased_text": b.text,
-                "unbiased_query": pair.unbiased.query,
-                "biased_query": pair.biased.query,
-                "meta": {k: v for k, v in pair.meta.items() if isinstance(v, str | int | float | list)},
-            }
-        )
+        scored.append(_scored(pair, u, b))
+        lines.append(_sample_line(pair, u, b, seed, opts.abstention))
         write(pair)  # every sample once more, resumed ones included: the folder is complete and consistent
     n_errors = counts.get("backend_errors", 0)
     stats = {"n_calls": len(todo), "n_resumed": 2 * len(pairs) - len(todo), "n_backend_errors": n_errors}
@@ -381,7 +367,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prep = _prepare(backend, config)
-    pairs, source_info, model_key = prep["pairs"], prep["source_info"], prep["model_key"]
+    source_info, model_key = prep["source_info"], prep["model_key"]
     types = [b.bias_type for b in select(opts.bias_types)]
     reports: list[M.BiasReport] = []
     per_seed: dict[str, Any] = {}
@@ -389,9 +375,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     all_scored: list[M.ScoredPair] = []
     stats_total: Counter[str] = Counter()
     for seed in config.seeds:
-        scored, lines, stats = judge_seed(
-            backend, pairs, prep["requests"], seed, config, opts, model_key, prep["provenance"]
-        )
+        scored, lines, stats = judge_seed(backend, prep, seed, config)
         reports.append(rep := M.compute_report(scored, opts.abstention, opts.empty, types))
         per_seed[str(seed)] = {**rep.to_dict(model_key), "counts": rep.counts()}
         all_lines += lines
