@@ -200,4 +200,10 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     return bench.result(metrics, counts, protocol, "336x336 (Flex-Judge)")
 
 
-SUITE = Suite(NAME, MJBenchOptions, M.METRICS, ("*.avg.acc_with_tie", "*.avg.acc_without_tie"), run)
+SUITE = Suite(
+    NAME,
+    MJBenchOptions,
+    M.METRICS,
+    ("*.avg.acc_with_tie", "*.avg.acc_without_tie", "mean.*.acc_with_tie"),
+    run,
+)

@@ -220,6 +220,7 @@ PRIMARY = (
     "mean.pair.self_preference_abs",
     "mean.score.gap_vs_human_abs",
     "mean.*.self_preference",
+    "mean.pair.mean_score_gap",
     "mean.*.gap_vs_human",
 )
 SUITE = Suite(NAME, SelfEnhancementOptions, METRICS, PRIMARY, run)

@@ -231,5 +231,10 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     return bench.result(metrics, counts, protocol, "n/a (our protocol)")
 
 
-PRIMARY = ("mean.flip.flip_rate_to_padded", "mean.self.padded_preferred_rate", "mean.*mean_score_shift*")
+PRIMARY = (
+    "mean.flip.flip_rate_to_padded",
+    "mean.self.padded_preferred_rate",
+    "mean.self.concise_preferred_rate",
+    "mean.*mean_score_shift*",
+)
 SUITE = Suite(NAME, VerbosityOptions, METRICS, PRIMARY, run)
