@@ -33,12 +33,13 @@ sys.path.insert(0, str(REPO))
 _MEMORY_CHILD = r"""
 import json, resource, sys, tracemalloc
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
-from perception_judge.ppjd.runner import BuildConfig, build
+from perception_judge.ppjd.options import BuildOptions
+from perception_judge.ppjd.runner import build
 from perception_judge.ppjd.sources import synthetic_source
 synth_dir, out_dir, limit, trace = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 if trace:
     tracemalloc.start()
-summary = build(synthetic_source(synth_dir), ProgrammaticTeacher(), BuildConfig(out_dir, concurrency=4, limit=limit, progress=False))
+summary = build(synthetic_source(synth_dir), ProgrammaticTeacher(), BuildOptions(out=out_dir, concurrency=4, limit=limit, progress=False))
 peak_heap = tracemalloc.get_traced_memory()[1] if trace else None
 print(json.dumps({"processed": summary.records_new + summary.failed_new,
                   "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "peak_heap": peak_heap}))
@@ -69,18 +70,18 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
 
 def throughput(url: str, concurrency: int, n: int, workdir: Path) -> dict:
     from perception_judge import synth
-    from perception_judge.llm_client import ClientConfig
-    from perception_judge.ppjd.runner import BuildConfig, build
+    from perception_judge.ppjd.options import BuildOptions, TeacherOptions
+    from perception_judge.ppjd.runner import build
     from perception_judge.ppjd.sources import ItemsSource
     from perception_judge.ppjd.teacher import LLMTeacher
 
     items = synth.generate_items(n, seed=100 + concurrency, text_only_fraction=0.0)
-    teacher = LLMTeacher(ClientConfig([url], "fake-teacher", concurrency=concurrency, timeout_s=30))
+    teacher = LLMTeacher(
+        TeacherOptions(base_urls=[url], model="fake-teacher", concurrency=concurrency, timeout_s=30)
+    )
     out = workdir / f"ppjd-c{concurrency}"
     t0 = time.perf_counter()
-    summary = build(
-        ItemsSource(items), teacher, BuildConfig(str(out), concurrency=concurrency, progress=False)
-    )
+    summary = build(ItemsSource(items), teacher, BuildOptions(out=str(out), progress=False))
     elapsed = time.perf_counter() - t0
     processed = summary.records_new + summary.failed_new
     return {

@@ -1,7 +1,7 @@
 """The async client of OpenAI-compatible chat servers (vLLM, OpenAI, Gemini), on the ``openai`` package
 (docs/ppjd.md §4): several base URLs (the least busy one not cooling down after an error), tenacity retries with
 full-jitter backoff that honours ``Retry-After``, one concurrency limit, whole-request timeouts, and an API key
-that never appears in a repr, ``asdict`` or error message.
+that never appears in a repr, a dump or an error message.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import os
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import InitVar, asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from PIL import Image
+from pydantic import Field, PrivateAttr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from perception_judge.core.images import load_image, to_data_url
+from perception_judge.core.options import CommaList, Flag, Options
 
 RETRYABLE_REASONS = frozenset({"rate_limited", "server_error", "timeout", "connection", "bad_response"})
 _STATUS_REASONS = {401: "auth", 403: "auth", 404: "not_found", 400: "bad_request", 422: "bad_request"}
@@ -52,58 +54,50 @@ class LLMError(Exception):
         return self.reason in RETRYABLE_REASONS
 
 
-@dataclass
-class ClientConfig:
-    """Where and how to send chat requests. ``api_key`` is init-only: no dataclass field, so it never appears in
-    ``repr``, ``asdict`` or ``fields``, and ``dataclasses.replace`` falls back to ``api_key_env``."""
+class ClientConfig(Options):
+    """Where and how to send chat requests; a documented field is also a ``build-ppjd`` flag. The API key is no
+    field: it is read from the variable ``api_key_env`` names (or given as ``ClientConfig(api_key=...)`` in code,
+    kept private), so it never appears in a repr, a dump or a file."""
 
-    base_urls: list[str]
-    model: str
+    base_urls: Annotated[CommaList, Flag("--base-url")] = Field(default_factory=list)
+    """OpenAI-compatible base URL, repeatable (e.g. one per vllm serve instance); default: $PPJD_BASE_URLS
+    (comma-separated), then $OPENAI_BASE_URL"""
+    model: str | None = None
+    """teacher model name (default: $PPJD_MODEL)"""
     api_key_env: str = "OPENAI_API_KEY"
-    api_key: InitVar[str | None] = None
-    concurrency: int = 16
-    timeout_s: float = 180.0
-    max_retries: int = 6
+    """environment variable holding the API key (vllm serve needs none unless started with --api-key)"""
+    concurrency: Annotated[int, Field(ge=1)] = 16
+    """items (and requests) in flight"""
+    timeout_s: Annotated[float, Field(gt=0), Flag("--timeout")] = 180.0
+    """seconds per request, whole request"""
+    max_retries: Annotated[int, Field(ge=0)] = 6
+    """retries per request on 429/5xx/timeouts"""
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     image_max_side: int = 1024
-    extra_body: dict = field(default_factory=dict)
+    """downscale images to this longest side before sending"""
     image_format: str = "JPEG"  # JPEG (quality 90) or PNG for the data URLs
-    max_tokens_param: str = "max_tokens"  # "max_completion_tokens" for OpenAI reasoning models
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"  # OpenAI reasoning models
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # server-specific fields, e.g. {top_k: 20}
     cooldown_s: float = 5.0  # how long a server that just failed is avoided when others are available
     retry_after_max_s: float = 600.0  # a server's Retry-After is honoured up to this many seconds
+    _api_key: str | None = PrivateAttr(default=None)
 
-    def __post_init__(self, api_key: str | None) -> None:
+    def __init__(self, /, api_key: str | None = None, **data: Any) -> None:
+        super().__init__(**data)
         self._api_key = api_key if isinstance(api_key, str) else None
-        if isinstance(self.base_urls, str):
-            self.base_urls = self.base_urls.split(",")
-        self.base_urls = [u.strip() for u in self.base_urls if u.strip()]
-        for ok, message in (
-            (self.base_urls, "ClientConfig needs at least one base URL"),
-            (self.model, "ClientConfig needs a model name"),
-            (self.concurrency >= 1, f"concurrency must be >= 1, got {self.concurrency}"),
-            (self.max_retries >= 0, f"max_retries must be >= 0, got {self.max_retries}"),
-            (self.timeout_s > 0, f"timeout_s must be > 0, got {self.timeout_s}"),
-            (
-                self.max_tokens_param in ("max_tokens", "max_completion_tokens"),
-                "max_tokens_param must be max_tokens or max_completion_tokens",
-            ),
-        ):
-            if not ok:
-                raise ValueError(message)
+
+    @property
+    def api_key(self) -> str | None:
+        return self._api_key
 
     def resolve_api_key(self) -> str | None:
         return self.api_key or os.environ.get(self.api_key_env) or None
 
     def public_dict(self) -> dict[str, Any]:
-        """The settings without the key (safe to write into a manifest)."""
-        return {**asdict(self), "api_key_set": self.resolve_api_key() is not None}
-
-
-# Set after the class: a property in its body would become the InitVar's default.
-ClientConfig.api_key = property(  # type: ignore[assignment,method-assign]
-    lambda self: self._api_key, lambda self, value: setattr(self, "_api_key", value)
-)
+        """The client settings without the key (safe to write into a manifest)."""
+        settings = self.model_dump(include=set(ClientConfig.model_fields))
+        return {**settings, "api_key_set": self.resolve_api_key() is not None}
 
 
 @dataclass
@@ -200,6 +194,8 @@ class ChatClient:
     used from successive ``asyncio.run`` calls: the HTTP clients are rebuilt for each new event loop."""
 
     def __init__(self, config: ClientConfig) -> None:
+        if not config.base_urls or not config.model:
+            raise ValueError("the chat client needs at least one base URL and a model name")
         self.config = config
         self._key = config.resolve_api_key()
         self._endpoints = [_Endpoint(u) for u in config.base_urls]
@@ -229,9 +225,15 @@ class ChatClient:
         self._completion_type = ChatCompletion
         self._loop = loop  # a new event loop: the old HTTP pools belong to a dead one
         self._sem = asyncio.Semaphore(self.config.concurrency)
-        key, timeout = self._key or "EMPTY", self.config.timeout_s
+        key, cfg = self._key or "EMPTY", self.config
         self._clients = [
-            AsyncOpenAI(base_url=e.url, api_key=key, max_retries=0, timeout=timeout) for e in self._endpoints
+            AsyncOpenAI(
+                base_url=e.url,
+                api_key=key,
+                max_retries=0,
+                timeout=cfg.timeout_s,
+            )
+            for e in self._endpoints
         ]
 
     def _pick(self) -> int:

@@ -142,10 +142,12 @@ class JudgeReward:
         n = expected_scores(protocol, len(truth))
         return parse_scores(text, n, reasoning=reasoning, think_open=self.think_open)
 
-    def score(self, text: str, reasoning: str | None, protocol: str, truth: str) -> float:
+    def score(
+        self, text: str, reasoning: str | None, protocol: str, truth: str, parsed: ParseResult | None = None
+    ) -> float:
         """:func:`ranking_reward` (batch rows), :func:`pair_reward` (pair rows) or :func:`verdict_reward` (single
-        rows) of the scores the completion states."""
-        scores = self.parse(text, reasoning, protocol, truth).scores
+        rows) of the scores the completion states (``parsed``: its :meth:`parse`, when already at hand)."""
+        scores = (parsed or self.parse(text, reasoning, protocol, truth)).scores
         if protocol == "batch":
             return ranking_reward(scores, truth, self.ties)
         if protocol == "pair":
@@ -173,9 +175,10 @@ class JudgeReward:
                 out.append(None)
                 continue
             text, reasoning = completion_text(completion)
-            out.append(self.score(text, reasoning, protocol, truth))
-            if self.log_parse_failures:
-                failures.append(not self.parse(text, reasoning, protocol, truth).ok)
+            parsed = self.parse(text, reasoning, protocol, truth) if self.log_parse_failures else None
+            out.append(self.score(text, reasoning, protocol, truth, parsed))  # each completion parsed once
+            if parsed is not None:
+                failures.append(not parsed.ok)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and failures:
             log_metric(f"{self.name}/parse_failure_rate", sum(failures) / len(failures))
@@ -185,7 +188,9 @@ class JudgeReward:
 class FormatReward(JudgeReward):
     """The ``format`` reward: :func:`format_reward` of every row (ties and tau play no part)."""
 
-    def score(self, text: str, reasoning: str | None, protocol: str, truth: str) -> float:
+    def score(
+        self, text: str, reasoning: str | None, protocol: str, truth: str, parsed: ParseResult | None = None
+    ) -> float:
         return format_reward(text, expected_scores(protocol, len(truth)), reasoning, self.think_open)
 
 

@@ -17,13 +17,12 @@ from PIL import Image
 
 from perception_judge import synth
 from perception_judge.core.schema import sha256_hex
-from perception_judge.llm_client import ClientConfig
+from perception_judge.ppjd.options import BuildOptions, TeacherOptions
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
-from perception_judge.ppjd.runner import BuildConfig, BuildSummary, build
+from perception_judge.ppjd.runner import BuildSummary, build
 from perception_judge.ppjd.sources import TableSource, item_key, synthetic_source
 from perception_judge.ppjd.store import iter_records, read_failures, read_manifest, shard_paths
-from perception_judge.ppjd.teacher import STAGES, LLMTeacher, LLMTeacherConfig
-from perception_judge.ppjd.validate import PrecheckConfig
+from perception_judge.ppjd.teacher import STAGES, LLMTeacher
 from perception_judge.testing import FakeOpenAIServer, Faults
 
 SECRET = "sk-build-Secret-Value-42xyz"
@@ -54,14 +53,13 @@ def _llm(url: str, **client_kw) -> LLMTeacher:
     client_kw.setdefault("backoff_base_s", 0.005)
     client_kw.setdefault("backoff_max_s", 0.02)
     client_kw.setdefault("timeout_s", 5.0)
-    teacher_kw = {"stage_attempts": client_kw.pop("stage_attempts", 3)}
-    return LLMTeacher(ClientConfig([url], "fake-teacher", **client_kw), LLMTeacherConfig(**teacher_kw))
+    return LLMTeacher(TeacherOptions(base_urls=[url], model="fake-teacher", **client_kw))
 
 
-def _cfg(out, **kw) -> BuildConfig:
+def _cfg(out, **kw) -> BuildOptions:
     kw.setdefault("progress", False)
     kw.setdefault("concurrency", 8)
-    return BuildConfig(out_dir=str(out), **kw)
+    return BuildOptions(out=str(out), **kw)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -74,7 +72,7 @@ def test_programmatic_build_accounts_for_every_item_and_resumes(synth_dir, tmp_p
     first = build(
         synthetic_source(synth_dir),
         ProgrammaticTeacher(),
-        _cfg(out, precheck=PrecheckConfig(text_only="skip")),
+        _cfg(out, text_only="skip"),
     )
     keys = _keys(synthetic_source(synth_dir))
     records = list(iter_records(out))
@@ -102,6 +100,32 @@ def test_programmatic_build_accounts_for_every_item_and_resumes(synth_dir, tmp_p
     lines = _shard_lines(out)
     assert len(lines) == len({x["key"] for x in lines})  # never a duplicate
     assert read_manifest(out)["counts"]["failed"] == retried.failed_total == len(keys) - len(lines)
+
+
+def test_the_per_item_step_makes_a_record_or_a_failure_and_writes_nothing(synth_dir, tmp_path):
+    import asyncio
+    import dataclasses
+
+    from perception_judge.ppjd.runner import make_record
+
+    items = list(synthetic_source(synth_dir))
+    item = next(it for it in items if it.image is not None)
+    options = BuildOptions(out=str(tmp_path / "never"))
+    out = asyncio.run(make_record("k1", item, ProgrammaticTeacher(), options))
+    assert (
+        out.failure is None and out.record.key == "k1" and out.record.image is None
+    )  # stored by the builder
+    assert out.image[1] == "png" and out.record.answer_rp != item.answer
+    bad = dataclasses.replace(item, meta={**item.meta, "row_error": "invalid JSON"})
+    assert asyncio.run(make_record("k2", bad, ProgrammaticTeacher(), options)).failure.reason == "bad_row"
+
+    class Broken(ProgrammaticTeacher):
+        async def process(self, inp):
+            raise ValueError("boom")
+
+    failure = asyncio.run(make_record("k3", item, Broken(), options)).failure
+    assert (failure.stage, failure.reason, failure.detail) == ("teacher", "exception", "ValueError: boom")
+    assert not (tmp_path / "never").exists()
 
 
 def test_limit_processes_a_slice_per_run(synth_dir, tmp_path):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from perception_judge.cli import main
-from perception_judge.ppjd.cli import ConfigError, load_job_config
+from perception_judge.core.options import OptionError, resolve_options
+from perception_judge.ppjd.options import BuildJob
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,15 +54,15 @@ def test_help_explains_every_flag(command, flags, capsys):
 
 @pytest.mark.parametrize("name", ["synthetic.yaml", "synthetic_llm.yaml", "mmpr.yaml", "openai.yaml"])
 def test_shipped_job_configs_are_valid(name):
-    cfg = load_job_config(REPO / "data_gen" / "configs" / name)
-    assert cfg["source"]["inputs"] and cfg["build"]["out"]
+    cfg = resolve_options(BuildJob, config=REPO / "data_gen" / "configs" / name)
+    assert cfg.source.inputs and cfg.build.out
 
 
 def test_bad_config_names_the_key(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("source: {inputs: [x], colour: red}\nbuild: {out: y}\n")
-    with pytest.raises(ConfigError, match="colour"):
-        load_job_config(bad)
+    with pytest.raises(OptionError, match="colour"):
+        resolve_options(BuildJob, config=bad)
     assert main(["build-ppjd", "--config", str(bad)]) == 2
     assert "colour" in capsys.readouterr().err
 

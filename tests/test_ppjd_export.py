@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from collections import Counter
 
 import pytest
@@ -12,9 +13,10 @@ from perception_judge import synth
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import RESPONSE_KINDS, order_from_kinds
 from perception_judge.core.trainset import load_training_set
-from perception_judge.ppjd.export import ExportConfig, ExportError, export_ppjd, parse_mix, record_rows
+from perception_judge.ppjd.export import ExportError, ExportOptions, export_ppjd, parse_mix, record_rows
+from perception_judge.ppjd.options import BuildOptions
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
-from perception_judge.ppjd.runner import BuildConfig, build
+from perception_judge.ppjd.runner import build
 from perception_judge.ppjd.sources import synthetic_source
 from perception_judge.ppjd.store import iter_records
 
@@ -28,7 +30,7 @@ def ppjd_dir(tmp_path_factory):
     summary = build(
         synthetic_source(base / "synth"),
         ProgrammaticTeacher(),
-        BuildConfig(str(base / "ppjd"), progress=False),
+        BuildOptions(out=str(base / "ppjd"), progress=False),
     )
     assert summary.records_total >= 85
     return base / "ppjd"
@@ -37,7 +39,7 @@ def ppjd_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def exported(ppjd_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("trainset")
-    info = export_ppjd(ppjd_dir, out, ExportConfig(seed=1, val_fraction=0.2, mix="batch=1,pair=1,single=1"))
+    info = export_ppjd(ppjd_dir, out, ExportOptions(seed=1, val_fraction=0.2, mix="batch=1,pair=1,single=1"))
     return out, info
 
 
@@ -139,13 +141,13 @@ def test_missing_image_is_an_error_naming_the_record_or_skipped(ppjd_dir, tmp_pa
     (broken / victim.image).unlink()
     with pytest.raises(ExportError, match=victim.key):
         export_ppjd(broken, tmp_path / "out1")
-    info = export_ppjd(broken, tmp_path / "out2", ExportConfig(skip_invalid=True))
+    info = export_ppjd(broken, tmp_path / "out2", ExportOptions(skip_invalid=True))
     skipped = set(info["skipped_records"])
     assert victim.key in skipped
     # every record that shared the deleted (content-addressed) image is skipped, nothing else
     assert all(r.image == victim.image for r in iter_records(broken) if r.key in skipped)
     with pytest.raises(FileExistsError):
-        export_ppjd(broken, tmp_path / "out2", ExportConfig(skip_invalid=True))
+        export_ppjd(broken, tmp_path / "out2", ExportOptions(skip_invalid=True))
 
 
 def test_text_only_records_have_no_image(exported):
@@ -189,7 +191,7 @@ def test_overwrite_swaps_the_whole_export_and_cleans_stale_temporaries(ppjd_dir,
 
     src = ppjd_dir
     out = tmp_path / "ts"
-    E.export_ppjd(src, out, E.ExportConfig(seed=0))
+    E.export_ppjd(src, out, E.ExportOptions(seed=0))
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"}
     (out / "notes.txt").write_text("mine")
     (tmp_path / ".ts.export-tmp-999-1").mkdir()  # a dead run's temporary
@@ -200,10 +202,10 @@ def test_overwrite_swaps_the_whole_export_and_cleans_stale_temporaries(ppjd_dir,
 
     monkeypatch.setattr(E, "_swap_in", full_disk)
     with pytest.raises(E.ExportError, match="disk full"):
-        E.export_ppjd(src, out, E.ExportConfig(seed=1, overwrite=True))
+        E.export_ppjd(src, out, E.ExportOptions(seed=1, overwrite=True))
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"} == before  # untouched
     monkeypatch.undo()
-    E.export_ppjd(src, out, E.ExportConfig(seed=1, overwrite=True))
+    E.export_ppjd(src, out, E.ExportOptions(seed=1, overwrite=True))
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.suffix == ".parquet"}
     assert set(after) == set(before) and after != before  # the new export, whole
     assert (out / "notes.txt").read_text() == "mine"
@@ -212,3 +214,137 @@ def test_overwrite_swaps_the_whole_export_and_cleans_stale_temporaries(ppjd_dir,
     out.rename(tmp_path / ".ts.export-old")
     E._recover(out)
     assert (out / "train.parquet").is_file()
+
+
+def _rewrite_line(shard, index, edit):
+    lines = shard.read_bytes().splitlines(keepends=True)
+    lines[index] = edit(lines[index])
+    shard.write_bytes(b"".join(lines))
+
+
+def test_a_garbled_line_is_named_and_refused_unless_allowed_and_resume_rebuilds_it(
+    ppjd_dir, tmp_path, capsys
+):
+    """One garbled line in the middle of records-00000.jsonl: export exited 0 with one record fewer, said nothing,
+    and export_info.json still counted them all."""
+    import shutil
+
+    from perception_judge.cli import main
+    from perception_judge.ppjd.store import shard_paths
+
+    src = tmp_path / "src"
+    shutil.copytree(ppjd_dir, src)
+    total = len(list(iter_records(src)))
+    shard = shard_paths(src)[0]
+    _rewrite_line(shard, 19, lambda line: line[:40] + b"\x00garbled\n")
+    assert main(["export", str(src), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "records-00000.jsonl line 20" in err and "--allow-incomplete" in err and "build-ppjd" in err
+    assert err.count("\n") == 1 and not (tmp_path / "a" / "train.parquet").exists()
+    assert main(["export", str(src), "--out", str(tmp_path / "b"), "--allow-incomplete"]) == 0
+    assert "1 damaged line" in capsys.readouterr().err
+    info = json.loads((tmp_path / "b" / "export_info.json").read_text())
+    assert info["damaged_lines"] == ["records-00000.jsonl line 20"]
+    assert sum(info["records"].values()) + len(info["skipped_records"]) == total - 1
+    # resume sets the line aside and builds its record again
+    synth_dir = ppjd_dir.parent / "synth"
+    assert main(["build-ppjd", "--input", str(synth_dir), "--out", str(src), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "1 damaged line(s) set aside in damaged-lines.jsonl" in err
+    assert json.loads((src / "damaged-lines.jsonl").read_text())["line"] == 20
+    assert main(["export", str(src), "--out", str(tmp_path / "c")]) == 0
+    assert len(list(iter_records(src))) == total
+
+
+def test_a_truncated_manifest_is_named_by_export_and_rebuilt_from_the_shards_on_resume(
+    ppjd_dir, tmp_path, capsys
+):
+    """manifest.json cut to 200 bytes: resume died with a JSONDecodeError traceback, export exited 2 without
+    naming the file."""
+    import shutil
+
+    from perception_judge.cli import main
+    from perception_judge.ppjd.store import read_manifest
+
+    src = tmp_path / "src"
+    shutil.copytree(ppjd_dir, src)
+    (src / "manifest.json").write_bytes((src / "manifest.json").read_bytes()[:200])
+    assert main(["export", str(src), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "manifest.json" in err and "unreadable" in err and "exported from the shards" in err
+    synth_dir = ppjd_dir.parent / "synth"
+    assert main(["build-ppjd", "--input", str(synth_dir), "--out", str(src), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "manifest.json" in captured.err and "rebuilding it from the shards" in captured.err
+    assert "Traceback" not in captured.err
+    manifest = read_manifest(src)
+    assert (
+        manifest["counts"]["records"] == len(list(iter_records(src)))
+        and manifest["runs"][-1]["status"] == "complete"
+    )
+
+
+def test_long_non_ascii_output_names_stay_within_the_file_name_limit(ppjd_dir, tmp_path):
+    """export --out to a 230-byte folder name failed with 'File name too long' from a temporary name."""
+    from perception_judge.core.io import atomic_write_json
+
+    name = ("données d'entraînement " * 12).encode()[:230].decode("utf-8", "ignore")
+    assert 225 <= len(name.encode()) <= 230 and " " in name
+    out = tmp_path / name
+    info = export_ppjd(ppjd_dir, out)
+    assert (out / "train.parquet").is_file() and info["rows_total"]["train"] > 0
+    export_ppjd(ppjd_dir, out, ExportOptions(overwrite=True, seed=3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary left beside it
+    atomic_write_json(tmp_path / ("é" * 125 + ".json"), {"ok": 1})  # 254 bytes: the atomic writer's temp fits
+
+
+def test_a_read_only_output_folder_is_one_line_before_any_work(ppjd_dir, tmp_path, monkeypatch, capsys):
+    """export into a read-only folder ended in an OSError [Errno 30] traceback."""
+    import errno
+    from pathlib import Path
+
+    from perception_judge.cli import main
+    from perception_judge.ppjd import export as E
+
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *a, **kw):
+        if readonly in (self, *self.parents):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real_mkdir(self, *a, **kw)
+
+    def never(*a, **kw):
+        raise AssertionError("records were read before the output folder was checked")
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(E, "iter_records", never)
+    assert main(["export", str(ppjd_dir), "--out", str(readonly / "trainset")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(readonly) in err and "Read-only file system" in err, err
+
+
+def test_a_real_read_only_mount_is_one_line(ppjd_dir, tmp_path, capsys):
+    """The same on a read-only tmpfs (root here ignores permission bits, not a read-only mount)."""
+    import os
+    import shutil
+    import subprocess
+
+    from perception_judge.cli import main
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
+    try:
+        assert main(["export", str(ppjd_dir), "--out", str(ro / "trainset")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(ro) in err and "writable" in err, err
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)

@@ -109,3 +109,40 @@ def test_errors_have_reasons(text, reason):
     with pytest.raises(JSONParseError) as e:
         parse_json_object(text, required=("facts",) if reason == "missing_keys" else ())
     assert e.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        lambda n: (
+            '{"note": "' + "a" * n + '"}'
+        ),  # one huge string: the regex scan kept ~150 bytes a character
+        lambda n: (
+            '{"note": "' + "\\frac{1}{2} " * (n // 12) + '"}'
+        ),  # LaTeX with single backslashes all along
+        lambda n: '{"note": "' + "a" * n,  # never closed
+    ],
+    ids=["string", "escapes", "unclosed"],
+)
+def test_parser_memory_is_linear_and_small(shape):
+    import tracemalloc
+
+    text = shape(2_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(JSONParseError):
+            parse_json_object(text, ("correct",))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak / len(text) < 6, f"{peak / len(text):.1f} bytes per character"
+
+
+def test_a_reply_nested_thousands_deep_is_malformed_json_not_a_recursion_error():
+    for text in (
+        "```json\n" + "[" * 5000 + "]" * 5000 + "\n```",
+        '{"correct": ' + "[" * 5000 + "]" * 5000 + "}",
+    ):
+        with pytest.raises(JSONParseError) as e:
+            parse_json_object(text, ("correct",))
+        assert e.value.reason == "invalid_json" and "nested too deeply" in str(e.value)

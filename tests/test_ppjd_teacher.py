@@ -12,12 +12,11 @@ import pytest
 from perception_judge import synth
 from perception_judge.core.answers import answers_match, extract_final_answer
 from perception_judge.core.schema import SourceItem
-from perception_judge.llm_client import ClientConfig
+from perception_judge.ppjd.options import BuildOptions, TeacherOptions
 from perception_judge.ppjd.programmatic import ProgrammaticTeacher
 from perception_judge.ppjd.teacher import (
     Counterfactuals,
     LLMTeacher,
-    LLMTeacherConfig,
     StageError,
     TeacherInput,
     clean_attributes,
@@ -25,8 +24,6 @@ from perception_judge.ppjd.teacher import (
     stage_of_messages,
 )
 from perception_judge.ppjd.validate import (
-    PrecheckConfig,
-    ValidationConfig,
     find_leak,
     precheck,
     similarity,
@@ -70,7 +67,7 @@ def test_programmatic_counterfactuals_are_correct_by_construction(items):
     for i, it in enumerate(items):
         try:
             cf = teacher.counterfactuals(TeacherInput(f"k{i}", it, it.image))
-            v = validate(it, cf, ValidationConfig())
+            v = validate(it, cf, BuildOptions())
         except StageError as e:
             outcomes[f"{e.stage}/{e.reason}"] += 1
             continue
@@ -131,7 +128,7 @@ def test_programmatic_rejects_items_it_cannot_handle(items):
 
 
 def test_validate_accepts_a_good_pair():
-    v = validate(_item(), _cf(GOOD_RP, GOOD_RPR), ValidationConfig())
+    v = validate(_item(), _cf(GOOD_RP, GOOD_RPR), BuildOptions())
     assert (v.answer_rp, v.answer_rp_r) == ("4", "6") and v.similarity_rp > 0.8
 
 
@@ -155,22 +152,22 @@ def test_validate_accepts_a_good_pair():
 )
 def test_validate_rejections(r_rp, r_rp_r, stage, reason):
     with pytest.raises(StageError) as e:
-        validate(_item(), _cf(r_rp, r_rp_r), ValidationConfig())
+        validate(_item(), _cf(r_rp, r_rp_r), BuildOptions())
     assert (e.value.stage, e.value.reason) == (stage, reason)
 
 
 def test_an_empty_answer_is_not_counted_as_different_from_the_ground_truth():
     # The published release kept records when either answer "differed", counting "" as different.
     with pytest.raises(StageError) as e:
-        validate(_item(), _cf(GOOD_RP, "I am not sure."), ValidationConfig())
+        validate(_item(), _cf(GOOD_RP, "I am not sure."), BuildOptions())
     assert e.value.reason == "no_answer_rp_r"
 
 
 def test_similarity_bound_is_configurable():
     far = "Looking at it, 4 red circles appear.\n\nSo the answer is \\boxed{4}."
     with pytest.raises(StageError):
-        validate(_item(), _cf(far, GOOD_RPR), ValidationConfig(min_rp_similarity=0.6))
-    assert validate(_item(), _cf(far, GOOD_RPR), ValidationConfig(min_rp_similarity=0.1)).answer_rp == "4"
+        validate(_item(), _cf(far, GOOD_RPR), BuildOptions(min_rp_similarity=0.6))
+    assert validate(_item(), _cf(far, GOOD_RPR), BuildOptions(min_rp_similarity=0.1)).answer_rp == "4"
     assert similarity("a b c d", "a b c d") == 1.0 and similarity("a b c d", "e f g h") == 0.0
 
 
@@ -183,10 +180,10 @@ def test_scaffolding_already_in_r_c_is_not_a_leak():
 @pytest.mark.parametrize(
     ("item", "has_image", "config", "reason"),
     [
-        (_item(question=""), True, PrecheckConfig(), "missing_fields"),
-        (_item(response="<think>hmm</think> 3"), True, PrecheckConfig(), "response_has_think"),
-        (_item(), True, PrecheckConfig(max_response_chars=20), "response_too_long"),
-        (_item(), False, PrecheckConfig(text_only="skip"), "text_only_skipped"),
+        (_item(question=""), True, BuildOptions(), "missing_fields"),
+        (_item(response="<think>hmm</think> 3"), True, BuildOptions(), "response_has_think"),
+        (_item(), True, BuildOptions(max_response_chars=20), "response_too_long"),
+        (_item(), False, BuildOptions(text_only="skip"), "text_only_skipped"),
     ],
 )
 def test_precheck(item, has_image, config, reason):
@@ -223,8 +220,8 @@ def test_clean_attributes():
 
 
 def _llm(srv, **kw) -> LLMTeacher:
-    cfg = ClientConfig([srv.base_url], "fake-teacher", backoff_base_s=0.01, backoff_max_s=0.02, timeout_s=5)
-    return LLMTeacher(cfg, LLMTeacherConfig(**kw))
+    kw = {"backoff_base_s": 0.01, "backoff_max_s": 0.02, "timeout_s": 5, **kw}
+    return LLMTeacher(TeacherOptions(base_urls=[srv.base_url], model="fake-teacher", **kw))
 
 
 def _process(teacher, item):
@@ -252,7 +249,7 @@ def test_llm_teacher_survives_sloppy_latex_and_one_bad_reply(items):
         srv.force("sloppy_latex", "malformed_json", "sloppy_latex", "truncated", "sloppy_latex")
         cf = _process(_llm(srv), it)
         assert "\\times" in cf.r_rp and extract_final_answer(cf.r_rp)
-        v = validate(it, cf, ValidationConfig())
+        v = validate(it, cf, BuildOptions())
         assert not answers_match(v.answer_rp, it.answer)
         stats = srv.stats()
         assert stats["stage_verify"] == 1 and stats["stage_attributes"] == 2 and stats["stage_rewrite"] == 2
@@ -280,8 +277,12 @@ def test_llm_teacher_failures_name_stage_and_reason(items, forced, stage, reason
 def test_llm_teacher_transport_failure_becomes_a_stage_error(items):
     with FakeOpenAIServer(faults=Faults(rate_500=1.0)) as srv:
         teacher = LLMTeacher(
-            ClientConfig(
-                [srv.base_url], "fake-teacher", max_retries=1, backoff_base_s=0.001, backoff_max_s=0.002
+            TeacherOptions(
+                base_urls=[srv.base_url],
+                model="fake-teacher",
+                max_retries=1,
+                backoff_base_s=0.001,
+                backoff_max_s=0.002,
             )
         )
         with pytest.raises(StageError) as e:
@@ -292,7 +293,8 @@ def test_llm_teacher_transport_failure_becomes_a_stage_error(items):
 
 def test_llm_teacher_auth_failure_is_fatal(items):
     with FakeOpenAIServer(api_key="sk-right") as srv:
-        teacher = LLMTeacher(ClientConfig([srv.base_url], "fake-teacher", api_key="sk-wrong-key-123"))
+        options = TeacherOptions(base_urls=[srv.base_url], model="fake-teacher", api_key="sk-wrong-key-123")
+        teacher = LLMTeacher(options)
         with pytest.raises(StageError) as e:
             _process(teacher, items[0])
         assert e.value.reason == "llm_auth" and e.value.fatal

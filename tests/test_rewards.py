@@ -219,3 +219,36 @@ def test_malformed_completions_never_crash_or_earn_credit(junk):
 def test_format_reward_pure():
     assert format_reward("<think>a</think><answer>1</answer>", 1) == 1.0
     assert format_reward("<answer>1</answer>", 1) == 0.0
+
+
+def _seconds_per_call(fn, text, floor_s=0.02, rounds=3):
+    """Best of ``rounds`` of: calls repeated until ``floor_s`` has passed, per call (stable on a loaded machine)."""
+    import time
+
+    best = float("inf")
+    for _ in range(rounds):
+        calls, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < floor_s:
+            fn(text)
+            calls += 1
+        best = min(best, elapsed / calls)
+    return best
+
+
+@pytest.mark.parametrize(
+    "unit", ["<answer>", "<answer>5</answer>", "<answer>1<answer>", "</answer>", "<think>"]
+)
+@pytest.mark.parametrize(("name", "protocol", "truth"), [("judge", "batch", "ABC"), ("batch_ranking", "batch", "BCA"),
+                                                         ("pair_preference", "pair", "AB"), ("format", "single", "correct"),
+                                                         ("pointwise_verdict", "single", "incorrect")])  # fmt: skip
+def test_every_reward_is_linear_in_the_completion_length(unit, name, protocol, truth):
+    """24 KB of repeated <answer> took 0.65 s to score and 96 KB 10.8 s (a search from every opening tag to the
+    end); time(4x length) / time(1x length) must stay well under 16, the quadratic ratio."""
+    reward = REWARDS[name]
+
+    def score(text):
+        return reward(completions=[text], protocol=[protocol], ground_truth=[truth])
+
+    short, long = ("<think>x</think>" + unit * (n // len(unit)) for n in (6_000, 24_000))
+    ratio = _seconds_per_call(score, long) / _seconds_per_call(score, short)
+    assert ratio < 8, f"{name} on {unit!r}: 4x the length took {ratio:.1f}x the time"

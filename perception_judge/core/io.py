@@ -3,13 +3,14 @@
 Every file a stage hands to another (manifests, exported cards, results, reports, synthetic items) is written to a
 temporary name beside it and renamed into place, so a reader sees the old file or the new one, never a part. The
 temporary name is unique per host, process, thread and call, so concurrent writers of one file never collide
-(also across hosts on a shared file system). JSON is redacted on the way out (:mod:`perception_judge.core.redact`):
+(also across hosts on a shared file system), and stays within the file-name limit however long the name is. JSON is redacted on the way out (:mod:`perception_judge.core.redact`):
 no field named like a key, token or secret reaches a file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -25,11 +26,24 @@ from perception_judge.core.redact import redact
 
 _COUNTER = itertools.count()
 _HOST = socket.gethostname().replace("/", "_").replace(".", "_")[:40] or "host"
+_STEM_MAX = 150  # bytes of a name kept whole in a sibling's name; a tag of up to 100 bytes fits in 255
+
+
+def sibling_name(name: str, tag: str) -> str:
+    """``.NAME.TAG``: a hidden name for a temporary (or set-aside) copy of ``name`` beside it, within the 255-byte
+    limit of file names whatever ``name`` is: a name over 150 bytes is cut and a hash of it appended (the same
+    name always gives the same stem, so ``sibling_name(name, "tag-") + "*"`` globs every one of them)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) > _STEM_MAX:
+        digest = hashlib.sha256(raw).hexdigest()[:16]
+        name = raw[: _STEM_MAX - 17].decode("utf-8", "ignore") + "~" + digest
+    return f".{name}.{tag}"
 
 
 def temp_name(path: Path) -> Path:
     """A hidden temporary name beside ``path``, unique per host, process, thread and call."""
-    return path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{threading.get_ident()}-{next(_COUNTER)}")
+    tag = f"tmp-{_HOST}-{os.getpid()}-{threading.get_ident()}-{next(_COUNTER)}"
+    return path.with_name(sibling_name(path.name, tag))
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -79,7 +93,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, fsync: bool = Tru
 def atomic_write_json(
     path: str | os.PathLike[str], data: Any, fsync: bool = True, indent: int | None = 1
 ) -> None:
-    """``data`` as UTF-8 JSON (secrets redacted, non-JSON values as ``str``), written atomically."""
+    """``data`` as UTF-8 JSON (secrets redacted, URL credentials too; non-JSON values as ``str``), written
+    atomically."""
     atomic_write_text(path, json.dumps(redact(data), ensure_ascii=False, indent=indent, default=str), fsync)
 
 

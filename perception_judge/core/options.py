@@ -3,28 +3,24 @@ runtime configuration of the code it drives (no parallel dataclass, no defaults 
 
     class ExportOptions(Options):
         seed: int = 0
-        '''seed of the slot permutations'''        # documented: the flag --seed, this text its help
-        chunk_rows: int = 256                       # undocumented: a config-file / --set key only
-        prompt_style: Literal["full", "tiny"] = "full"
+        '''seed of the slot permutations'''      # documented: the flag --seed, this text its help
+        chunk_rows: int = 256                     # undocumented: a config-file / --set key only
 
-    ExportOptions(seed=1)                           # in code
-    ExportOptions.parse(values, "export")           # from a mapping (a YAML section)
-    add_flags(parser, ExportOptions)                # on a command line: --config FILE, --set KEY=VALUE, --seed ...
-    options = options_from_args(ExportOptions, parser.parse_args(argv))
+    ExportOptions(seed=1); ExportOptions.parse(values, "export")      # in code, from a mapping
+    add_flags(parser, ExportOptions); options_from_args(ExportOptions, parser.parse_args(argv))  # command line
 
-**Flags** come from the documented fields (the attribute docstring is the help, the default is appended):
-``--key-name`` unless a :class:`Flag` in the field's ``Annotated`` metadata names it; a bool is a switch
-(``--x/--no-x`` unless it defaults to False); a Literal lists its choices; a list is repeatable; a dict takes
-repeatable ``KEY=VALUE`` entries (several comma-separated in one). A documented field whose type is itself an
-``Options`` model is a section: its documented fields are flags in an argument group, its keys ``SECTION.KEY``.
+**Flags** are the documented fields (help: the docstring and the default): ``--key-name`` unless a :class:`Flag`
+in the field's ``Annotated`` metadata names it; a bool is a switch (``--x/--no-x`` unless it defaults to False), a
+Literal lists its choices, a list repeats, a dict takes ``KEY=VALUE`` entries (repeated or comma-separated). A
+documented field typed as an ``Options`` model is a section: an argument group of ``SECTION.KEY`` flags.
 
 **Precedence**, lowest first: the model's defaults < the ``--config`` YAML file < each ``--set KEY=VALUE`` (dotted
-keys, YAML values; :func:`parse_set`) in order < explicit flags. A dict flag adds its entries to the mapping below
-it; a mapping given for a sub-model keeps the other values of that field's default.
+keys, YAML values) in order < explicit flags. A dict flag adds to the mapping below it; a partial mapping for a
+sub-model keeps the rest of that field's default.
 
 **Errors** are :class:`OptionError`, one line per problem: ``WHERE.KEY: what is wrong (got VALUE)``, with the known
-keys for an unknown one and the choices for a Literal; secret-looking values are redacted. Training recipes are not
-read here: they stay trl configs read by ``TrlParser``.
+keys for an unknown one and the choices for a Literal; secrets redacted. Training recipes are not read here: they
+stay trl configs read by ``TrlParser``.
 """
 
 from __future__ import annotations
@@ -170,17 +166,6 @@ def parse_set(item: str) -> tuple[list[str], Any]:
         return path, raw
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Command lines
-# ------------------------------------------------------------------------------------------------------------------
-
-_CONFIG_HELP = "YAML file of options (sections and keys as in --set); --set and flags override it"
-_SET_HELP = (
-    "set any option by its dotted key to a YAML value, e.g. --set %s (repeatable; later wins). Precedence: "
-    "defaults < --config < --set < flags"
-)
-
-
 def _leaves(model: type[Options], prefix: str = "") -> Iterator[tuple[str, FieldInfo, type[Options] | None]]:
     """(dotted key, field, section model or None) of every documented field, sections before their fields."""
     for name, field in model.model_fields.items():
@@ -231,10 +216,12 @@ def add_flags(parser: argparse.ArgumentParser, model: type[Options], *, config: 
     its dotted key and its default None, so :func:`options_from_args` sees which flags were given."""
     if config:
         example = next((k for k, _, s in _leaves(model) if s is None), "KEY")
-        parser.add_argument("--config", metavar="FILE", help=_CONFIG_HELP)
-        set_help = _SET_HELP % f"{example}=VALUE"
+        help_ = "YAML file of options (sections and keys as in --set); --set and flags override it"
+        parser.add_argument("--config", metavar="FILE", help=help_)
+        help_ = f"set any option by its dotted key to a YAML value, e.g. --set {example}=VALUE (repeatable; later "
+        help_ += "wins). Precedence: defaults < --config < --set < flags"
         parser.add_argument(
-            "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=set_help
+            "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=help_
         )
     groups: dict[str, Any] = {}
     for key, field, section in _leaves(model):
@@ -318,17 +305,3 @@ def options_from_args(model: type[Options], args: argparse.Namespace, where: str
     """The options of a command line built with :func:`add_flags` (precedence: the module docstring)."""
     config, sets = getattr(args, "config", None), getattr(args, "sets", None) or ()
     return resolve_options(model, where, config, sets, given_flags(model, args))
-
-
-__all__ = [
-    "CommaList",
-    "Flag",
-    "OptionError",
-    "Options",
-    "add_flags",
-    "flag_name",
-    "given_flags",
-    "options_from_args",
-    "parse_set",
-    "resolve_options",
-]

@@ -205,7 +205,7 @@ def render_generation_prompt(
     return processing_class.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ANSWER_TAG_RE = re.compile(r"<(/?)answer>")
 _INT_RE = re.compile(r"[0-9]+")
 _FORMAT_TAIL_RE = re.compile(r"\s*(?:<answer>\s*[0-9]+\s*</answer>\s*)+")
 
@@ -243,6 +243,21 @@ def final_answer_part(
     return (None, "unclosed <think> block") if THINK_OPEN in text else (text, None)
 
 
+def _answer_tags(text: str) -> list[str] | None:
+    """The bodies of the ``<answer>…</answer>`` tags of ``text``, or None when opening and closing tags do not
+    alternate. One pass over the tags (a search from every opening tag to the text's end was quadratic)."""
+    bodies, opened = [], -1
+    for m in _ANSWER_TAG_RE.finditer(text):
+        if (m.group(1) == "/") != (opened != -1):
+            return None  # an opening tag inside a tag, or a closing tag outside one
+        if opened == -1:
+            opened = m.end()
+        else:
+            bodies.append(text[opened : m.start()])
+            opened = -1
+    return bodies if opened == -1 else None
+
+
 def parse_scores(text: str, n: int, reasoning: str | None = None, think_open: bool = False) -> ParseResult:
     """Parse exactly ``n`` integer scores in 1-10 from the final answer of a judge completion.
 
@@ -255,8 +270,8 @@ def parse_scores(text: str, n: int, reasoning: str | None = None, think_open: bo
     final, err = final_answer_part(text, reasoning, think_open)
     if final is None:
         return ParseResult(None, err)
-    tags = _ANSWER_RE.findall(final)
-    if final.count("<answer>") != len(tags) or final.count("</answer>") != len(tags):
+    tags = _answer_tags(final)
+    if tags is None:
         return ParseResult(None, "unbalanced <answer> tags", final)
     if len(tags) != n:
         return ParseResult(None, f"expected {n} <answer> tags, found {len(tags)}", final)

@@ -9,9 +9,10 @@ Train / validation are split by ``image_group`` (the source image's sha256; text
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import glob
 import itertools
-import json
 import os
 import random
 import shutil
@@ -21,16 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
 
 from perception_judge.core.images import ImageError, resolve_under
-from perception_judge.core.io import now
+from perception_judge.core.io import atomic_write_json, now, sibling_name
 from perception_judge.core.options import Options
 from perception_judge.core.protocol import PROMPT_STYLES
 from perception_judge.core.schema import PROTOCOLS, RESPONSE_KINDS, PPJDRecord, sha256_hex
 from perception_judge.core.trainset import SPLITS, rows_to_dataset, split_path, training_row
 from perception_judge.ppjd.partition import merge_plan, read_partition
-from perception_judge.ppjd.store import iter_records, read_manifest, shard_paths
+from perception_judge.ppjd.store import DAMAGED_FILE, ManifestError, iter_records, read_manifest, shard_paths
 
 DEFAULT_MIX = {"batch": 1.0, "pair": 0.0, "single": 0.0}
 _PAIRS = (("r_c", "r_rp"), ("r_c", "r_rp_r"), ("r_rp", "r_rp_r"))
@@ -67,20 +68,18 @@ def parse_mix(text: str | list[str] | dict[str, float] | None) -> dict[str, floa
     return mix
 
 
-class ExportConfig(Options):
-    """The settings of an export; a key's docstring is the help of its ``export`` flag."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
+class ExportOptions(Options):
+    """The options of an export; a documented key is also an ``export`` flag."""
 
     seed: int = 0
-    """seed of the slot permutations and the split (default 0)"""
+    """seed of the slot permutations and the split"""
     val_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
-    """fraction of source images (image groups) that go to validation (default 0.1)"""
+    """fraction of source images (image groups) that go to validation"""
     mix: Annotated[dict[str, float], BeforeValidator(parse_mix)] = Field(
         default_factory=lambda: dict(DEFAULT_MIX)
     )
     """rows per record per protocol, e.g. batch=1,pair=0.5,single=0.5 (integer part always, fraction as a
-    probability; default batch=1)"""
+    probability)"""
     chunk_rows: Annotated[int, Field(ge=1)] = 256  # rows per parquet write
     skip_invalid: bool = False
     """skip (and list) records whose image is missing or corrupt"""
@@ -90,8 +89,8 @@ class ExportConfig(Options):
     """judge prompt wording: full (real judges, default) or tiny (the dozen-token prompt of the CPU-scale tiny
     judges; recorded in export_info.json, and the evaluation renders the same style)"""
     allow_incomplete: bool = False
-    """a build split into parts (build-ppjd --num-parts): export even with missing or unfinished parts
-    (export_info.json lists them); default: refuse, naming them"""
+    """export what is there: a build split into parts (build-ppjd --num-parts) with missing or unfinished parts, or
+    a folder with damaged record lines (export_info.json lists them); default: refuse, naming them"""
 
 
 def image_group(record: PPJDRecord) -> str:
@@ -163,7 +162,10 @@ def _image_cell(ppjd_dir: Path, record: PPJDRecord) -> dict[str, Any] | None:
         raise ExportError(f"{where} path {record.image!r}: {e.detail or e.reason}") from None
     if not path.is_file():
         raise ExportError(f"{where} {record.image!r} is missing from {str(ppjd_dir)!r}")
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ExportError(f"{where} {record.image!r} cannot be read: {e.strerror or e}") from None
     if record.image_sha256 and sha256_hex(data) != record.image_sha256:
         raise ExportError(f"{where} {record.image!r} does not match its sha256 (corrupt copy)")
     return {"bytes": data, "path": path.name}
@@ -177,20 +179,31 @@ def _check_record(record: PPJDRecord) -> None:
 
 def _records(ppjd_dir: Path, allow_incomplete: bool) -> tuple[list[tuple[Path, PPJDRecord]], dict[str, Any]]:
     """Every record with the folder it lives in, in key order (see the module docstring), the parts of a split
-    build merged; a key in two parts is an error naming both."""
+    build merged, and what the export records about the folder. A key in two parts, or a damaged record line
+    (unless ``allow_incomplete``), is an error naming it."""
     partitioned = read_partition(ppjd_dir) is not None
-    parts, info = merge_plan(ppjd_dir, allow_incomplete) if partitioned else ([ppjd_dir], {})
+    parts, partition = merge_plan(ppjd_dir, allow_incomplete) if partitioned else ([ppjd_dir], {})
     owner: dict[str, Path] = {}
-    out = []
+    out, damaged = [], []
     for folder in parts:
-        for record in iter_records(folder):
+        found: list[tuple[str, int]] = []
+        for record in iter_records(folder, found):
             if record.key in owner:
                 raise ExportError(
                     f"record {record.key} is in two parts: {owner[record.key].name} and {folder.name}"
                 )
             owner[record.key] = folder
             out.append((folder, record))
-    return sorted(out, key=lambda fr: fr[1].key), info
+        damaged += [f"{folder.name + '/' if partitioned else ''}{name} line {n}" for name, n in found]
+    if damaged and not allow_incomplete:
+        listed = ", ".join(damaged[:5]) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
+        raise ExportError(
+            f"{str(ppjd_dir)!r}: {len(damaged)} damaged line(s) hold no readable record ({listed}), so the export "
+            f"would miss their records: run the same build-ppjd command on the folder again (it sets damaged lines "
+            f"aside in {DAMAGED_FILE} and builds their records again), or pass --allow-incomplete to export without them"
+        )
+    info = {"partition": partition} if partition else {}
+    return sorted(out, key=lambda fr: fr[1].key), info | ({"damaged_lines": damaged} if damaged else {})
 
 
 def _write_parquet(path: Path, rows: Iterator[dict[str, Any]], chunk_rows: int) -> int:
@@ -210,28 +223,47 @@ def _write_parquet(path: Path, rows: Iterator[dict[str, Any]], chunk_rows: int) 
     return n
 
 
-def export_ppjd(
-    ppjd_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], config: ExportConfig | None = None
-) -> dict[str, Any]:
-    """Write the training set of a PPJD folder into ``out_dir``; returns the export info (also written)."""
-    config = config or ExportConfig()
-    src, out = Path(ppjd_dir), Path(out_dir)
-    if read_partition(src) is None and not shard_paths(src):
-        raise FileNotFoundError(f"no PPJD records in {str(src)!r} (expected records-*.jsonl from build-ppjd)")
-    if (train := split_path(out, "train")).exists() and not config.overwrite:
-        raise FileExistsError(f"{str(train)!r} exists; pass --overwrite to replace the export")
+@contextlib.contextmanager
+def _writing(src: Path, out: Path) -> Iterator[None]:
+    """A full disk or a folder that cannot be written is one line naming it (no traceback)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise ExportError(
+                f"disk full while writing the export of {str(src)!r} beside {str(out)!r}; the previous export (if "
+                "any) is untouched: free some space and run it again"
+            ) from None
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise ExportError(
+                f"cannot write the export into {str(out.parent)!r} ({e.strerror or e}: read-only or not yours); "
+                "choose an --out in a writable folder"
+            ) from None
+        raise
 
-    records, partition = _records(src, config.allow_incomplete)
-    val_groups = choose_validation_groups(
-        [image_group(r) for _, r in records], config.val_fraction, config.seed
-    )
 
+def _staging(out: Path) -> Path:
+    """The temporary folder beside ``out`` the export is written into (stale ones removed first)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     _recover(out)
-    for stale in [*out.parent.glob(f".{out.name}.export-tmp-*"), *out.glob(".export-tmp-*")]:
-        shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted export
-    tmp = out.parent / f".{out.name}.export-tmp-{os.getpid()}-{time.time_ns()}"
+    stale = [
+        *out.parent.glob(glob.escape(sibling_name(out.name, "export-tmp-")) + "*"),
+        *out.glob(".export-tmp-*"),
+    ]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)  # left by an interrupted export
+    tmp = out.parent / sibling_name(out.name, f"export-tmp-{os.getpid()}-{time.time_ns()}")
     tmp.mkdir()
+    return tmp
+
+
+def _write_splits(
+    tmp: Path, records: list[tuple[Path, PPJDRecord]], options: ExportOptions
+) -> dict[str, Any]:
+    """Write the train / validation tables of ``records`` into ``tmp``; returns their counts."""
+    val_groups = choose_validation_groups(
+        [image_group(r) for _, r in records], options.val_fraction, options.seed
+    )
     counts: dict[str, Counter[str]] = {s: Counter() for s in SPLITS}
     gt_counts: dict[str, Counter[str]] = {p: Counter() for p in PROTOCOLS}
     records_per_split: Counter[str] = Counter()
@@ -248,50 +280,70 @@ def export_ppjd(
                 _check_record(record)
                 cell = _image_cell(folder, record)
             except ExportError as e:
-                if not config.skip_invalid:
+                if not options.skip_invalid:
                     raise
                 skipped[record.key] = str(e)
                 continue
             records_per_split[split] += 1
             groups_per_split[split].add(group)
-            for row in record_rows(record, cell, config.mix, config.seed, config.prompt_style):
+            for row in record_rows(record, cell, options.mix, options.seed, options.prompt_style):
                 counts[split][row["protocol"]] += 1
                 gt_counts[row["protocol"]][row["ground_truth"]] += 1
                 yield row
 
+    rows_total = {s: _write_parquet(split_path(tmp, s), rows_of(s), options.chunk_rows) for s in SPLITS}
+    return {
+        "records": {s: records_per_split[s] for s in SPLITS},
+        "image_groups": {s: len(groups_per_split[s]) for s in SPLITS},
+        "text_only_records": sum(r.image is None and r.key not in skipped for _, r in records),
+        "rows": {s: {p: counts[s][p] for p in PROTOCOLS} for s in SPLITS},
+        "rows_total": rows_total,
+        "ground_truth": {p: dict(sorted(gt_counts[p].items())) for p in PROTOCOLS if gt_counts[p]},
+        "skipped_records": dict(sorted(skipped.items())),
+        "files": [f"{s}.parquet" for s in SPLITS if rows_total[s]],
+    }
+
+
+def _manifest(src: Path, records: list[tuple[Path, PPJDRecord]], info: dict[str, Any]) -> dict[str, Any]:
+    """The teacher, counts and source of the PPJD manifest; an unreadable one is a warning (the shards hold the
+    records)."""
     try:
-        rows_total = {s: _write_parquet(split_path(tmp, s), rows_of(s), config.chunk_rows) for s in SPLITS}
-        manifest = (
-            read_manifest(src) or (read_manifest(records[0][0]) if records and partition else None) or {}
+        first_part = records[0][0] if records and info.get("partition") else None
+        manifest = read_manifest(src) or (read_manifest(first_part) if first_part else None) or {}
+    except ManifestError as e:
+        info.setdefault("warnings", []).append(
+            f"{e}; exported from the shards (build-ppjd on it rebuilds it)"
         )
+        manifest = {}
+    return {k: manifest.get(k) for k in ("teacher", "counts", "source")}
+
+
+def export_ppjd(
+    ppjd_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: ExportOptions | None = None
+) -> dict[str, Any]:
+    """Write the training set of a PPJD folder into ``out_dir``; returns the export info (also written)."""
+    options = options or ExportOptions()
+    src, out = Path(ppjd_dir), Path(out_dir)
+    if read_partition(src) is None and not shard_paths(src):
+        raise FileNotFoundError(f"no PPJD records in {str(src)!r} (expected records-*.jsonl from build-ppjd)")
+    if (train := split_path(out, "train")).exists() and not options.overwrite:
+        raise FileExistsError(f"{str(train)!r} exists; pass --overwrite to replace the export")
+    with _writing(src, out):  # before any work: a folder that cannot be written is said at once
+        tmp = _staging(out)
+    try:
+        records, found = _records(src, options.allow_incomplete)
         info: dict[str, Any] = {
             "format": "perception-judge/trainset/1",
             "created": now(),
             "source": str(src.resolve()),
-            "settings": config.model_dump(exclude={"overwrite", "allow_incomplete"}),
-            "records": {s: records_per_split[s] for s in SPLITS},
-            "image_groups": {s: len(groups_per_split[s]) for s in SPLITS},
-            "text_only_records": sum(r.image is None and r.key not in skipped for _, r in records),
-            "rows": {s: {p: counts[s][p] for p in PROTOCOLS} for s in SPLITS},
-            "rows_total": rows_total,
-            "ground_truth": {p: dict(sorted(gt_counts[p].items())) for p in PROTOCOLS if gt_counts[p]},
-            "skipped_records": dict(sorted(skipped.items())),
-            **({"partition": partition} if partition else {}),
-            "ppjd": {k: manifest.get(k) for k in ("teacher", "counts", "source")},
-            "files": [f"{s}.parquet" for s in SPLITS if rows_total[s]],
+            "settings": options.model_dump(exclude={"overwrite", "allow_incomplete"}),
         }
-        (tmp / "export_info.json").write_text(
-            json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
-        (tmp / "README.md").write_text(dataset_card(info), encoding="utf-8")
-        _swap_in(tmp, out)
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise ExportError(
-                f"disk full while writing the export of {str(src)!r} beside {str(out)!r}; the previous export (if "
-                "any) is untouched: free some space and run it again"
-            ) from None
-        raise
+        with _writing(src, out):
+            info |= _write_splits(tmp, records, options) | found
+            info["ppjd"] = _manifest(src, records, info)
+            atomic_write_json(tmp / "export_info.json", info, fsync=False, indent=2)
+            (tmp / "README.md").write_text(dataset_card(info), encoding="utf-8")
+            _swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return info
@@ -300,7 +352,7 @@ def export_ppjd(
 def _swap_in(new: Path, out: Path) -> None:
     """Replace the folder ``out`` by ``new`` as a whole: readers see the old export or the new one, never a mix.
     The old folder is renamed aside first (``_recover`` restores it if the process dies between the two renames)."""
-    old = out.parent / f".{out.name}.export-old"
+    old = out.parent / sibling_name(out.name, "export-old")
     if old.exists():
         shutil.rmtree(old)
     if out.exists():
@@ -314,7 +366,7 @@ def _swap_in(new: Path, out: Path) -> None:
 
 def _recover(out: Path) -> None:
     """Undo a swap that died between its two renames: the old export comes back."""
-    old = out.parent / f".{out.name}.export-old"
+    old = out.parent / sibling_name(out.name, "export-old")
     if old.exists() and not out.exists():
         os.replace(old, out)
     elif old.exists():

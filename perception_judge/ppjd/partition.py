@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from perception_judge.core.io import atomic_write_text, temp_name
+from perception_judge.core.io import atomic_write_json, temp_name
 from perception_judge.core.schema import sha256_hex
-from perception_judge.ppjd.store import read_manifest
+from perception_judge.ppjd.store import ManifestError, read_manifest
 
 PARTITION_FILE = "partition.json"
 SCHEME = "int(key, 16) % num_parts"
@@ -67,7 +67,7 @@ def claim_partition(
     }
     path = out / PARTITION_FILE
     tmp = temp_name(path)
-    atomic_write_text(tmp, json.dumps(want, indent=2, default=str) + "\n")
+    atomic_write_json(tmp, want, indent=2)  # the descriptions redacted: no URL credentials
     try:
         os.link(tmp, path)  # exclusive: fails when another part got there first
     except FileExistsError:
@@ -89,6 +89,15 @@ def read_partition(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def _last_status(part: Path) -> str | None:
+    """None when the last run of a part completed, else the part's name (and why, if its manifest is unreadable)."""
+    try:
+        runs = (read_manifest(part) or {}).get("runs") or [{}]
+    except ManifestError:
+        return f"{part.name} (manifest.json unreadable: run the part again to rebuild it)"
+    return None if runs[-1].get("status") == "complete" else part.name
+
+
 def merge_plan(
     folder: str | os.PathLike[str], allow_incomplete: bool = False
 ) -> tuple[list[Path], dict[str, Any]]:
@@ -101,8 +110,7 @@ def merge_plan(
     dirs = [part_dir(folder, i, n) for i in range(n)]
     parts = [d for d in dirs if d.is_dir()]
     missing = [d.name for d in dirs if not d.is_dir()]
-    runs = {d.name: (read_manifest(d) or {}).get("runs") or [{}] for d in parts}
-    unfinished = [name for name, r in runs.items() if r[-1].get("status") != "complete"]
+    unfinished = [name for d in parts if (name := _last_status(d)) is not None]
     if (missing or unfinished) and not allow_incomplete:
         listed = (("missing", missing), ("not finished", unfinished))
         what = "; ".join(f"{label}: {', '.join(names)}" for label, names in listed if names)

@@ -13,8 +13,9 @@ from perception_judge.ppjd.teacher import Counterfactuals, StageError, TeacherIn
 class ProgrammaticTeacher:
     name = "programmatic"
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, concurrency: int = 4) -> None:
         self.seed = seed
+        self.concurrency = concurrency  # CPU-bound: more items in flight gain nothing
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "programmatic", "seed": self.seed, "spec_version": synth.SPEC_VERSION}

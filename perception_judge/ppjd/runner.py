@@ -1,9 +1,11 @@
 """The PPJD build loop: source -> load -> pre-check -> teacher -> answers -> validate -> store (docs/ppjd.md §5).
 
-A producer feeds a bounded queue with the keys not done yet (nor failed, unless ``retry_failed``); ``concurrency``
-workers take each item through all stages to a record or a failure. SIGINT / SIGTERM give the items in flight
-``stop_grace_s`` to finish, then cancel them (they stay pending); a fatal teacher error, ``max_consecutive_failures``
-teacher failures in a row or our own output failing to write stop the run at once.
+:func:`make_record` is the step of one item: a record or a failure (an :class:`Outcome`), nothing written.
+:class:`Builder` runs it over a source: a producer feeds a bounded queue with the keys not done yet (nor failed,
+unless ``retry_failed``), the teacher's ``concurrency`` workers take each item through the step and the builder
+writes its outcome. SIGINT / SIGTERM give the items in flight ``stop_grace_s`` to finish, then cancel them (they
+stay pending); a fatal teacher error, ``max_consecutive_failures`` teacher failures in a row or our own output
+failing to write stop the run at once.
 """
 
 from __future__ import annotations
@@ -24,53 +26,16 @@ from typing import Any
 
 from PIL import Image
 
-from perception_judge.core.images import (
-    DEFAULT_MAX_IMAGE_BYTES,
-    DEFAULT_MAX_IMAGE_PIXELS,
-    ImageError,
-    image_bytes,
-    load_image,
-    read_image_file,
-)
+from perception_judge.core.images import ImageError, image_bytes, load_image, read_image_file
 from perception_judge.core.io import now, progress_bar
+from perception_judge.core.redact import redact_text
 from perception_judge.core.schema import Failure, PPJDRecord, SourceItem
+from perception_judge.ppjd.options import BuildOptions
 from perception_judge.ppjd.partition import part_of
 from perception_judge.ppjd.sources import Source, item_key
-from perception_judge.ppjd.store import PPJDStore
+from perception_judge.ppjd.store import DAMAGED_FILE, PPJDStore
 from perception_judge.ppjd.teacher import StageError, Teacher, TeacherInput
-from perception_judge.ppjd.validate import PrecheckConfig, ValidationConfig, precheck, validate
-
-
-@dataclass
-class BuildConfig:
-    out_dir: str
-    concurrency: int = 16
-    retry_failed: bool = False
-    limit: int | None = None  # at most this many new items this run
-    shard_size: int = 5000
-    fsync_every: int = 32
-    manifest_every_s: float = 10.0
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    max_consecutive_failures: int = 200  # transient teacher failures in a row before the run stops
-    precheck: PrecheckConfig = field(default_factory=PrecheckConfig)
-    validation: ValidationConfig = field(default_factory=ValidationConfig)
-    progress: bool | None = None  # None: a bar when stderr is a terminal, periodic log lines otherwise
-    handle_signals: bool = False
-    stop_grace_s: float = 10.0  # after SIGINT/SIGTERM: seconds the items in flight get before cancellation
-    # a build split across machines: this run takes the keys with int(key, 16) % num_parts == part
-    num_parts: int = 1
-    part: int = 0
-
-    def __post_init__(self) -> None:
-        if self.num_parts < 1 or not 0 <= self.part < self.num_parts:
-            raise ValueError(f"part must be in 0..{self.num_parts - 1}, got {self.part}")
-        if self.stop_grace_s < 0:
-            raise ValueError(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.limit is not None and self.limit < 0:
-            raise ValueError("limit must be >= 0")
+from perception_judge.ppjd.validate import precheck, validate
 
 
 @dataclass
@@ -100,7 +65,7 @@ class _Abort(Exception):
     pass
 
 
-def load_item_image(item: SourceItem, config: BuildConfig) -> tuple[bytes, str, Image.Image] | None:
+def load_item_image(item: SourceItem, options: BuildOptions) -> tuple[bytes, str, Image.Image] | None:
     """(original bytes, file extension, RGB image) of an item, or None for a text-only item. Raises
     StageError(load, image_<reason>) for missing, corrupt, oversized or escaping images."""
     if err := item.meta.get("image_error"):
@@ -112,14 +77,14 @@ def load_item_image(item: SourceItem, config: BuildConfig) -> tuple[bytes, str, 
         return None
     try:
         if isinstance(src, Image.Image):
-            image = load_image(src, max_pixels=config.max_image_pixels)
+            image = load_image(src, max_pixels=options.max_image_pixels)
             return image_bytes(image, "PNG"), "png", image
         if isinstance(src, str | os.PathLike):
-            src = read_image_file(Path(src), config.max_image_bytes)
+            src = read_image_file(Path(src), options.max_image_bytes)
         if not isinstance(src, bytes | bytearray | memoryview):
             raise ImageError("bad_path", f"unsupported image value {type(src).__name__}")
         data = bytes(src)
-        image = load_image(data, max_bytes=config.max_image_bytes, max_pixels=config.max_image_pixels)
+        image = load_image(data, max_bytes=options.max_image_bytes, max_pixels=options.max_image_pixels)
         with Image.open(io.BytesIO(data)) as probe:
             ext = "jpg" if probe.format == "JPEG" else (probe.format or "bin").lower()
         return data, ext, image
@@ -127,6 +92,56 @@ def load_item_image(item: SourceItem, config: BuildConfig) -> tuple[bytes, str, 
         raise StageError("load", f"image_{e.reason}", e.detail) from None
     except OSError as e:
         raise StageError("load", "image_unreadable", f"{type(e).__name__}: {e}") from None
+
+
+@dataclass
+class Outcome:
+    """What :func:`make_record` made of one item: a record (its image still to store) or a failure."""
+
+    key: str
+    item: SourceItem
+    record: PPJDRecord | None = None
+    image: tuple[bytes, str] | None = None  # the original bytes and extension, stored before the record
+    failure: StageError | None = None
+
+
+async def make_record(key: str, item: SourceItem, teacher: Teacher, options: BuildOptions) -> Outcome:
+    """One item through load, pre-check, the teacher and validation; writes nothing. An exception of the teacher
+    other than StageError fails the item as ``teacher/exception``."""
+    try:
+        if item.meta.get("row_error"):
+            raise StageError("source", "bad_row", str(item.meta["row_error"])[:300])
+        loaded = load_item_image(item, options)
+        precheck(item, loaded is not None, options)
+        cf = await teacher.process(TeacherInput(key, item, loaded[2] if loaded else None))
+        checked = validate(item, cf, options)
+    except StageError as e:
+        return Outcome(key, item, failure=e)
+    except Exception as e:
+        return Outcome(key, item, failure=StageError("teacher", "exception", f"{type(e).__name__}: {e}"))
+    meta: dict[str, Any] = {
+        "similarity_rp": checked.similarity_rp,
+        "usage": cf.usage,
+        "teacher_meta": cf.meta,
+        "source_meta": {k: v for k, v in item.meta.items() if k != "image_ref"},
+        **({"spec": item.spec} if item.spec is not None else {}),
+    }
+    record = PPJDRecord(
+        key=key,
+        item_id=item.item_id,
+        source=item.source,
+        question=item.question,
+        answer=item.answer,
+        r_c=item.response,
+        r_rp=cf.r_rp,
+        r_rp_r=cf.r_rp_r,
+        answer_rp=checked.answer_rp,
+        answer_rp_r=checked.answer_rp_r,
+        attributes=list(cf.attributes),
+        teacher=teacher.name,
+        meta=meta,
+    )
+    return Outcome(key, item, record, loaded[:2] if loaded else None)
 
 
 class _Progress:
@@ -156,251 +171,275 @@ class _Progress:
             self.bar.close()
 
 
-async def run_build(source: Source, teacher: Teacher, config: BuildConfig) -> BuildSummary:
-    """Build PPJD records from ``source`` with ``teacher`` into ``config.out_dir`` (resumable)."""
-    summary = BuildSummary(out_dir=str(config.out_dir), teacher=teacher.name)
-    started = time.monotonic()
-    store = PPJDStore(config.out_dir, shard_size=config.shard_size, fsync_every=config.fsync_every)
-    summary.scan = asdict(store.open())
-    redact = getattr(getattr(teacher, "client", None), "redact", None) or (lambda s: s)
-    stop = asyncio.Event()
-    reasons: Counter[str] = Counter()
-    state = {"consecutive": 0, "in_flight": 0, "last_manifest": time.monotonic()}
-    hidden = ("out_dir", "handle_signals", "progress", "stop_grace_s")
-    run_info: dict[str, Any] = {
-        "started": now(),
-        "status": "running",
-        "teacher": teacher.describe(),
-        "source": source.describe(),
-        "config": {k: v for k, v in asdict(config).items() if k not in hidden},
-        "pid": os.getpid(),
-    }
-    runs = list(store.manifest.get("runs", []))
-    for r in runs:
-        if r.get("status") == "running":
-            r["status"] = "interrupted"  # that process died without closing
-    runs.append(run_info)
-    store.write_manifest(runs=runs, teacher=teacher.name, source=source.describe())
+class Builder:
+    """One run of the build over ``source`` with ``teacher`` into ``options.out`` (see the module docstring);
+    ``handle_signals`` installs the SIGINT / SIGTERM handlers."""
 
-    total = source.estimate_count()
-    if total is not None:
-        total = max(0, total - len(store.done) - (0 if config.retry_failed else len(store.failed)))
-        total = total if config.limit is None else min(total, config.limit)
-    progress = _Progress(config.progress, total)
-    queue: asyncio.Queue[tuple[str, SourceItem] | None] = asyncio.Queue(maxsize=config.concurrency * 2)
+    def __init__(
+        self, source: Source, teacher: Teacher, options: BuildOptions, handle_signals: bool = False
+    ) -> None:
+        if not options.out:
+            raise ValueError("no output folder (options.out)")
+        self.source, self.teacher, self.options = source, teacher, options
+        self.concurrency = options.concurrency or teacher.concurrency
+        self.handle_signals = handle_signals
+        self.store = PPJDStore(options.out, shard_size=options.shard_size, fsync_every=options.fsync_every)
+        self.summary = BuildSummary(out_dir=str(options.out), teacher=teacher.name)
+        self.redact = getattr(getattr(teacher, "client", None), "redact", None) or redact_text
+        self.reasons: Counter[str] = Counter()
+        self.consecutive = self.in_flight = 0
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.run_info: dict[str, Any] = {}
+        self.runs: list[dict[str, Any]] = []
+        self.last_manifest = time.monotonic()
 
-    def abort(reason: str) -> _Abort:
-        summary.abort_reason = reason
-        stop.set()
-        return _Abort(reason)
+    def _open(self) -> None:
+        """Open the folder, say what its scan repaired, and record this run in the manifest."""
+        self.summary.scan = scan = asdict(self.store.open())
+        if scan["manifest_rebuilt"]:
+            what = "rebuilding it from the shards (the history of earlier runs is lost)"
+            print(f"build-ppjd: {scan['manifest_rebuilt']}: {what}", file=sys.stderr, flush=True)
+        if n := scan["corrupt_lines"]:
+            what = f"set aside in {DAMAGED_FILE}; their records are built again in this run"
+            print(f"build-ppjd: {n} damaged line(s) {what}", file=sys.stderr, flush=True)
+        hidden = {"out", "progress", "stop_grace_s"}
+        self.run_info = {
+            "started": now(),
+            "status": "running",
+            "teacher": self.teacher.describe(),
+            "source": self.source.describe(),
+            "config": self.options.model_dump(exclude=hidden) | {"concurrency": self.concurrency},
+            "pid": os.getpid(),
+        }
+        self.runs = list(self.store.manifest.get("runs", []))
+        for r in self.runs:
+            if r.get("status") == "running":
+                r["status"] = "interrupted"  # that process died without closing
+        self.runs.append(self.run_info)
+        self.store.write_manifest(runs=self.runs, teacher=self.teacher.name, source=self.source.describe())
 
     @contextlib.contextmanager
-    def writing() -> Iterator[None]:
+    def _writing(self) -> Iterator[None]:
         """Our own output could not be written (a full disk, a read-only mount): never the item's fault. The run
         stops, every record already written stays, the item stays pending for the next run."""
         try:
             yield
         except OSError as e:
             what = "disk full" if e.errno == errno.ENOSPC else f"{type(e).__name__}: {e.strerror or e}"
-            raise abort(
-                f"cannot write to the output folder {str(config.out_dir)!r} ({what}); every record written so far "
-                "is kept and the run resumes where it stopped once the folder is writable again"
+            raise self._abort(
+                f"cannot write to the output folder {str(self.options.out)!r} ({what}); every record written so "
+                "far is kept and the run resumes where it stopped once the folder is writable again"
             ) from None
 
-    def write_manifest(status: str) -> None:
+    def _abort(self, reason: str) -> _Abort:
+        self.summary.abort_reason = reason
+        self.stop.set()
+        return _Abort(reason)
+
+    def _write_manifest(self, status: str) -> None:
         counted = ("records_new", "failed_new", "skipped_done", "skipped_failed", "duplicates", "other_parts")
-        run_info["status"] = status
-        run_info["summary"] = {k: getattr(summary, k) for k in counted} | {"usage": teacher.usage()}
-        run_info["updated"] = now()
-        with writing():
-            store.write_manifest(runs=runs)
-        state["last_manifest"] = time.monotonic()
+        self.run_info["status"] = status
+        self.run_info["summary"] = {k: getattr(self.summary, k) for k in counted} | {
+            "usage": self.teacher.usage()
+        }
+        self.run_info["updated"] = now()
+        with self._writing():
+            self.store.write_manifest(runs=self.runs)
+        self.last_manifest = time.monotonic()
 
-    def fail(key: str, item: SourceItem, e: StageError) -> None:
-        with writing():
-            store.append_failure(
-                Failure(key, item.item_id, e.stage, e.reason, redact(e.detail)[:1000], e.attempts)
-            )
-        summary.failed_new += 1
-        reasons[f"{e.stage}/{e.reason}"] += 1
+    def _fail(self, key: str, item: SourceItem, e: StageError) -> None:
+        detail = self.redact(e.detail)[:1000]
+        with self._writing():
+            self.store.append_failure(Failure(key, item.item_id, e.stage, e.reason, detail, e.attempts))
+        self.summary.failed_new += 1
+        self.reasons[f"{e.stage}/{e.reason}"] += 1
 
-    async def process(key: str, item: SourceItem) -> None:
+    async def _write(self, out: Outcome) -> None:
+        """Store an outcome (the image, then the record; or the failure) and count it. A fatal teacher error, or
+        too many teacher-call failures in a row, stops the run."""
+        if (e := out.failure) is None:
+            assert out.record is not None
+            with self._writing():
+                if out.image is not None:  # a new image file is fsynced: off the event loop
+                    out.record.image, out.record.image_sha256 = await asyncio.to_thread(
+                        self.store.put_image, *out.image
+                    )
+                self.store.append_record(out.record)
+            self.summary.records_new += 1
+            self.consecutive = 0
+            return
+        if e.fatal:
+            raise self._abort(f"{e.stage}/{e.reason}: {self.redact(e.detail)[:300]}")
+        self._fail(out.key, out.item, e)
+        llm = e.reason.startswith("llm_")
+        self.consecutive = self.consecutive + 1 if llm else 0
+        if llm and self.consecutive >= self.options.max_consecutive_failures:
+            last = f"{e.stage}/{e.reason}"
+            self._abort(f"{self.consecutive} teacher calls in a row failed (last: {last}); is the server up?")
+
+    async def _item(self, key: str, item: SourceItem, progress: _Progress) -> None:
+        out = await make_record(key, item, self.teacher, self.options)
         try:
-            if item.meta.get("row_error"):
-                raise StageError("source", "bad_row", str(item.meta["row_error"])[:300])
-            loaded = load_item_image(item, config)
-            precheck(item, loaded is not None, config.precheck)
-            cf = await teacher.process(TeacherInput(key, item, loaded[2] if loaded else None))
-            checked = validate(item, cf, config.validation)
-            image_rel = image_sha = None
-            if loaded is not None:
-                with writing():  # a new image file is fsynced: off the event loop, so other items keep moving
-                    image_rel, image_sha = await asyncio.to_thread(store.put_image, loaded[0], loaded[1])
-            meta: dict[str, Any] = {
-                "similarity_rp": checked.similarity_rp,
-                "usage": cf.usage,
-                "teacher_meta": cf.meta,
-                "source_meta": {k: v for k, v in item.meta.items() if k != "image_ref"},
-            }
-            if item.spec is not None:
-                meta["spec"] = item.spec
-            record = PPJDRecord(
-                key=key,
-                item_id=item.item_id,
-                source=item.source,
-                question=item.question,
-                answer=item.answer,
-                r_c=item.response,
-                r_rp=cf.r_rp,
-                r_rp_r=cf.r_rp_r,
-                answer_rp=checked.answer_rp,
-                answer_rp_r=checked.answer_rp_r,
-                attributes=list(cf.attributes),
-                image=image_rel,
-                image_sha256=image_sha,
-                teacher=teacher.name,
-                meta=meta,
-            )
-            with writing():
-                store.append_record(record)
-            summary.records_new += 1
-            state["consecutive"] = 0
-        except StageError as e:
-            if e.fatal:
-                raise abort(f"{e.stage}/{e.reason}: {redact(e.detail)[:300]}") from None
-            fail(key, item, e)
-            llm = e.reason.startswith("llm_")
-            state["consecutive"] = state["consecutive"] + 1 if llm else 0
-            if llm and state["consecutive"] >= config.max_consecutive_failures:
-                n, last = state["consecutive"], f"{e.stage}/{e.reason}"
-                abort(f"{n} teacher calls in a row failed (last: {last}); is the server up?")
+            await self._write(out)
         except _Abort:
             raise
-        except Exception as e:
-            fail(key, item, StageError("teacher", "exception", f"{type(e).__name__}: {e}"))
-        progress.update(summary.records_new, summary.failed_new)
-        if time.monotonic() - state["last_manifest"] >= config.manifest_every_s:
+        except Exception as e:  # a record that cannot be stored (not JSON, say): this item only
+            self._fail(key, item, StageError("store", "exception", f"{type(e).__name__}: {e}"))
+        progress.update(self.summary.records_new, self.summary.failed_new)
+        if time.monotonic() - self.last_manifest >= self.options.manifest_every_s:
             with contextlib.suppress(_Abort):  # stop is set; the final manifest write tries again
-                write_manifest("running")
+                self._write_manifest("running")
 
-    async def producer() -> None:
-        seen_keys: set[str] = set()
+    def _wanted(self, key: str, taken: set[str]) -> bool | None:
+        """Whether this run builds ``key`` (counting why not); None once ``limit`` new keys are taken."""
+        o, s = self.options, self.summary
+        if o.num_parts > 1 and part_of(key, o.num_parts) != (o.part or 0):
+            s.other_parts += 1
+        elif key in self.store.done:
+            s.skipped_done += 1
+        elif key in taken:
+            s.duplicates += 1
+        elif key in self.store.failed and not o.retry_failed:
+            s.skipped_failed += 1
+        elif o.limit is not None and len(taken) >= o.limit:
+            return None
+        else:
+            return True
+        return False
+
+    async def _produce(self, queue: asyncio.Queue[tuple[str, SourceItem] | None]) -> None:
+        taken: set[str] = set()
         try:
-            for item in source:
-                if stop.is_set():
+            for item in self.source:
+                if self.stop.is_set():
                     break
-                summary.seen += 1
+                self.summary.seen += 1
                 key = item_key(item)
-                if config.num_parts > 1 and part_of(key, config.num_parts) != config.part:
-                    summary.other_parts += 1
-                elif key in store.done:
-                    summary.skipped_done += 1
-                elif key in seen_keys:
-                    summary.duplicates += 1
-                elif key in store.failed and not config.retry_failed:
-                    summary.skipped_failed += 1
-                elif config.limit is not None and len(seen_keys) >= config.limit:
+                if (wanted := self._wanted(key, taken)) is None:
                     break
-                else:
-                    seen_keys.add(key)
+                if wanted:
+                    taken.add(key)
                     await queue.put((key, item))
         except asyncio.CancelledError:
             raise  # the workers are being cancelled too: no end markers (the queue may be full)
         except BaseException:
-            for _ in range(config.concurrency):
+            for _ in range(self.concurrency):
                 await queue.put(None)
             raise
-        for _ in range(config.concurrency):
+        for _ in range(self.concurrency):
             await queue.put(None)
 
-    async def worker() -> None:
+    async def _work(self, queue: asyncio.Queue[tuple[str, SourceItem] | None], progress: _Progress) -> None:
         while (job := await queue.get()) is not None:
-            if stop.is_set():
+            if self.stop.is_set():
                 continue  # drain: an item not started yet is picked up by the next run
-            state["in_flight"] += 1
+            self.in_flight += 1
             try:
-                await process(*job)
+                await self._item(*job, progress)
             except _Abort:
                 pass  # stop is set; keep draining the queue
             except asyncio.CancelledError:
-                summary.in_flight_lost += 1
+                self.summary.in_flight_lost += 1
                 raise
             finally:
-                state["in_flight"] -= 1
+                self.in_flight -= 1
 
-    loop = asyncio.get_running_loop()
-    tasks: list[asyncio.Task[Any]] = []
-    signals_installed: list[int] = []
-
-    def cancel_in_flight() -> None:
-        for t in tasks:
+    def _cancel_in_flight(self) -> None:
+        for t in self.tasks:
             t.cancel()
 
-    def on_signal() -> None:
-        if stop.is_set():
-            cancel_in_flight()
+    def _on_signal(self) -> None:
+        if self.stop.is_set():
+            self._cancel_in_flight()
             return
+        grace = self.options.stop_grace_s
         message = (
-            f"\nbuild-ppjd: stopping; {state['in_flight']} item(s) in flight get {config.stop_grace_s:g} s to "
-            "finish (signal again to abort them now; unfinished items stay pending)"
+            f"\nbuild-ppjd: stopping; {self.in_flight} item(s) in flight get {grace:g} s to finish (signal again to "
+            "abort them now; unfinished items stay pending)"
         )
         print(message, file=sys.stderr, flush=True)
-        summary.abort_reason = summary.abort_reason or "interrupted"
-        stop.set()
-        loop.call_later(config.stop_grace_s, cancel_in_flight)
+        self.summary.abort_reason = self.summary.abort_reason or "interrupted"
+        self.stop.set()
+        asyncio.get_running_loop().call_later(grace, self._cancel_in_flight)
 
-    for sig in (signal.SIGINT, signal.SIGTERM) if config.handle_signals else ():
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, on_signal)
-            signals_installed.append(sig)
-    status = "interrupted"
-    try:
-        tasks = [asyncio.create_task(producer())] + [
-            asyncio.create_task(worker()) for _ in range(config.concurrency)
-        ]
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        cancelled = any(isinstance(r, asyncio.CancelledError) for r in results)
-        for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                raise r
-        if summary.abort_reason and summary.abort_reason != "interrupted":
-            status = "aborted"
-        elif not stop.is_set() and not cancelled:
-            status = "complete"
-    finally:
-        for sig in signals_installed:
-            loop.remove_signal_handler(sig)
-        cancel_in_flight()
-        progress.close()
-        summary.status = status
-        summary.elapsed_s = round(time.monotonic() - started, 3)
-        n = summary.records_new + summary.failed_new
-        summary.records_per_s = round(n / summary.elapsed_s, 3) if summary.elapsed_s > 0 else 0.0
-        summary.records_total, summary.failed_total = len(store.done), len(store.failed)
-        summary.failures_by_reason = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-        summary.usage = teacher.usage()
-        run_info.update(finished=now(), elapsed_s=summary.elapsed_s, abort_reason=summary.abort_reason)
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        loop, installed = asyncio.get_running_loop(), []
+        for sig in (signal.SIGINT, signal.SIGTERM) if self.handle_signals else ():
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal)
+                installed.append(sig)
         try:
-            with writing():
-                store.sync()
-            write_manifest(status)
+            yield
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def run(self) -> BuildSummary:
+        """Build (resumable): every item ends as a record or a failure, or stays pending when the run stops."""
+        started, self.stop = time.monotonic(), asyncio.Event()
+        self._open()
+        progress = _Progress(self.options.progress, self._remaining())
+        queue: asyncio.Queue[tuple[str, SourceItem] | None] = asyncio.Queue(maxsize=self.concurrency * 2)
+        status = "interrupted"
+        try:
+            with self._signals():
+                self.tasks = [asyncio.create_task(self._produce(queue))]
+                self.tasks += [
+                    asyncio.create_task(self._work(queue, progress)) for _ in range(self.concurrency)
+                ]
+                results = await asyncio.gather(*self.tasks, return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                    raise r
+            if self.summary.abort_reason and self.summary.abort_reason != "interrupted":
+                status = "aborted"
+            elif not self.stop.is_set() and not any(isinstance(r, asyncio.CancelledError) for r in results):
+                status = "complete"
+        finally:
+            self._cancel_in_flight()
+            progress.close()
+            self._finish(status, started)
+        return self.summary
+
+    def _remaining(self) -> int | None:
+        total = self.source.estimate_count()
+        if total is None:
+            return None
+        o = self.options
+        total = max(0, total - len(self.store.done) - (0 if o.retry_failed else len(self.store.failed)))
+        return total if o.limit is None else min(total, o.limit)
+
+    def _finish(self, status: str, started: float) -> None:
+        s = self.summary
+        s.status, s.elapsed_s = status, round(time.monotonic() - started, 3)
+        s.records_per_s = round((s.records_new + s.failed_new) / s.elapsed_s, 3) if s.elapsed_s > 0 else 0.0
+        s.records_total, s.failed_total = len(self.store.done), len(self.store.failed)
+        s.failures_by_reason = dict(sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        s.usage = self.teacher.usage()
+        self.run_info.update(finished=now(), elapsed_s=s.elapsed_s, abort_reason=s.abort_reason)
+        try:
+            with self._writing():
+                self.store.sync()
+            self._write_manifest(status)
         except _Abort:  # the records are on disk; only the run's bookkeeping could not be written
-            summary.status = "aborted"
+            s.status = "aborted"
         finally:
             try:
-                with writing():
-                    store.close()
+                with self._writing():
+                    self.store.close()
             except _Abort:
-                summary.status = "aborted"
-    return summary
+                s.status = "aborted"
 
 
-def build(source: Source, teacher: Teacher, config: BuildConfig) -> BuildSummary:
-    """Synchronous wrapper around :func:`run_build` (closes the teacher at the end)."""
+def build(
+    source: Source, teacher: Teacher, options: BuildOptions, handle_signals: bool = False
+) -> BuildSummary:
+    """Run a :class:`Builder` to the end (closes the teacher at the end)."""
 
     async def main() -> BuildSummary:
         try:
-            return await run_build(source, teacher, config)
+            return await Builder(source, teacher, options, handle_signals).run()
         finally:
             await teacher.aclose()
 

@@ -4,7 +4,8 @@
 
 Crash safety: a line is one ``os.write`` on an ``O_APPEND`` descriptor, so it is whole or a torn tail, which the
 next open truncates; an image is in place before the line that names it; the shards, not the manifest, are the
-truth.
+truth: an unreadable manifest is rebuilt from them, and a complete line that is not a record (a damaged disk, a
+hand edit) is set aside in ``damaged-lines.jsonl`` on open, so its key is built again.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.core.io import atomic_write_bytes, atomic_write_text, now
+from perception_judge.core.io import atomic_open, atomic_write_bytes, atomic_write_json, now
 from perception_judge.core.schema import Failure, PPJDRecord, sha256_hex
 
 MANIFEST_FORMAT = "perception-judge/ppjd/1"
@@ -28,6 +29,7 @@ FAILURES_FILE = "failures.jsonl"
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = ".lock"
 IMAGES_DIR = "images"
+DAMAGED_FILE = "damaged-lines.jsonl"
 
 
 def shard_name(index: int) -> str:
@@ -45,9 +47,10 @@ class ScanReport:
     records: int = 0
     failures_lines: int = 0
     torn_lines_repaired: int = 0
-    corrupt_lines: int = 0
+    corrupt_lines: int = 0  # complete lines that are no record: set aside in damaged-lines.jsonl
     duplicate_records: int = 0
     shard_lines: dict[str, int] = field(default_factory=dict)
+    manifest_rebuilt: str = ""  # why manifest.json could not be read (it is rebuilt from the shards)
 
 
 def _scan_jsonl(path: Path, repair: bool) -> Iterator[tuple[dict[str, Any] | None, bool]]:
@@ -72,12 +75,18 @@ def _scan_jsonl(path: Path, repair: bool) -> Iterator[tuple[dict[str, Any] | Non
             os.fsync(f.fileno())
 
 
-def iter_records(folder: str | os.PathLike[str]) -> Iterator[PPJDRecord]:
-    """Every record of a PPJD folder, once per key, in shard order (read-only; torn tails skipped)."""
+def iter_records(
+    folder: str | os.PathLike[str], damaged: list[tuple[str, int]] | None = None
+) -> Iterator[PPJDRecord]:
+    """Every record of a PPJD folder, once per key, in shard order (read-only; torn tails skipped). A complete line
+    that is no record is appended to ``damaged`` as (shard name, line number)."""
     seen: set[str] = set()
     for shard in shard_paths(folder):
-        for obj, _ in _scan_jsonl(shard, repair=False):
-            if obj is not None and obj.get("key") not in seen:
+        for n, (obj, torn) in enumerate(_scan_jsonl(shard, repair=False), start=1):
+            if obj is None or "key" not in obj:
+                if damaged is not None and not torn:
+                    damaged.append((shard.name, n))
+            elif obj["key"] not in seen:
                 seen.add(obj["key"])
                 yield PPJDRecord.from_dict(obj)
 
@@ -89,9 +98,22 @@ def read_failures(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     return {obj["key"]: obj for obj, _ in lines if obj is not None and "key" in obj}
 
 
+class ManifestError(ValueError):
+    """``manifest.json`` exists but cannot be read (the message names it)."""
+
+
 def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The manifest of a PPJD folder, None when it has none; :class:`ManifestError` when it is unreadable."""
     path = Path(folder) / MANIFEST_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{str(path)!r} is unreadable ({e}); the shards hold every record") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{str(path)!r} is unreadable (a {type(manifest).__name__}, not an object)")
+    return manifest
 
 
 class FolderLocked(RuntimeError):
@@ -145,7 +167,12 @@ class PPJDStore:
                 with contextlib.suppress(OSError):
                     stale.unlink()
         self._scan()
-        self.manifest = read_manifest(self.folder) or {}
+        try:
+            self.manifest = read_manifest(self.folder) or {}
+        except (
+            ManifestError
+        ) as e:  # the next write_manifest rebuilds it from the shards (earlier runs are lost)
+            self.report.manifest_rebuilt, self.manifest = str(e), {}
         shards = shard_paths(self.folder)
         index = int(shards[-1].stem[len(SHARD_PREFIX) :]) if shards else 0
         count = self._shard_lines.get(shards[-1].name, 0) if shards else 0
@@ -155,16 +182,36 @@ class PPJDStore:
         self._fail_fd = os.open(self.folder / FAILURES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self.report
 
-    def _read(self, path: Path) -> Iterator[dict[str, Any] | None]:
-        """The complete lines of ``path`` (None for one without a readable key); the torn tail is truncated."""
-        for obj, torn in _scan_jsonl(path, repair=True):
+    def _read(self, path: Path) -> Iterator[dict[str, Any]]:
+        """The readable lines of ``path``; the torn tail is truncated, and complete lines without a readable key
+        are set aside afterwards (:meth:`_set_aside`)."""
+        bad = []
+        for n, (obj, torn) in enumerate(_scan_jsonl(path, repair=True), start=1):
             if torn:
                 self.report.torn_lines_repaired += 1
             elif obj is None or "key" not in obj:
-                self.report.corrupt_lines += 1
-                yield None
+                bad.append(n)
             else:
                 yield obj
+        if bad:
+            self._set_aside(path, bad)
+
+    def _set_aside(self, path: Path, bad: list[int]) -> None:
+        """Move the lines ``bad`` (1-based) of ``path`` into damaged-lines.jsonl, so readers and the export find
+        the file whole again; the keys they held are not done, so this run builds them again."""
+        self.report.corrupt_lines += len(bad)
+        with (
+            open(path, "rb") as src,
+            atomic_open(path, "wb") as dst,
+            open(self.folder / DAMAGED_FILE, "ab") as out,
+        ):
+            for n, line in enumerate(src, start=1):
+                if n not in bad:
+                    dst.write(line)
+                else:
+                    out.write(
+                        _line({"file": path.name, "line": n, "text": line.decode("utf-8", "replace")[:-1]})
+                    )
 
     def _scan(self) -> None:
         rep = self.report
@@ -172,19 +219,18 @@ class PPJDStore:
             lines = 0
             for obj in self._read(shard):
                 lines += 1
-                if obj is not None and obj["key"] in self.done:
+                if obj["key"] in self.done:
                     rep.duplicate_records += 1
-                elif obj is not None:
+                else:
                     self.done.add(obj["key"])
                     rep.records += 1
             self._shard_lines[shard.name] = lines
         rep.shard_lines = dict(self._shard_lines)
         fpath = self.folder / FAILURES_FILE
         for obj in self._read(fpath) if fpath.is_file() else ():
-            if obj is not None:
-                rep.failures_lines += 1
-                if obj["key"] not in self.done:  # a key retried into a record is done, not failed
-                    self.failed[obj["key"]] = (str(obj.get("stage", "")), str(obj.get("reason", "")))
+            rep.failures_lines += 1
+            if obj["key"] not in self.done:  # a key retried into a record is done, not failed
+                self.failed[obj["key"]] = (str(obj.get("stage", "")), str(obj.get("reason", "")))
 
     def _switch_shard(self, index: int, count: int) -> None:
         if self._shard_fd is not None:
@@ -270,5 +316,5 @@ class PPJDStore:
         ]
         m["failures_file"] = FAILURES_FILE
         self.manifest = m
-        atomic_write_text(self.folder / MANIFEST_FILE, json.dumps(m, indent=2, ensure_ascii=False) + "\n")
+        atomic_write_json(self.folder / MANIFEST_FILE, m, indent=2)  # redacted: no URL credentials
         return m

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from PIL import Image
@@ -19,7 +19,8 @@ from perception_judge.core.answers import normalize_answer
 from perception_judge.core.images import to_data_url
 from perception_judge.core.jsonparse import JSONParseError, parse_json_object
 from perception_judge.core.schema import SourceItem
-from perception_judge.llm_client import ChatClient, ClientConfig, LLMError
+from perception_judge.llm_client import ChatClient, LLMError
+from perception_judge.ppjd.options import TeacherOptions
 
 # The stage names every Failure names one of ("teacher": an unexpected exception inside a teacher).
 STAGES: tuple[str, ...] = (
@@ -62,6 +63,7 @@ class Counterfactuals:
 @runtime_checkable
 class Teacher(Protocol):
     name: str
+    concurrency: int  # items in flight the teacher wants
 
     async def process(self, inp: TeacherInput) -> Counterfactuals:
         """The two counterfactuals of one item, or raise StageError."""
@@ -217,28 +219,6 @@ def clean_attributes(
     return out[:MAX_ATTRIBUTES]
 
 
-@dataclass
-class StageSampling:
-    temperature: float = 0.2
-    top_p: float | None = 0.9
-    max_tokens: int = 1024
-
-
-@dataclass
-class LLMTeacherConfig:
-    verify: StageSampling = field(default_factory=lambda: StageSampling(0.0, None, 512))
-    attributes: StageSampling = field(default_factory=lambda: StageSampling(0.2, 0.9, 512))
-    rewrite: StageSampling = field(default_factory=lambda: StageSampling(0.7, 0.95, 4096))
-    stage_attempts: int = 3  # tries per stage for truncated / unparseable / unusable replies
-    json_mode: bool = False  # send response_format={"type": "json_object"} (vLLM, OpenAI, Gemini accept it)
-    seed: int = 0
-    skip_verify: bool = False  # for sources whose r_c is already verified
-
-    def __post_init__(self) -> None:
-        if self.stage_attempts < 1:
-            raise ValueError("stage_attempts must be >= 1")
-
-
 _FATAL_LLM = {"auth", "not_found"}  # bad_request is per record (e.g. a prompt over the context)
 
 
@@ -265,14 +245,18 @@ class _Retry(Exception):
 class LLMTeacher:
     """The teacher that asks an OpenAI-compatible model (see the module docstring)."""
 
-    def __init__(self, client: ChatClient | ClientConfig, config: LLMTeacherConfig | None = None) -> None:
-        self.client = client if isinstance(client, ChatClient) else ChatClient(client)
-        self.config = config or LLMTeacherConfig()
-        self.name = f"llm:{self.client.config.model}"
+    def __init__(self, options: TeacherOptions, client: ChatClient | None = None) -> None:
+        self.options = options
+        self.client = client or ChatClient(options)
+        self.name = f"llm:{options.model}"
+        self.concurrency = options.concurrency
 
     def describe(self) -> dict[str, Any]:
-        cfg = self.client.config
-        return {"kind": "llm", "model": cfg.model, "client": cfg.public_dict(), "stages": asdict(self.config)}
+        o = self.options
+        stages = o.stages.model_dump() | o.model_dump(
+            include={"stage_attempts", "json_mode", "seed", "skip_verify"}
+        )
+        return {"kind": "llm", "model": o.model, "client": o.public_dict(), "stages": stages}
 
     def usage(self) -> dict[str, int]:
         return dict(self.client.usage)
@@ -290,17 +274,17 @@ class LLMTeacher:
         images: list[str],
         facts: list[str] | None = None,
     ) -> Any:
-        sampling: StageSampling = getattr(self.config, stage)
+        sampling = getattr(self.options.stages, stage)
         messages = stage_messages(stage, inp.item, bool(images), facts)
         reason, detail, calls = "bad_json", "", 0
-        for attempt in range(1, self.config.stage_attempts + 1):
+        for attempt in range(1, self.options.stage_attempts + 1):
             try:
                 resp = await self.client.chat(
                     messages,
                     images,
-                    **asdict(sampling),  # temperature, top_p, max_tokens
-                    seed=_seed_for(self.config.seed, inp.key, stage, attempt),
-                    response_format={"type": "json_object"} if self.config.json_mode else None,
+                    **sampling.model_dump(),  # temperature, top_p, max_tokens
+                    seed=_seed_for(self.options.seed, inp.key, stage, attempt),
+                    response_format={"type": "json_object"} if self.options.json_mode else None,
                 )
             except LLMError as e:
                 fatal = e.reason in _FATAL_LLM
@@ -323,14 +307,13 @@ class LLMTeacher:
         raise StageError(stage, reason, detail, attempts=calls)
 
     async def process(self, inp: TeacherInput) -> Counterfactuals:
-        item, cfg = inp.item, self.config
+        item, cfg = inp.item, self.options
         usage = dict.fromkeys(_USAGE_KEYS, 0)
         meta: dict[str, Any] = {}
         # the image is encoded once per record: every stage sends the same one
         images = []
         if inp.image is not None:
-            client = self.client.config
-            images = [to_data_url(inp.image, max_side=client.image_max_side, fmt=client.image_format)]
+            images = [to_data_url(inp.image, max_side=cfg.image_max_side, fmt=cfg.image_format)]
         if not cfg.skip_verify:
 
             def check_verify(obj: dict[str, Any]) -> dict[str, Any]:

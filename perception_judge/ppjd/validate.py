@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from perception_judge.core.answers import answers_match, extract_final_answer, find_boxed
 from perception_judge.core.schema import SourceItem
+from perception_judge.ppjd.options import BuildOptions
 from perception_judge.ppjd.teacher import SCAFFOLDING_TOKENS, Counterfactuals, StageError
 
 _THINK_RE = re.compile(r"</?think(?:ing)?>", re.IGNORECASE)
@@ -24,36 +25,19 @@ _LEAK_PATTERNS = (
 )
 
 
-@dataclass
-class PrecheckConfig:
-    max_response_chars: int = 4000  # longer r_c are skipped (precheck/response_too_long)
-    max_question_chars: int = 4000  # longer questions are skipped (precheck/question_too_long)
-    text_only: str = "include"  # "include" or "skip" items without an image
-
-
-@dataclass
-class ValidationConfig:
-    min_rp_similarity: float = 0.5  # word-level difflib ratio between r_c and r_rp
-    require_boxed: bool = True  # counterfactuals must keep r_c's \boxed{} answer format
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.min_rp_similarity <= 1.0:
-            raise ValueError(f"min_rp_similarity must be in [0, 1], got {self.min_rp_similarity}")
-
-
-def precheck(item: SourceItem, has_image: bool, config: PrecheckConfig) -> None:
+def precheck(item: SourceItem, has_image: bool, options: BuildOptions) -> None:
     """Raise StageError(precheck, ...) for items the teacher should never see."""
     if missing := [n for n in ("question", "answer", "response") if not str(getattr(item, n) or "").strip()]:
         raise StageError("precheck", "missing_fields", f"item {item.item_id!r} has no {', '.join(missing)}")
     if _THINK_RE.search(item.response):
         raise StageError("precheck", "response_has_think", "r_c contains <think>/<thinking> tags")
     for reason, what, text, limit in (
-        ("question_too_long", "the question", item.question, config.max_question_chars),
-        ("response_too_long", "r_c", item.response, config.max_response_chars),
+        ("question_too_long", "the question", item.question, options.max_question_chars),
+        ("response_too_long", "r_c", item.response, options.max_response_chars),
     ):
         if len(text) > limit:
             raise StageError("precheck", reason, f"{what} has {len(text)} characters (limit {limit})")
-    if not has_image and config.text_only == "skip":
+    if not has_image and options.text_only == "skip":
         raise StageError("precheck", "text_only_skipped", "the item has no image (--text-only skip)")
 
 
@@ -83,7 +67,7 @@ class Validated:
     similarity_rp: float
 
 
-def validate(item: SourceItem, cf: Counterfactuals, config: ValidationConfig) -> Validated:
+def validate(item: SourceItem, cf: Counterfactuals, options: BuildOptions) -> Validated:
     """Answers and checks (see the module docstring); raises StageError(answers|validate, reason)."""
     a1, a2 = extract_final_answer(cf.r_rp), extract_final_answer(cf.r_rp_r)
     if not a1:
@@ -102,12 +86,12 @@ def validate(item: SourceItem, cf: Counterfactuals, config: ValidationConfig) ->
     for name, text in texts:
         if (leak := find_leak(text, item.response)) is not None:
             raise StageError("validate", "scaffolding_leak", f"{name} contains {leak[:60]!r}")
-    if config.require_boxed and find_boxed(item.response):
+    if options.require_boxed and find_boxed(item.response):
         for name, text in texts:
             if not find_boxed(text):
                 raise StageError("validate", "format_changed", f"r_c uses \\boxed{{}} but {name} does not")
     sim = similarity(item.response, cf.r_rp)
-    if sim < config.min_rp_similarity:
-        detail = f"similarity(r_c, r_rp) = {sim:.3f} < {config.min_rp_similarity}"
+    if sim < options.min_rp_similarity:
+        detail = f"similarity(r_c, r_rp) = {sim:.3f} < {options.min_rp_similarity}"
         raise StageError("validate", "rp_too_far_from_rc", detail)
     return Validated(a1, a2, round(sim, 4))
