@@ -240,3 +240,33 @@ def test_a_real_read_only_run_folder_fails_in_one_line(read_only_mount):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert f"'{read_only_mount / 'eval'}' (Read-only file system): pass --out DIR" in line
+
+
+def test_server_credentials_never_reach_the_evaluation_records(tmp_path, capsys):
+    """Issue 29 item 9: credentials in a server URL (http://user:secret@host/v1, ?api_key=...) must not reach
+    plan.json, cells/*.json, report.json or report.md (nor the terminal): a judge served with them, and a server that
+    fails whose errors name the URL."""
+    fake = pytest.importorskip("perception_judge.testing.fake_openai")
+    with fake.FakeOpenAIServer(model="judge", seed=1) as srv:
+        good = srv.base_url.replace("http://", "http://judge:hunter2@")
+        bad = "http://admin:hunter3@127.0.0.1:9/v1?api_key=hunter4"
+        for name, url in (("good", good), ("bad", bad)):
+            argv = ["eval", "run", "--backend", "openai", "--base-url", url, "--model", f"{name}=judge",
+                    "--suites", "bias", "--set", "bias.source=builtin", "--set", "bias.n_per_type=1",
+                    "--set", "backend.max_retries=0", "--set", "backend.api_key=sk-test0123456789abcdefgh",
+                    "--out", str(tmp_path / name)]  # fmt: skip
+            assert main(argv) == (0 if name == "good" else 1)
+    cell = json.loads(next((tmp_path / "good" / "cells").glob("*.json")).read_text())
+    assert cell["status"] == "done" and "<redacted>@127.0.0.1" in json.dumps(
+        cell["result"]["protocol"]["backend"]
+    )
+    failed = json.loads(next((tmp_path / "bad" / "cells").glob("*.json")).read_text())
+    assert failed["status"] == "failed"
+    written = [
+        p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".md", ".csv", ".jsonl")
+    ]
+    assert {p.name for p in written} >= {"plan.json", "report.json", "report.md", "results.json"}
+    captured = capsys.readouterr()
+    for text in [p.read_text() for p in written] + [captured.out, captured.err]:
+        for secret in ("hunter2", "hunter3", "hunter4", "sk-test0123456789abcdefgh"):
+            assert secret not in text

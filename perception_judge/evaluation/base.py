@@ -23,6 +23,7 @@ from perception_judge.core.io import atomic_open
 from perception_judge.core.io import progress_bar as _progress_bar
 from perception_judge.core.options import Options
 from perception_judge.core.protocol import count_image_placeholders, parse_scores
+from perception_judge.core.redact import redact
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 
 ParserFn = Callable[[str, int, "str | None"], "tuple[list[float] | None, str | None]"]
@@ -308,10 +309,11 @@ class SuiteResult:
 
 
 def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
-    """A suite's per-sample file, written atomically: a JSON object a line (non-ASCII kept, others as str)."""
+    """A suite's per-sample file, written atomically: a JSON object a line (non-ASCII kept, others as str; secrets
+    and URL credentials redacted, as in every file the evaluation writes)."""
     with atomic_open(path, "w", fsync=False) as f:
         for line in lines:
-            f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+            f.write(json.dumps(redact(line), ensure_ascii=False, default=str) + "\n")
 
 
 @dataclass(frozen=True)

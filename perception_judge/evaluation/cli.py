@@ -15,6 +15,7 @@ from pydantic import Field
 
 from perception_judge.cli import Command
 from perception_judge.core.options import Flag, OptionError, Options, add_flags, given_flags, resolve_options
+from perception_judge.core.redact import RedactingFilter, redact_text
 from perception_judge.evaluation.plan import JobConfig, Names, resolve
 from perception_judge.evaluation.suites import SUITES
 
@@ -158,7 +159,7 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
     )
     for c in outcome.cells:
         if c.get("status") == "failed":
-            print(f"  FAILED {c['cell']}: {c.get('error')}", file=sys.stderr)
+            print(f"  FAILED {c['cell']}: {redact_text(str(c.get('error')))}", file=sys.stderr)
     path = out_dir / "report.json"
     s = json.loads(path.read_text()).get("summary", {}) if path.is_file() else {}
     if s.get("best") and s.get("all_tied"):
@@ -330,11 +331,14 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:  # no URL credentials on the terminal either
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     try:
         return ACTIONS[args.action](args)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"perception-judge eval {args.action}: error: {msg}", file=sys.stderr)
+        print(f"perception-judge eval {args.action}: error: {redact_text(str(msg))}", file=sys.stderr)
         return 2
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from scipy.stats import rankdata
 
 from perception_judge.core.io import atomic_write_json, atomic_write_text
+from perception_judge.core.redact import redact_text
 from perception_judge.evaluation.base import Metric
 from perception_judge.evaluation.bias.taxonomy import BIASES
 from perception_judge.evaluation.results import done_results, read_results
@@ -478,6 +479,9 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "failed_cells": [c for c in data.get("cells", []) if c.get("status") != "done"],
         "plots": [f"{PLOTS_DIR}/{p.name}" for p in written if p],
     }
-    atomic_write_text(out_dir / "report.md", render_markdown({**report, "tables": tables}), fsync=False)
+    markdown = redact_text(
+        render_markdown({**report, "tables": tables})
+    )  # the JSON files are redacted on write
+    atomic_write_text(out_dir / "report.md", markdown, fsync=False)
     atomic_write_json(out_dir / "report.json", report, fsync=False)
     return report
