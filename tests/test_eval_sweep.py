@@ -359,13 +359,13 @@ def test_position_and_verbosity_pairs_default_to_the_run_train_set(tmp_path):
     ts = str(tmp_path / "ts")
     run = S.read_run(dummy_run(tmp_path / "r", train_set=ts))
     entry = S.ModelEntry("checkpoint-10", 10, "checkpoint")
-    suites = ("position", "verbosity", "self_enhancement")
-    plan = _plan(tmp_path / "o", suites=suites, run=run, options={"self_enhancement": {"own_model": "me"}})
+    suites, own = ("position", "verbosity", "self_enhancement"), {"self_enhancement": {"own_model": "me"}}
+    plan = _plan(tmp_path / "o", suites=suites, run=run, options=own)
     for suite in ("position", "verbosity"):
         assert str(S.suite_config(entry, suite, 0, plan).options.trainset_dir) == ts
     assert S.suite_config(entry, "self_enhancement", 0, plan).options.trainset_dir is None
     ppjd = {"position": {"source": "ppjd", "split": "train"}}  # the ppjd source without its folder
-    plan = _plan(tmp_path / "o", suites=suites, run=run, options=ppjd)
+    plan = _plan(tmp_path / "o", suites=suites, run=run, options=ppjd | own)
     assert str(S.suite_config(entry, "position", 0, plan).options.trainset_dir) == ts
     for given in (
         {"pairs_file": "p.jsonl"},
@@ -373,7 +373,7 @@ def test_position_and_verbosity_pairs_default_to_the_run_train_set(tmp_path):
         {"trainset_dir": "other"},
         {"source": "vlrewardbench"},
     ):
-        plan = _plan(tmp_path / "o", suites=suites, run=run, options={"verbosity": given})
+        plan = _plan(tmp_path / "o", suites=suites, run=run, options={"verbosity": given} | own)
         opts = S.suite_config(entry, "verbosity", 0, plan).options
         assert {k: str(getattr(opts, k)) for k in given} == given
         assert (
