@@ -6,25 +6,15 @@ from __future__ import annotations
 
 from perception_judge.evaluation.base import JudgeBackend, Metric, Suite, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import metrics as M
+from perception_judge.evaluation.benchmarks import pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import PairSourceOptions, load_pair_source
-from perception_judge.evaluation.benchmarks.pairs import (
-    ORDERS,
-    ORIG,
-    SWAP,
-    PairItem,
-    order_accuracy,
-    order_scores,
-    pair_requests,
-    response_verdict,
-    slot_verdict,
-)
 
 NAME = "position"
 
 
 def position_metrics(
-    items: list[PairItem], scores: list[dict[str, list[float] | None]]
+    items: list[pairs.PairItem], scores: list[dict[str, list[float] | None]]
 ) -> dict[str, float | None]:
     """Position metrics of one run (``scores[i][order]``: item i's scores in that order):
 
@@ -34,19 +24,21 @@ def position_metrics(
       neutral);
     * ``position_score_bias`` — mean score(first slot) − score(second slot) over parsed judgments (0 = neutral);
     * ``pred_tie_rate``; where the source has a human preference, :func:`~.pairs.order_accuracy`."""
-    verdicts = [{o: response_verdict(s[o], o) for o in ORDERS} for s in scores]
-    pairs = [(v[ORIG], v[SWAP]) for v in verdicts]
-    slots = [slot_verdict(s[o]) for s in scores for o in ORDERS]
+    verdicts = [{o: pairs.response_verdict(s[o], o) for o in pairs.ORDERS} for s in scores]
+    both = [(v[pairs.ORIG], v[pairs.SWAP]) for v in verdicts]
+    slots = [pairs.slot_verdict(s[o]) for s in scores for o in pairs.ORDERS]
     parsed = [v for v in slots if v is not None]
     out: dict[str, float | None] = {
-        "consistency_rate": M.consistency_rate(pairs),
-        "consistency_rate_strict": M.consistency_rate(pairs, failure="inconsistent"),
+        "consistency_rate": M.consistency_rate(both),
+        "consistency_rate_strict": M.consistency_rate(both, failure="inconsistent"),
         "first_position_win_rate": M.first_position_win_rate(slots),
-        "position_score_bias": M.mean(s[o][0] - s[o][1] for s in scores for o in ORDERS if s[o] is not None),
+        "position_score_bias": M.mean(
+            s[o][0] - s[o][1] for s in scores for o in pairs.ORDERS if s[o] is not None
+        ),
         "pred_tie_rate": M.rate(parsed.count("C"), len(parsed)),
     }
     if any(it.preferred in ("A", "B") for it in items):
-        out |= order_accuracy(items, verdicts)
+        out |= pairs.order_accuracy(items, verdicts)
     return out
 
 
@@ -56,13 +48,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     counts: dict[str, int] = {"pairs": len(items)}
     judged = bench.judge(
         items,
-        lambda it: pair_requests(NAME, it, bench.images(it)),
+        lambda it: pairs.pair_requests(NAME, it, bench.images(it)),
         "position",
         counts,
         lambda it: {"item_id": it.item_id, "group": it.group, "preferred": it.preferred},
     )
 
-    means = bench.mean(lambda seed: position_metrics(judged.items, order_scores(judged, seed)))
+    means = bench.mean(lambda seed: position_metrics(judged.items, pairs.order_scores(judged, seed)))
     metrics = {"parse_failure_rate": judged.parse_failure_rate, **prefixed("mean", means)}
     protocol = {
         "bias": "position (protocol: ours, judge-benchmarks.md §5)",

@@ -22,20 +22,12 @@ from perception_judge.evaluation.base import (
     SuiteResult,
 )
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks import mllm_judge
+from perception_judge.evaluation.benchmarks import mllm_judge, pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, OptPath, choices, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import (
     PairSourceOptions,
     infer_source,
     load_pair_source,
-)
-from perception_judge.evaluation.benchmarks.pairs import (
-    ORDERS,
-    PairItem,
-    order_scores,
-    pair_requests,
-    response_scores,
-    response_verdict,
 )
 
 NAME = "self_enhancement"
@@ -78,7 +70,7 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 
 def pair_metrics(
-    items: list[PairItem], own: list[int], scores: list[dict[str, list[float] | None]]
+    items: list[pairs.PairItem], own: list[int], scores: list[dict[str, list[float] | None]]
 ) -> dict[str, float | None]:
     """One run; ``own[i]``: the index (0/1) of item i's own response, ``scores[i][order]``.
 
@@ -91,11 +83,11 @@ def pair_metrics(
     hits: dict[bool, list[bool]] = {True: [], False: []}
     for it, w, per_order in zip(items, own, scores):
         own_letter = "AB"[w]
-        for order in ORDERS:
-            v = response_verdict(per_order[order], order)
+        for order in pairs.ORDERS:
+            v = pairs.response_verdict(per_order[order], order)
             if v in ("A", "B"):
                 wins.append(v == own_letter)
-            s = response_scores(per_order[order], order)
+            s = pairs.response_scores(per_order[order], order)
             if s is not None:
                 gaps.append(s[w] - s[1 - w])
             if it.preferred in ("A", "B"):
@@ -128,9 +120,11 @@ def score_metrics(
     }
 
 
-def _own_pairs(items: list[PairItem], own: set[str]) -> tuple[list[PairItem], list[int], dict[str, int]]:
+def _own_pairs(
+    items: list[pairs.PairItem], own: set[str]
+) -> tuple[list[pairs.PairItem], list[int], dict[str, int]]:
     """The pairs with exactly one own response, the index of that response, and counts of the others."""
-    kept: list[PairItem] = []
+    kept: list[pairs.PairItem] = []
     own_index: list[int] = []
     counts = {"pairs": len(items), "skipped_no_own": 0, "skipped_both_own": 0}
     for it in items:
@@ -146,17 +140,17 @@ def _own_pairs(items: list[PairItem], own: set[str]) -> tuple[list[PairItem], li
 def _pair_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict]:
     """The pair setting's metrics and counts, and its source."""
     all_pairs, source = load_pair_source(bench.opts, None, NAME)
-    pairs, own_index, counts = _own_pairs(all_pairs, own)
-    pairs, own_index = pairs[: bench.config.limit], own_index[: bench.config.limit]
+    kept, own_index, counts = _own_pairs(all_pairs, own)
+    kept, own_index = kept[: bench.config.limit], own_index[: bench.config.limit]
     fields = ("item_id", "names", "preferred")
     judged = bench.judge(
-        pairs, lambda it: pair_requests(NAME, it, bench.images(it)), "self_enhancement pair", counts,
+        kept, lambda it: pairs.pair_requests(NAME, it, bench.images(it)), "self_enhancement pair", counts,
         lambda it: {"setting": "pair"} | {k: getattr(it, k) for k in fields},
     )  # fmt: skip
     items, own_j = judged.items, [own_index[i] for i in judged.index]
     labelled = [(it.preferred, w) for it, w in zip(items, own_j) if it.preferred in ("A", "B")]
     human_rate = M.mean(p == "AB"[w] for p, w in labelled)
-    mean_runs = bench.mean(lambda seed: pair_metrics(items, own_j, order_scores(judged, seed)))
+    mean_runs = bench.mean(lambda seed: pair_metrics(items, own_j, pairs.order_scores(judged, seed)))
     mean_runs["pair.self_preference"] = _diff(mean_runs.get("pair.own_win_rate_judge"), human_rate)
     metrics = {"pair.own_win_rate_human": human_rate, **prefixed("mean", mean_runs)}
     metrics["pair.parse_failure_rate"] = judged.parse_failure_rate

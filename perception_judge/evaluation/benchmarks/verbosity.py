@@ -24,15 +24,9 @@ from perception_judge.evaluation.base import (
     SuiteResult,
 )
 from perception_judge.evaluation.benchmarks import metrics as M
+from perception_judge.evaluation.benchmarks import pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, Judged, choices, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import PairSourceOptions, load_pair_source
-from perception_judge.evaluation.benchmarks.pairs import (
-    ORDERS,
-    PairItem,
-    pair_requests,
-    response_scores,
-    response_verdict,
-)
 
 NAME = "verbosity"
 MODES: tuple[str, ...] = ("self", "flip")
@@ -117,7 +111,7 @@ class VerbosityOptions(PairSourceOptions):
         return self
 
 
-def worse_index(item: PairItem) -> int | None:
+def worse_index(item: pairs.PairItem) -> int | None:
     return {"A": 1, "B": 0}.get(item.preferred or "")
 
 
@@ -128,11 +122,11 @@ def self_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
     verdicts, shifts = [], []
     for i in range(len(judged.items)):
         for r in (0, 1):
-            for order in ORDERS:
+            for order in pairs.ORDERS:
                 scores = judged.scores(i, f"self{r}_{order}", seed)
                 if scores is not None:
-                    verdicts.append(response_verdict(scores, order))
-                    s = response_scores(scores, order)
+                    verdicts.append(pairs.response_verdict(scores, order))
+                    s = pairs.response_scores(scores, order)
                     shifts.append(s[1] - s[0])  # type: ignore[index]
     n = len(verdicts)
     return {
@@ -156,15 +150,15 @@ def flip_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
         w = worse_index(it)
         if w is None:
             continue
-        for order in ORDERS:
+        for order in pairs.ORDERS:
             ob, op = judged.scores(i, f"flip_base_{order}", seed), judged.scores(i, f"flip_pad_{order}", seed)
-            vb, vp = response_verdict(ob, order), response_verdict(op, order)
+            vb, vp = pairs.response_verdict(ob, order), pairs.response_verdict(op, order)
             acc_base.append(float(vb == it.preferred))
             acc_pad.append(float(vp == it.preferred))
             if vb == it.preferred and vp is not None:
                 base_right += 1
                 flips += vp == ("A" if w == 0 else "B")
-            sb, sp = response_scores(ob, order), response_scores(op, order)
+            sb, sp = pairs.response_scores(ob, order), pairs.response_scores(op, order)
             if sb is not None and sp is not None:
                 shifts.append(sp[w] - sb[w])
     return {
@@ -182,26 +176,26 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     counts: dict[str, int] = {"pairs": len(items)}
     ratios: list[float] = []
 
-    def pad(item: PairItem, which: int) -> str:
+    def pad(item: pairs.PairItem, which: int) -> str:
         bounds = (opts.pad_ratio_min, opts.pad_ratio_max)
         return pad_response(
             item.responses[which], item.question, f"{item.item_id}:{which}", *bounds, opts.pad_seed
         )
 
-    def build(item: PairItem) -> list[JudgeRequest]:
+    def build(item: pairs.PairItem) -> list[JudgeRequest]:
         images = bench.images(item)
         reqs: list[JudgeRequest] = []
         if "self" in opts.modes:
             for r in (0, 1):
                 padded = pad(item, r)
                 ratios.append(len(padded) / max(1, len(item.responses[r])))
-                reqs += pair_requests(NAME, item, images, [item.responses[r], padded], tag=f"self{r}_")
+                reqs += pairs.pair_requests(NAME, item, images, [item.responses[r], padded], tag=f"self{r}_")
         w = worse_index(item)
         if "flip" in opts.modes and w is not None:
             padded_pair = list(item.responses)
             padded_pair[w] = pad(item, w)
-            reqs += pair_requests(NAME, item, images, tag="flip_base_")
-            reqs += pair_requests(NAME, item, images, padded_pair, tag="flip_pad_")
+            reqs += pairs.pair_requests(NAME, item, images, tag="flip_base_")
+            reqs += pairs.pair_requests(NAME, item, images, padded_pair, tag="flip_pad_")
         return reqs
 
     judged = bench.judge(
