@@ -33,19 +33,7 @@ from perception_judge.core.schema import (
     JudgeResult,
     order_from_kinds,
 )
-from perception_judge.evaluation.base import (
-    COUNT,
-    INFO,
-    LOWER,
-    JudgeBackend,
-    Metric,
-    Suite,
-    SuiteConfig,
-    SuiteResult,
-    is_backend_error,
-    judge_items,
-    write_samples,
-)
+from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks.metrics import rate
 from perception_judge.evaluation.bias.metrics import mean_std
 from perception_judge.rewards import ranking_reward, verdict_reward
@@ -86,19 +74,19 @@ class MismatchedOptions(PerceptionOptions):
     image_control: Literal["none", "mismatched"] = "mismatched"
 
 
-METRICS: dict[str, Metric] = {
-    **{name: Metric(chance=0.5) for name in PAIR_METRICS},
-    **{f"{name}_{end}": INFO for name in PAIR_METRICS for end in ("ci95_lo", "ci95_hi")},
-    **{f"{name}_n": COUNT for name in PAIR_METRICS},
-    **{f"{name}_{part}": LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
-    "pair_consistency": Metric(),
-    "single_verdict_acc": Metric(chance=0.5),
-    "single_acc_r_c": Metric(),
-    "single_acc_perturbed": Metric(),
-    "batch_ranking_reward": Metric(chance=0.5),  # distinct random scores
-    "batch_kendall_tau": Metric(chance=0.0),
-    **dict.fromkeys(("pair_parse_fail_rate", "batch_parse_fail_rate", "single_parse_fail_rate"), LOWER),
-    "error_rate": LOWER,
+METRICS: dict[str, base.Metric] = {
+    **{name: base.Metric(chance=0.5) for name in PAIR_METRICS},
+    **{f"{name}_{end}": base.INFO for name in PAIR_METRICS for end in ("ci95_lo", "ci95_hi")},
+    **{f"{name}_n": base.COUNT for name in PAIR_METRICS},
+    **{f"{name}_{part}": base.LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
+    "pair_consistency": base.Metric(),
+    "single_verdict_acc": base.Metric(chance=0.5),
+    "single_acc_r_c": base.Metric(),
+    "single_acc_perturbed": base.Metric(),
+    "batch_ranking_reward": base.Metric(chance=0.5),  # distinct random scores
+    "batch_kendall_tau": base.Metric(chance=0.0),
+    **dict.fromkeys(("pair_parse_fail_rate", "batch_parse_fail_rate", "single_parse_fail_rate"), base.LOWER),
+    "error_rate": base.LOWER,
 }
 PRIMARY = ("pair_acc", "pair_acc_c_vs_rp", "pair_acc_c_vs_rp_r", "pair_acc_n", "pair_consistency",
            "batch_ranking_reward", "batch_kendall_tau", "single_verdict_acc")  # fmt: skip
@@ -281,7 +269,7 @@ def score_seed(
         line = {"request_id": req.request_id, **{k: m[k] for k in ("protocol", "record", "kinds")}}
         line |= {"scores": res.scores, "error": res.error, "text": res.text}
         lines.append(line)
-        if is_backend_error(res):  # the engine gave no answer: not a judgement at all
+        if base.is_backend_error(res):  # the engine gave no answer: not a judgement at all
             c["errors"] += 1
             line["verdict"] = "error"
         elif m["protocol"] == "pair":
@@ -340,7 +328,7 @@ def score_seed(
     return metrics, c, lines
 
 
-def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     """Run the perceptual-sensitivity suite (see the module docstring)."""
     opts: PerceptionOptions = config.options
     if not opts.data:
@@ -356,7 +344,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     records = apply_image_control(records, opts.image_control, opts.control_seed)
     requests = build_requests(records, opts.protocols, opts.batch_orders, opts.data_seed, style)
     seeds = list(dict.fromkeys(int(s) for s in config.seeds))
-    judged = judge_items(
+    judged = base.judge_items(
         backend, requests, lambda r: [r], seeds=seeds, sampling=config.sampling, chunk_size=opts.chunk_size,
         desc="perception",
     )  # fmt: skip
@@ -374,7 +362,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     if len(runs) > 1:
         metrics |= {f"{name}_std": s for name, (_, s) in spread.items()}
     samples = Path(config.out_dir) / "samples.jsonl"
-    write_samples(samples, all_lines)
+    base.write_samples(samples, all_lines)
     counts = {
         "n_records": len(records),
         "n_requests": len(requests) * len(per_seed),
@@ -397,9 +385,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "batch_rule": "ranking_reward(ties='zero'), failures 0; Kendall tau-b over parsed completions",
         "aggregation": "per seed, then mean over seeds (sample std when k > 1)",
     }
-    return SuiteResult("perception", metrics, protocol, counts, str(samples), {"per_seed": per_seed})
+    return base.SuiteResult("perception", metrics, protocol, counts, str(samples), {"per_seed": per_seed})
 
 
-SUITE = Suite("perception", PerceptionOptions, METRICS, PRIMARY, run)
-MISMATCHED = Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run)
+SUITE = base.Suite("perception", PerceptionOptions, METRICS, PRIMARY, run)
+MISMATCHED = base.Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run)
 """The control a sweep runs beside ``perception`` (``image_control=mismatched``), so the report shows both."""

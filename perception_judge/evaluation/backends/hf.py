@@ -15,15 +15,8 @@ from typing import Any, Literal
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.protocol import render_generation_prompt
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
+from perception_judge.evaluation import base
 from perception_judge.evaluation.backends.common import LocalBackend, LocalOptions, run_batches
-from perception_judge.evaluation.base import (
-    NEUTRAL_DECODING,
-    is_greedy,
-    prepare_each,
-    progress_bar,
-    request_sampling,
-    request_seed,
-)
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +43,8 @@ def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) 
     ``generate`` on every call."""
     from transformers import GenerationConfig
 
-    sent = request_sampling(sampling, "")
-    greedy = is_greedy(sampling)
+    sent = base.request_sampling(sampling, "")
+    greedy = base.is_greedy(sampling)
     return GenerationConfig(
         max_new_tokens=sent["max_tokens"],
         eos_token_id=eos_token_id,
@@ -60,8 +53,8 @@ def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) 
         temperature=1.0 if greedy else sent["temperature"],
         top_p=sent["top_p"],
         top_k=sent["top_k"],
-        min_p=NEUTRAL_DECODING["min_p"],
-        repetition_penalty=NEUTRAL_DECODING["repetition_penalty"],
+        min_p=base.NEUTRAL_DECODING["min_p"],
+        repetition_penalty=base.NEUTRAL_DECODING["repetition_penalty"],
         **_HF_NEUTRAL,
     )
 
@@ -145,7 +138,7 @@ class HFBackend(LocalBackend):
         inputs = self.processor(text=prompts, images=images or None, padding=True, return_tensors="pt")
         inputs = inputs.to(self.device)
         gen_cfg = generation_config(sampling, self.eos_token_id, self.pad_token_id)
-        seed = request_seed(sampling.seed, "|".join(req.request_id for _, req, _ in batch))
+        seed = base.request_seed(sampling.seed, "|".join(req.request_id for _, req, _ in batch))
         devices = [torch.cuda.current_device()] if self.device.startswith("cuda") else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
@@ -164,10 +157,10 @@ class HFBackend(LocalBackend):
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
         if self.model is None:
             raise RuntimeError("this hf backend was closed")
-        results, ready = prepare_each(requests, self._prepare, log)
+        results, ready = base.prepare_each(requests, self._prepare, log)
         # similar lengths together: less padding (image tokens count alike for equal-size images)
         ready.sort(key=lambda item: (len(item[2][0]), len(item[2][1])))
-        bar = progress_bar(len(ready) if self.progress else 0, f"hf {self.label}", "req", leave=False)
+        bar = base.progress_bar(len(ready) if self.progress else 0, f"hf {self.label}", "req", leave=False)
         try:
             results.update(run_batches(ready, self.batch_size, lambda b: self._generate(b, sampling), bar))
         finally:

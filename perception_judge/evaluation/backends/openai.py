@@ -19,19 +19,12 @@ from pydantic import Field
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
-from perception_judge.evaluation.base import (
-    JudgeBackend,
-    error_result,
-    parse_result,
-    prepare_each,
-    progress_bar,
-    request_sampling,
-)
+from perception_judge.evaluation import base
 
 
 def _standard(sampling: Sampling, request_id: str) -> dict[str, Any]:
     """The OpenAI API's own sampling fields of a request (``temperature``, ``top_p``, ``max_tokens``, ``seed``)."""
-    sent = request_sampling(sampling, request_id)
+    sent = base.request_sampling(sampling, request_id)
     return {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
 
 
@@ -55,7 +48,7 @@ class OpenAIOptions(Options):
     label: str | None = None
 
 
-class OpenAIBackend(JudgeBackend):
+class OpenAIBackend(base.JudgeBackend):
     """Judge through an OpenAI-compatible server (:class:`OpenAIOptions`)."""
 
     name = "openai"
@@ -99,7 +92,7 @@ class OpenAIBackend(JudgeBackend):
         if (
             self.send_top_k
         ):  # vLLM's sampling fields, explicit: the server's defaults come from the model folder
-            sent = request_sampling(sampling, "")
+            sent = base.request_sampling(sampling, "")
             extras = {"top_k": sent["top_k"] or -1, "min_p": sent["min_p"]}
             extras["repetition_penalty"] = sent["repetition_penalty"]
             settings["extra_body"] = {**settings["extra_body"], **extras}
@@ -113,17 +106,21 @@ class OpenAIBackend(JudgeBackend):
         self, ready: list[tuple[int, JudgeRequest, list[Any]]], sampling: Sampling
     ) -> dict[int, JudgeResult]:
         client = self._make_client(sampling)
-        bar = progress_bar(len(ready) if self.progress else 0, f"openai {self.label}", "req", leave=False)
+        bar = base.progress_bar(
+            len(ready) if self.progress else 0, f"openai {self.label}", "req", leave=False
+        )
 
         async def one(req: JudgeRequest, images: list[Any]) -> JudgeResult:
             try:
                 resp = await client.chat(req.messages, images, **_standard(sampling, req.request_id))
             except Exception as e:  # LLMError after retries, or anything else: this request only
                 # LLMError's text is "reason: detail" with the server's message, already redacted
-                return error_result(req, f"{type(e).__name__}: {str(e)[:300] or getattr(e, 'reason', '')}")
+                return base.error_result(
+                    req, f"{type(e).__name__}: {str(e)[:300] or getattr(e, 'reason', '')}"
+                )
             finally:
                 bar.update(1)
-            return parse_result(
+            return base.parse_result(
                 req,
                 resp.text or "",
                 resp.reasoning,
@@ -140,7 +137,7 @@ class OpenAIBackend(JudgeBackend):
         return {i: res for (i, _, _), res in zip(ready, out)}
 
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
-        results, ready = prepare_each(requests, self.prepare_images)
+        results, ready = base.prepare_each(requests, self.prepare_images)
         if ready:
             results.update(asyncio.run(self._run(ready, sampling)))
         return [results[i] for i in range(len(requests))]

@@ -12,15 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 from perception_judge.core.options import CommaList
-from perception_judge.evaluation.base import (
-    INFO,
-    LOWER,
-    JudgeBackend,
-    Metric,
-    Suite,
-    SuiteConfig,
-    SuiteResult,
-)
+from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks import mllm_judge, pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, OptPath, choices, prefixed
@@ -32,16 +24,16 @@ from perception_judge.evaluation.benchmarks.pair_sources import (
 
 NAME = "self_enhancement"
 SETTINGS: tuple[str, ...] = ("pair", "score")
-METRICS: dict[str, Metric] = {
+METRICS: dict[str, base.Metric] = {
     **M.METRICS,
-    "self_preference_abs": LOWER,
-    "gap_vs_human_abs": LOWER,
+    "self_preference_abs": base.LOWER,
+    "gap_vs_human_abs": base.LOWER,
     **dict.fromkeys(
-        ("self_preference", "mean_score_gap", "acc_gap", "gap", "gap_vs_human"), Metric(None, ideal=0.0)
+        ("self_preference", "mean_score_gap", "acc_gap", "gap", "gap_vs_human"), base.Metric(None, ideal=0.0)
     ),
-    **dict.fromkeys(("acc_own_preferred", "acc_other_preferred"), Metric()),
+    **dict.fromkeys(("acc_own_preferred", "acc_other_preferred"), base.Metric()),
     **dict.fromkeys(
-        ("own_win_rate_human", "own_win_rate_judge", "mean_own", "mean_other", "human_gap"), INFO
+        ("own_win_rate_human", "own_win_rate_judge", "mean_own", "mean_other", "human_gap"), base.INFO
     ),
 }
 
@@ -181,7 +173,7 @@ def _score_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict
     return metrics, {f"score.{k}": v for k, v in sorted(counts.items())}, {"score_file": str(file)}
 
 
-def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     bench = BenchmarkRun(NAME, backend, config)
     own = {normalize_name(n) for n in bench.opts.own_model}
     settings = bench.opts.settings or (
@@ -217,4 +209,4 @@ PRIMARY = (
     "mean.pair.mean_score_gap",
     "mean.*.gap_vs_human",
 )
-SUITE = Suite(NAME, SelfEnhancementOptions, METRICS, PRIMARY, run)
+SUITE = base.Suite(NAME, SelfEnhancementOptions, METRICS, PRIMARY, run)

@@ -14,15 +14,7 @@ import re
 from pydantic import Field, model_validator
 
 from perception_judge.core.schema import JudgeRequest, sha256_hex
-from perception_judge.evaluation.base import (
-    INFO,
-    LOWER,
-    JudgeBackend,
-    Metric,
-    Suite,
-    SuiteConfig,
-    SuiteResult,
-)
+from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks import pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, Judged, choices, prefixed
@@ -30,13 +22,13 @@ from perception_judge.evaluation.benchmarks.pair_sources import PairSourceOption
 
 NAME = "verbosity"
 MODES: tuple[str, ...] = ("self", "flip")
-METRICS: dict[str, Metric] = {
+METRICS: dict[str, base.Metric] = {
     **M.METRICS,
-    "padded_preferred_rate": LOWER,
-    "flip_rate_to_padded": LOWER,
-    **dict.fromkeys(("concise_preferred_rate", "acc_unpadded", "acc_worse_padded"), Metric()),
-    **dict.fromkeys(("mean_score_shift", "mean_score_shift_worse"), Metric(None, ideal=0.0)),
-    **dict.fromkeys(("mean_length_ratio", "tie_rate"), INFO),
+    "padded_preferred_rate": base.LOWER,
+    "flip_rate_to_padded": base.LOWER,
+    **dict.fromkeys(("concise_preferred_rate", "acc_unpadded", "acc_worse_padded"), base.Metric()),
+    **dict.fromkeys(("mean_score_shift", "mean_score_shift_worse"), base.Metric(None, ideal=0.0)),
+    **dict.fromkeys(("mean_length_ratio", "tie_rate"), base.INFO),
 }
 
 LEAD_INS: tuple[str, ...] = (
@@ -169,7 +161,7 @@ def flip_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
     }
 
 
-def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     items, source = load_pair_source(opts, config.limit, NAME)
@@ -231,4 +223,4 @@ PRIMARY = (
     "mean.self.concise_preferred_rate",
     "mean.*mean_score_shift*",
 )
-SUITE = Suite(NAME, VerbosityOptions, METRICS, PRIMARY, run)
+SUITE = base.Suite(NAME, VerbosityOptions, METRICS, PRIMARY, run)

@@ -23,19 +23,7 @@ from pydantic import AfterValidator
 from perception_judge.core.io import atomic_write_json
 from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, content_key
-from perception_judge.evaluation.base import (
-    LOWER,
-    JudgeBackend,
-    Judgement,
-    Metric,
-    Suite,
-    SuiteConfig,
-    SuiteResult,
-    is_backend_error,
-    judge_items,
-    parse_result,
-    write_samples,
-)
+from perception_judge.evaluation import base
 from perception_judge.evaluation.bias import metrics as M
 from perception_judge.evaluation.bias.items import builtin_base_items, synth_base_items
 from perception_judge.evaluation.bias.loader import META_FIELDS, load_official
@@ -81,11 +69,11 @@ class BiasOptions(Options):
     pairs: Any = None  # source "pairs": a list of BiasPair
 
 
-METRICS: dict[str, Metric] = {
-    **{b.bias_type: Metric(ideal=1.0) for b in BIASES},
-    **{c: Metric(ideal=1.0) for c in CATEGORIES},
-    "overall": Metric(ideal=1.0),
-    **dict.fromkeys(("inter_run_var", "inter_sample_var", "parse_failure_rate"), LOWER),
+METRICS: dict[str, base.Metric] = {
+    **{b.bias_type: base.Metric(ideal=1.0) for b in BIASES},
+    **{c: base.Metric(ideal=1.0) for c in CATEGORIES},
+    "overall": base.Metric(ideal=1.0),
+    **dict.fromkeys(("inter_run_var", "inter_sample_var", "parse_failure_rate"), base.LOWER),
 }
 """BD and BC lie in [0, 1], higher is better (1: the judge follows the evidence exactly)."""
 
@@ -226,7 +214,7 @@ def _scored(pair: BiasPair, u: JudgeResult, b: JudgeResult) -> M.ScoredPair:
         return float(r.scores[0]) if r.scores else None
 
     def abstained(r: JudgeResult) -> bool:
-        return not r.scores and bool(r.text.strip()) and not is_backend_error(r)
+        return not r.scores and bool(r.text.strip()) and not base.is_backend_error(r)
 
     oor = is_out_of_range(u.scores, u.error) or is_out_of_range(b.scores, b.error)
     return M.ScoredPair(
@@ -249,7 +237,7 @@ def _sample_line(
 
 
 def judge_seed(
-    backend: JudgeBackend, prep: dict[str, Any], seed: int, config: SuiteConfig
+    backend: base.JudgeBackend, prep: dict[str, Any], seed: int, config: base.SuiteConfig
 ) -> tuple[list[M.ScoredPair], list[dict[str, Any]], dict[str, int]]:
     """Judge every pair once with one seed (``prep``: :func:`_prepare`'s; the completed sides of an earlier run are
     re-parsed with the current parser); writes the per-sample files as chunks finish, and all of them at the end."""
@@ -268,7 +256,9 @@ def judge_seed(
         for side in SIDES:
             if side in stored:
                 req = requests[pair.pair_id, side]
-                results[pair.pair_id, side] = parse_result(req, stored[side], stored.get(f"{side}_reasoning"))
+                results[pair.pair_id, side] = base.parse_result(
+                    req, stored[side], stored.get(f"{side}_reasoning")
+                )
             else:
                 todo.append((pair, side))
 
@@ -277,7 +267,7 @@ def judge_seed(
         rec = _record(pair, seed, model_key, sides, prep["provenance"], opts.abstention)
         atomic_write_json(sample_file(out_dir, seed, pair.pair_id), rec, fsync=False)
 
-    def finished(chunk: list[Judgement]) -> None:
+    def finished(chunk: list[base.Judgement]) -> None:
         touched = {}
         for j in chunk:
             pair, side = todo[j.item]
@@ -287,7 +277,7 @@ def judge_seed(
             write(pair)
 
     counts: dict[str, int] = {}
-    judge_items(
+    base.judge_items(
         backend, todo, lambda todo_side: [requests[todo_side[0].pair_id, todo_side[1]]], seeds=[seed],
         sampling=config.sampling, chunk_size=max(1, opts.chunk_size), desc=f"bias seed {seed}", counts=counts,
         on_chunk=finished,
@@ -303,7 +293,7 @@ def judge_seed(
     return scored, lines, stats
 
 
-def _prepare(backend: JudgeBackend, config: SuiteConfig) -> dict[str, Any]:
+def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, Any]:
     """The pairs, their requests and what every per-sample file records of the run."""
     opts: BiasOptions = config.options
     parser = {"compat": "mmjb", "strict": "mmjb_strict"}[opts.parser] if opts.prompt == "mmjb" else "protocol"
@@ -361,7 +351,7 @@ def _undefined(
     }
 
 
-def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     """Run the compositional-bias suite; see the module docstring for the outputs."""
     opts: BiasOptions = config.options
     out_dir = Path(config.out_dir)
@@ -388,7 +378,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     if "load_report" in source_info:
         counts["n_missing_image"] = source_info["load_report"]["n_missing_image"]
     samples_path = out_dir / "samples.jsonl"
-    write_samples(samples_path, all_lines)
+    base.write_samples(samples_path, all_lines)
     report_blob = {"model_key": model_key, "per_seed": per_seed, "combined": combined}
     atomic_write_json(out_dir / "bias_report.json", report_blob, fsync=False)
     per_bias_counts = {
@@ -422,7 +412,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     }
     if "load_report" in source_info:
         extra["load_report"] = source_info["load_report"]
-    return SuiteResult("bias", metrics, protocol, counts, str(samples_path), extra)
+    return base.SuiteResult("bias", metrics, protocol, counts, str(samples_path), extra)
 
 
-SUITE = Suite("bias", BiasOptions, METRICS, ("overall", *CATEGORIES, *(b.bias_type for b in BIASES)), run)
+SUITE = base.Suite(
+    "bias", BiasOptions, METRICS, ("overall", *CATEGORIES, *(b.bias_type for b in BIASES)), run
+)
