@@ -318,16 +318,12 @@ def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
 
 @dataclass(frozen=True)
 class Suite:
-    """A suite's record, what the plan, the sweep and the report read of it. A suite is one file plus one
-    registration: the file defines its options model, its metrics, ``run`` and ``SUITE = Suite(...)``; the
-    registration adds ``SUITE`` to :data:`perception_judge.evaluation.suites.SUITES`.
+    """A suite's record, what the plan, the sweep and the report read of it (the contract: docs/evaluation.md §6).
 
-    ``options``: its typed options (unknown keys and bad values are refused when the plan is built, before any
-    model loads). ``metrics``: every metric it reports, declared by its full name or by a dot-separated part of it
-    (``acc_with_tie`` declares ``mean.pair.acc_with_tie.micro``); ``<name>_std`` is the spread of ``<name>``.
-    ``primary``: its headline metrics as shell patterns, in order: the report's table shows the reported metrics
-    they match, and the first of those ranks the models. ``run(backend, config)`` gets ``config.options`` as an
-    instance of ``options``; call the record itself to run it from a mapping."""
+    ``options``: its options model (checked when the plan is built). ``metrics``: every metric it reports, declared
+    by full name or a dot-separated part (``acc_with_tie`` declares ``mean.pair.acc_with_tie.micro``; ``<name>_std``
+    is the spread of ``<name>``). ``primary``: its headline metrics as shell patterns, in order (the first reported
+    one ranks models). ``run(backend, config)`` gets typed options; calling the record types a mapping first."""
 
     name: str
     options: type[Options]

@@ -1,18 +1,9 @@
 """The plan of an evaluation, resolved once before any model loads: :func:`resolve` -> :class:`EvalPlan`.
 
-Settings come in layers, each a mapping shaped like an eval job YAML (:class:`JobConfig`), merged in this order,
-later winning (a mapping merges key by key, anything else is replaced):
-
-1. the training run's file (``eval sweep``): ``backend.pixel_policy``, ``backend.think_prefix``,
-   ``sampling.max_new_tokens`` (the run's ``args.max_completion_length``) and its ``train_set`` as the data of the
-   perception suites (and of the position / verbosity pairs when no pair source is named);
-2. the job config file (``--config``);
-3. the command line: ``--set KEY=VALUE``, then the named flags.
-
-A later ``backend.kind`` of another kind keeps only the earlier keys that kind takes (and says which it dropped).
-Then everything is typed: every suite's options (its record's model, defaults filled), the backend (its kind's
-options, the pixel policy, the think prefix) and the sampling. A bad key or value raises ``OptionError`` naming
-``WHERE.KEY`` and what it allows; the output folder is checked writable. Nothing later changes the plan.
+Layers shaped like an eval job YAML (:class:`JobConfig`) merge in this order, later winning (mappings key by key):
+the training run's file, the config file, ``--set``, the flags (docs/evaluation.md §6). A later ``backend.kind`` of
+another kind keeps only the earlier keys that kind takes. Then every suite's options, the backend and the sampling
+are typed (``OptionError`` naming ``WHERE.KEY``) and the output folder is checked writable. Nothing changes a plan.
 """
 
 from __future__ import annotations
@@ -244,15 +235,14 @@ def resolve(
     typed = {s: SUITES[s].parse(options.get(s)) for s in dict.fromkeys((*suites, *options))}
     sampling = (config.sampling or SamplingOptions()).sampling()
     backend = BackendSpec.parse({"kind": "hf", **job.get("backend", {})}, sampling)
-    warnings = []
     trained = (run.raw.get("args") or {}).get("max_completion_length") if run else None
-    if trained and sampling.max_new_tokens < int(trained):
-        warnings.append(
-            f"sampling.max_new_tokens {sampling.max_new_tokens} is below the {trained} tokens the run trained with "
-            "(args.max_completion_length): a longer answer is cut off and scored as a parse failure"
-        )
+    warnings = (
+        (f"sampling.max_new_tokens {sampling.max_new_tokens} is below the {trained} tokens the run trained with "
+         "(args.max_completion_length): a longer answer is cut off and scored as a parse failure",)
+        if trained and sampling.max_new_tokens < int(trained) else ()
+    )  # fmt: skip
     for w in warnings:
         log.warning("%s", w)
     check_writable(Path(out_dir))
     seeds = tuple(config.seeds or (0,))
-    return EvalPlan(suites, typed, backend, Path(out_dir), seeds, config.limit, force, tuple(warnings))
+    return EvalPlan(suites, typed, backend, Path(out_dir), seeds, config.limit, force, warnings)

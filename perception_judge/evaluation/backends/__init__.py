@@ -32,7 +32,6 @@ KINDS: dict[str, type[JudgeBackend]] = {
     "openai": OpenAIBackend,
     "scripted": ScriptedBackend,
 }
-THINK_PREFIXES = ("auto", "off")
 
 
 def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -57,21 +56,6 @@ def takes(kind: str) -> set[str]:
     return set(KINDS[kind].Options.model_fields)
 
 
-def pixel_policy(
-    values: PixelPolicy | Mapping[str, Any] | None, where: str = "backend.pixel_policy"
-) -> PixelPolicy:
-    """A :class:`PixelPolicy` from a mapping; an unknown key or a bad value is an ``OptionError`` naming it."""
-    if isinstance(values, PixelPolicy):
-        return values
-    names = [f.name for f in dataclasses.fields(PixelPolicy)]
-    if unknown := sorted(set(values or {}) - set(names)):
-        raise OptionError(f"{where}.{unknown[0]}: unknown option; known: {', '.join(names)}")
-    try:
-        return PixelPolicy(**dict(values or {}))
-    except (TypeError, ValueError) as e:
-        raise OptionError(f"{where}: {e}") from None
-
-
 @dataclass(frozen=True)
 class BackendSpec:
     """The backend of a plan: ``kind``, its typed ``options`` (defaults filled), and what every judge of the plan
@@ -89,19 +73,15 @@ class BackendSpec:
         """A spec from a mapping ``{kind, pixel_policy, think_prefix, **options}``: a key the kind does not take
         is an error naming it (``scripted`` ignores other kinds' keys: it stands in for any judge)."""
         d = parse_spec(block)
-        kind, policy, think = (
-            d.pop("kind"),
-            d.pop("pixel_policy", None),
-            d.pop("think_prefix", None) or "auto",
-        )
-        if think not in THINK_PREFIXES:
-            raise OptionError(
-                f"backend.think_prefix: must be one of {', '.join(THINK_PREFIXES)} (got {think!r})"
-            )
+        kind, policy, think = d.pop("kind"), d.pop("pixel_policy", None) or {}, d.pop("think_prefix", None)
+        try:
+            policy = policy if isinstance(policy, PixelPolicy) else PixelPolicy(**policy)
+        except (TypeError, ValueError) as e:  # the plan's job model has checked the keys already
+            raise OptionError(f"backend.pixel_policy: {e}") from None
         if kind == "scripted":
             d = {k: v for k, v in d.items() if k in takes(kind)}
         options = KINDS[kind].Options.parse(d, "backend", f"option of the {kind} backend")
-        return cls(kind, options, pixel_policy(policy), think, sampling or Sampling())
+        return cls(kind, options, policy, think or "auto", sampling or Sampling())
 
     def to_dict(self) -> dict[str, Any]:
         return {
