@@ -495,6 +495,5 @@ class BenchmarkRun:
                 )
             protocol["published_sampling"] = {**PERCEPTION_JUDGE_SAMPLING, "seeds": PERCEPTION_JUDGE_SEEDS}
             protocol["deviations_from_published"] = deviations
-        protocol["backend"] = self.backend.describe()
         extra = {"per_seed": self.per_seed} if self.per_seed else {}
         return base.SuiteResult(self.suite, metrics, protocol, counts, str(path), extra)
