@@ -1,7 +1,8 @@
 """The async client of OpenAI-compatible chat servers (vLLM, OpenAI, Gemini), on the ``openai`` package
 (docs/ppjd.md §4): several base URLs (the least busy one not cooling down after an error), tenacity retries with
-full-jitter backoff that honours ``Retry-After``, one concurrency limit, whole-request timeouts, and an API key
-that never appears in a repr, a dump or an error message.
+full-jitter backoff that honours ``Retry-After``, one concurrency limit, whole-request timeouts, replies read up to
+``max_reply_bytes``, and an API key that never appears in a repr, a dump or an error message (nor a URL's
+credentials in a log line).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from perception_judge.core.images import load_image, to_data_url
 from perception_judge.core.options import CommaList, Flag, Options
+from perception_judge.core.redact import redact_logs, redact_text
 
 RETRYABLE_REASONS = frozenset({"rate_limited", "server_error", "timeout", "connection", "bad_response"})
 _STATUS_REASONS = {401: "auth", 403: "auth", 404: "not_found", 400: "bad_request", 422: "bad_request"}
@@ -30,11 +32,49 @@ _STATUS_REASONS |= {429: "rate_limited", 408: "server_error"}  # retried, like e
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "requests", "retries", "failures")
 
 log = logging.getLogger(__name__)
+# a URL's credentials never reach a log line, ours or the HTTP libraries'
+redact_logs(__name__, "openai", "openai._base_client", "httpx", "httpx2")
+
+
+class ReplyTooLarge(Exception):
+    """A reply body over ``max_reply_bytes``: raised while it is read, so the rest is never held in memory."""
+
+
+def _capped_http_client(max_bytes: int, connections: int) -> Any:
+    """The SDK's HTTP client, reading at most ``max_bytes`` of a reply body."""
+    import httpx2
+    from openai import DefaultAsyncHttpxClient
+
+    class Capped(httpx2.AsyncByteStream):
+        def __init__(self, stream: Any) -> None:
+            self.stream = stream
+
+        async def __aiter__(self) -> Any:
+            read = 0
+            async for chunk in self.stream:
+                if (read := read + len(chunk)) > max_bytes:
+                    raise ReplyTooLarge(
+                        f"the reply is over {max_bytes:,} bytes (max_reply_bytes); not read further"
+                    )
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.stream.aclose()
+
+    class Transport(httpx2.AsyncHTTPTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await super().handle_async_request(request)
+            response.stream = Capped(response.stream)
+            return response
+
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=connections)
+    return DefaultAsyncHttpxClient(transport=Transport(limits=limits))
 
 
 class LLMError(Exception):
     """A chat call failed for good. ``reason``: rate_limited, server_error, timeout, connection, bad_response
-    (retryable kinds, after the last retry), or auth, not_found, bad_request, client_error (not retried).
+    (retryable kinds, after the last retry), or auth, not_found, bad_request, client_error, reply_too_large (not
+    retried).
     ``retry_after``: the seconds the server asked to wait (``Retry-After``), if it did."""
 
     def __init__(
@@ -81,6 +121,8 @@ class ClientConfig(Options):
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server-specific fields, e.g. {top_k: 20}
     cooldown_s: float = 5.0  # how long a server that just failed is avoided when others are available
     retry_after_max_s: float = 600.0  # a server's Retry-After is honoured up to this many seconds
+    max_reply_bytes: Annotated[int, Field(ge=1024)] = 8 << 20
+    """a reply body larger than this is refused unread (reason reply_too_large)"""
     _api_key: str | None = PrivateAttr(default=None)
 
     def __init__(self, /, api_key: str | None = None, **data: Any) -> None:
@@ -208,11 +250,11 @@ class ChatClient:
         self.usage = dict.fromkeys(USAGE_KEYS, 0)
 
     def __repr__(self) -> str:
-        return f"ChatClient(model={self.config.model!r}, base_urls={self.config.base_urls!r})"
+        return redact_text(f"ChatClient(model={self.config.model!r}, base_urls={self.config.base_urls!r})")
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key replaced by ``***``."""
-        text = str(text)
+        """``text`` with the API key replaced by ``***`` and the credentials of URLs redacted."""
+        text = redact_text(str(text))
         return text.replace(self._key, "***") if self._key and len(self._key) >= 4 else text
 
     def _ensure_loop(self) -> None:
@@ -232,6 +274,7 @@ class ChatClient:
                 api_key=key,
                 max_retries=0,
                 timeout=cfg.timeout_s,
+                http_client=_capped_http_client(cfg.max_reply_bytes, cfg.concurrency),
             )
             for e in self._endpoints
         ]
@@ -338,6 +381,7 @@ class ChatClient:
             finally:
                 ep.in_flight -= 1
             ep.errors += 1
+            log.info(f"{ep.url} (attempt {attempt}) failed: {error.reason}: {error.detail[:200]}")
             if error.reason in ("server_error", "connection", "timeout"):
                 ep.cooldown_until = time.monotonic() + cfg.cooldown_s
             elif error.reason == "rate_limited":
@@ -349,6 +393,8 @@ class ChatClient:
         import openai
 
         detail = self.redact(f"{type(e).__name__}: {e}")[:500]
+        if isinstance(e, ReplyTooLarge) or isinstance(e.__cause__, ReplyTooLarge):
+            return LLMError("reply_too_large", self.redact(str(e.__cause__ or e)), attempts)
         if isinstance(e, TimeoutError | openai.APITimeoutError):
             return LLMError("timeout", detail or "request timed out", attempts)
         if isinstance(e, openai.APIConnectionError):

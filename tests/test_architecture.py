@@ -114,3 +114,34 @@ def test_the_parts_stand_on_at_most_four_levels(graph):
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_tiny_scaffolding_imports_only_the_core(graph):
+    """``perception_judge.tiny`` (Qwen's tokenizer and templates) stands on the core alone, so any stage can use it."""
+    _, edges = graph
+    for module, targets in edges.items():
+        if module.startswith("perception_judge.tiny") and not module.startswith(
+            "perception_judge.tiny_models"
+        ):
+            outside = sorted(
+                t for t in targets if not t.startswith(("perception_judge.core", "perception_judge.tiny"))
+            )
+            assert not outside, f"{module} imports {outside}"
+
+
+def test_every_data_file_of_the_package_is_package_data():
+    """A file the package reads at run time (templates, JSON, YAML) must match pyproject's package-data globs, or an
+    installed (non-editable) package would lack it."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["perception_judge"]
+    data = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    ]
+    assert "tiny/templates/qwen3_vl_thinking.jinja" in data
+    missing = [f for f in data if not any(fnmatch(f, g) or fnmatch(f, g.removeprefix("**/")) for g in globs)]
+    assert not missing, f"not covered by package-data {globs}: {missing}"

@@ -307,3 +307,23 @@ def test_retry_policy_attempts_waits_and_counters(monkeypatch):
     with pytest.raises(RuntimeError, match="a bug"):
         _run(_chat(client))
     assert attempts == [1] and client.usage["failures"] == 2
+
+
+def test_url_credentials_are_redacted_everywhere():
+    from perception_judge.core.redact import redact, redact_url
+
+    assert redact_url("http://user:pw@h:8000/v1") == "http://<redacted>@h:8000/v1"
+    params = "api_key=1&x=2&key=3&token=4&access_token=5&secret=6&password=7&sig=8&signature=9&page=10"
+    assert redact_url(f"https://h/v1?{params}") == (
+        "https://h/v1?api_key=<redacted>&x=2&key=<redacted>&token=<redacted>&access_token=<redacted>"
+        "&secret=<redacted>&password=<redacted>&sig=<redacted>&signature=<redacted>&page=10"
+    )
+    assert redact({"base_urls": ["http://u:p@h/v1"], "note": "see https://h/?token=t now", "n": 3}) == {
+        "base_urls": ["http://<redacted>@h/v1"],
+        "note": "see https://h/?token=<redacted> now",
+        "n": 3,
+    }
+    client = ChatClient(ClientConfig(base_urls=["http://u:pw-XYZ@127.0.0.1:9/v1"], model="m"))
+    assert "pw-XYZ" not in repr(client) + client.redact(
+        "failed: http://u:pw-XYZ@127.0.0.1:9/v1/chat/completions"
+    )

@@ -542,3 +542,36 @@ def test_a_full_disk_stops_the_build_keeps_every_record_and_resumes_to_the_same_
     monkeypatch.undo()
     again = build(synthetic_source(synth_dir), ProgrammaticTeacher(), _cfg(out))
     assert again.status == "complete" and {r.key for r in iter_records(out)} == want
+
+
+def test_credentials_in_server_urls_reach_no_file_and_no_log(
+    synth_dir, tmp_path, monkeypatch, capsys, caplog
+):
+    """http://user:secret@host/v1 via --base-url or $PPJD_BASE_URLS was written to manifest.json."""
+    import logging
+    import socket
+
+    from perception_judge.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    secrets = ("pw-Alpha-1", "pw-Beta-2", "q-Gamma-3", "sig-Delta-4")
+    out = tmp_path / "ppjd"
+    with FakeOpenAIServer() as srv, caplog.at_level(logging.DEBUG):
+        good = srv.base_url.replace("http://", f"http://judge:{secrets[0]}@")
+        monkeypatch.setenv(
+            "PPJD_BASE_URLS",
+            f"{good},http://u:{secrets[1]}@127.0.0.1:{dead}/v1?api_key={secrets[2]}&sig={secrets[3]}",
+        )
+        argv = ["build-ppjd", "--input", str(synth_dir), "--out", str(out), "--teacher", "llm", "--model",
+                "fake-teacher", "--no-progress", "--limit", "6", "--max-retries", "3", "--set", "teacher.cooldown_s=0.05"]  # fmt: skip
+        assert main(argv) == 0
+        assert main([*argv[:-2], "--base-url", good.replace("judge:", "other:")]) == 0  # the flag, too
+    captured = capsys.readouterr()
+    seen = captured.out + captured.err + caplog.text
+    assert "<redacted>@127.0.0.1" in json.dumps(read_manifest(out)) and "HTTP Request" in caplog.text
+    for secret in secrets:
+        assert secret not in seen, secret
+        for path in out.rglob("*"):
+            assert not path.is_file() or secret.encode() not in path.read_bytes(), (secret, path)

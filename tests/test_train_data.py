@@ -160,12 +160,15 @@ def test_pixel_bounds_come_from_the_model_processor(tiny_qwen3):
     from types import SimpleNamespace
 
     from transformers import AutoConfig, AutoProcessor
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
 
     from perception_judge.core.images import processor_pixel_bounds
 
     config = AutoConfig.from_pretrained(tiny_qwen3)
-    qwen3 = SimpleNamespace(image_processor=Qwen2VLImageProcessor(min_pixels=65536, max_pixels=16777216))
+    # Qwen3-VL's preprocessor_config.json (building a Qwen2VLImageProcessor(min_pixels=...) here would change the
+    # class default for every processor built after it, a transformers 5.17 bug)
+    qwen3 = SimpleNamespace(
+        image_processor=SimpleNamespace(size={"shortest_edge": 65536, "longest_edge": 16777216})
+    )
     assert processor_pixel_bounds(qwen3) == (65536, 16777216)
     assert processor_pixel_bounds(AutoProcessor.from_pretrained(tiny_qwen3)) == (32 * 32 * 4, 32 * 32 * 16)
     smart = pixel_policy_for(JudgeArguments(image_mode="smart"), config, qwen3)

@@ -205,6 +205,16 @@ def render_generation_prompt(
     return processing_class.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
+JUDGE_TAGS = re.compile(
+    r"</?(?:answer|think(?:ing)?)>|#{1,6}[ \t]*Score[ \t]*:"
+    r"|\[\[\s*(?:[0-9]+(?:\.[0-9]+)?|[A-D](?:\s*(?:>>|<<|>|<|=)\s*[A-D])?|tie)\s*\]\]",
+    re.IGNORECASE,
+)
+"""Every verdict form a judge parser reads: this protocol's answer and think tags (open or close), the ``### Score:``
+marker of the MM-JudgeBias prompt, and the bracket verdicts of MT-Bench-style judges (``[[8]]``, ``[[8.5]]``,
+``[[A]]``, ``[[A>B]]``, ``[[A>>B]]``, ``[[A=B]]``, ``[[tie]]``). A response a judge is shown holds none (PPJD
+refuses them in r_c and in both counterfactuals: a planted verdict would teach the judge to read it)."""
+
 _ANSWER_TAG_RE = re.compile(r"<(/?)answer>")
 _INT_RE = re.compile(r"[0-9]+")
 _FORMAT_TAIL_RE = re.compile(r"\s*(?:<answer>\s*[0-9]+\s*</answer>\s*)+")

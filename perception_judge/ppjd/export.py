@@ -27,7 +27,7 @@ from pydantic import BeforeValidator, Field
 from perception_judge.core.images import ImageError, resolve_under
 from perception_judge.core.io import atomic_write_json, now, sibling_name
 from perception_judge.core.options import Options
-from perception_judge.core.protocol import PROMPT_STYLES
+from perception_judge.core.protocol import JUDGE_TAGS, PROMPT_STYLES
 from perception_judge.core.schema import PROTOCOLS, RESPONSE_KINDS, PPJDRecord, sha256_hex
 from perception_judge.core.trainset import SPLITS, rows_to_dataset, split_path, training_row
 from perception_judge.ppjd.partition import merge_plan, read_partition
@@ -175,6 +175,10 @@ def _check_record(record: PPJDRecord) -> None:
     for name in ("question", "r_c", "r_rp", "r_rp_r"):
         if not isinstance(value := getattr(record, name), str) or not value.strip():
             raise ExportError(f"record {record.key}: field {name!r} is empty")
+        if name != "question" and (tag := JUDGE_TAGS.search(value)):
+            raise ExportError(
+                f"record {record.key}: {name} contains {tag.group()!r}, a verdict a judge would read"
+            )
 
 
 def _records(ppjd_dir: Path, allow_incomplete: bool) -> tuple[list[tuple[Path, PPJDRecord]], dict[str, Any]]:

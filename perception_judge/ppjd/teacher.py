@@ -286,9 +286,9 @@ class LLMTeacher:
                     seed=_seed_for(self.options.seed, inp.key, stage, attempt),
                     response_format={"type": "json_object"} if self.options.json_mode else None,
                 )
-            except LLMError as e:
-                fatal = e.reason in _FATAL_LLM
-                raise StageError(stage, f"llm_{e.reason}", e.detail, calls + e.attempts, fatal) from None
+            except LLMError as e:  # a reply over max_reply_bytes is the reply's fault, not the transport's
+                why = e.reason if e.reason == "reply_too_large" else f"llm_{e.reason}"
+                raise StageError(stage, why, e.detail, calls + e.attempts, e.reason in _FATAL_LLM) from None
             calls += resp.attempts
             usage["prompt_tokens"] += resp.prompt_tokens
             usage["completion_tokens"] += resp.completion_tokens

@@ -2,7 +2,8 @@
 
 A record is kept only when both counterfactuals state a final answer, **both** differ from the ground truth (the
 published release kept a record when *either* did), they differ from each other, r_rp stays close to r_c, r_c's
-``\\boxed{}`` format is kept and no prompt scaffolding leaked (reasons: docs/ppjd.md §3).
+``\\boxed{}`` format is kept, no prompt scaffolding leaked and no judge verdict syntax (``<answer>``, ``[[8]]``:
+:data:`~perception_judge.core.protocol.JUDGE_TAGS`) is in r_c or a counterfactual (reasons: docs/ppjd.md §3).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from perception_judge.core.answers import answers_match, extract_final_answer, find_boxed
+from perception_judge.core.protocol import JUDGE_TAGS
 from perception_judge.core.schema import SourceItem
 from perception_judge.ppjd.options import BuildOptions
 from perception_judge.ppjd.teacher import SCAFFOLDING_TOKENS, Counterfactuals, StageError
@@ -25,12 +27,19 @@ _LEAK_PATTERNS = (
 )
 
 
+def _judge_tag(stage: str, name: str, text: str) -> None:
+    if m := JUDGE_TAGS.search(text):
+        detail = f"{name} contains {m.group()!r}, a verdict a judge parser reads (planted in training data)"
+        raise StageError(stage, "judge_tags", detail)
+
+
 def precheck(item: SourceItem, has_image: bool, options: BuildOptions) -> None:
     """Raise StageError(precheck, ...) for items the teacher should never see."""
     if missing := [n for n in ("question", "answer", "response") if not str(getattr(item, n) or "").strip()]:
         raise StageError("precheck", "missing_fields", f"item {item.item_id!r} has no {', '.join(missing)}")
     if _THINK_RE.search(item.response):
         raise StageError("precheck", "response_has_think", "r_c contains <think>/<thinking> tags")
+    _judge_tag("precheck", "r_c", item.response)
     for reason, what, text, limit in (
         ("question_too_long", "the question", item.question, options.max_question_chars),
         ("response_too_long", "r_c", item.response, options.max_response_chars),
@@ -86,6 +95,7 @@ def validate(item: SourceItem, cf: Counterfactuals, options: BuildOptions) -> Va
     for name, text in texts:
         if (leak := find_leak(text, item.response)) is not None:
             raise StageError("validate", "scaffolding_leak", f"{name} contains {leak[:60]!r}")
+        _judge_tag("validate", name, text)
     if options.require_boxed and find_boxed(item.response):
         for name, text in texts:
             if not find_boxed(text):

@@ -25,7 +25,15 @@ from perception_judge.core.protocol import count_image_placeholders
 from perception_judge.ppjd.teacher import extract_block, message_text, stage_of_messages
 
 _TRANSPORT = ("429", "500", "hang", "bad_body")
-FAULTS = (*_TRANSPORT, "malformed_json", "truncated", "sloppy_latex", "verify_reject")
+FAULTS = (
+    *_TRANSPORT,
+    "malformed_json",
+    "truncated",
+    "sloppy_latex",
+    "verify_reject",
+    "huge_reply",
+    "deep_json",
+)
 _ERRORS = {
     "429": {"message": "Rate limit reached, slow down.", "type": "rate_limit_exceeded"},
     "500": {"message": "internal error", "type": "server_error"},
@@ -46,6 +54,7 @@ class Faults:
     rate_verify_reject: float = 0.0  # the verify stage answers "correct": false
     retry_after_s: float = 0.05
     hang_s: float = 3.0
+    huge_reply_bytes: int = 4 << 20  # the size of a "huge_reply" (forced only): one JSON string that long
 
 
 def shift_numbers(text: str, by: int) -> str:
@@ -299,6 +308,10 @@ class _Handler(BaseHTTPRequestHandler):
         if "malformed_json" in plan:
             srv.count("fault_malformed_json")
             content = 'Here is the JSON you asked for: {"facts": [oops, 3]} -- hope it helps'
+        elif "huge_reply" in plan:  # a runaway generation
+            content = '{"note": "' + "x" * srv.faults.huge_reply_bytes + '"}'
+        elif "deep_json" in plan:  # nested 5,000 deep
+            content = "```json\n" + "[" * 5000 + "]" * 5000 + "\n```"
         elif "truncated" in plan:
             srv.count("fault_truncated")
             content, finish = content[: max(1, len(content) // 2)], "length"
@@ -331,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="fake-teacher")
     p.add_argument("--seed", type=int, default=0)
     for f in fields(Faults):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default)
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     args = p.parse_args(argv)
     faults = Faults(**{k: getattr(args, k) for k in asdict(Faults())})
     server = FakeOpenAIServer(args.latency, faults, args.seed, args.model, host=args.host, port=args.port)
