@@ -47,7 +47,7 @@ def pairs_file(tmp_path_factory):
 
 
 def test_position_metrics(pairs_file, tmp_path):
-    res = position.run(backend(marker_judge()), config(tmp_path, seeds=(0, 1), pairs_file=str(pairs_file)))
+    res = position.SUITE(backend(marker_judge()), config(tmp_path, seeds=(0, 1), pairs_file=str(pairs_file)))
     m = res.metrics
     # un-swapped verdicts: p1 (A, A), p2 (A, B), p3 (C, C), p4 (fail, fail)
     assert m["mean.consistency_rate"] == approx(2 / 3)
@@ -68,7 +68,7 @@ def test_position_metrics(pairs_file, tmp_path):
 
 def test_position_on_mllm_judge_pairs_and_an_unbiased_judge(tmp_path):
     bench = write_mllm_judge(tmp_path / "mj")
-    res = position.run(backend(marker_judge()), config(tmp_path, data_dir=str(bench)))
+    res = position.SUITE(backend(marker_judge()), config(tmp_path, data_dir=str(bench)))
     m = res.metrics
     # all 6 pairs: the failure is excluded; the rest are judged on content only
     assert m["mean.consistency_rate"] == approx(1.0)
@@ -100,16 +100,16 @@ def test_position_on_a_ppjd_split(tmp_path):
     rows = [row(["r_rp_r", "r_c", "r_rp"], "batch"), row(["r_rp", "r_c"], "pair")]  # the pair repeats a pair
     (tmp_path / "ts").mkdir()
     rows_to_dataset(rows).to_parquet(str(tmp_path / "ts" / "validation.parquet"))
-    res = position.run(backend(marker_judge()), config(tmp_path, trainset_dir=str(tmp_path / "ts")))
+    res = position.SUITE(backend(marker_judge()), config(tmp_path, trainset_dir=str(tmp_path / "ts")))
     assert res.counts["pairs"] == 3  # r_c/r_rp, r_c/r_rp_r, r_rp/r_rp_r, de-duplicated
     assert res.metrics["mean.acc"] == approx(1.0) and res.metrics["mean.consistency_rate"] == approx(1.0)
     with pytest.raises(BenchmarkFileMissing, match="nope"):
-        position.run(backend(marker_judge()), config(tmp_path, trainset_dir=str(tmp_path / "nope")))
+        position.SUITE(backend(marker_judge()), config(tmp_path, trainset_dir=str(tmp_path / "nope")))
 
 
 def test_position_needs_a_source(tmp_path):
     with pytest.raises(ValueError, match="no pair source"):
-        position.run(backend(marker_judge()), config(tmp_path))
+        position.SUITE(backend(marker_judge()), config(tmp_path))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def verbosity_pairs(tmp_path_factory):
 
 def test_verbosity_with_a_length_loving_judge(verbosity_pairs, tmp_path):
     judge = marker_judge(verbose_bonus=3, lead_ins=LEAD_INS)
-    res = verbosity.run(backend(judge), config(tmp_path, pairs_file=str(verbosity_pairs)))
+    res = verbosity.SUITE(backend(judge), config(tmp_path, pairs_file=str(verbosity_pairs)))
     m = res.metrics
     # self: every padded copy scores +3 and wins in both orders
     assert m["mean.self.concise_preferred_rate"] == approx(0.0)
@@ -170,7 +170,7 @@ def test_verbosity_with_a_length_loving_judge(verbosity_pairs, tmp_path):
 
 
 def test_verbosity_unbiased_judge(verbosity_pairs, tmp_path):
-    res = verbosity.run(
+    res = verbosity.SUITE(
         backend(marker_judge()), config(tmp_path, pairs_file=str(verbosity_pairs), modes="self")
     )
     m = res.metrics
@@ -239,7 +239,7 @@ def self_data(tmp_path_factory):
 
 def test_self_enhancement(self_data, tmp_path):
     judge = marker_judge(own_bonus=2)
-    res = self_enhancement.run(backend(judge), config(tmp_path, data_dir=str(self_data), own_model="GPT-4"))
+    res = self_enhancement.SUITE(backend(judge), config(tmp_path, data_dir=str(self_data), own_model="GPT-4"))
     m = res.metrics
     # kept pairs 1, 2, 5; judge verdicts (both orders): own, own, other
     assert m["mean.pair.own_win_rate_judge"] == approx(4 / 6)
@@ -251,7 +251,7 @@ def test_self_enhancement(self_data, tmp_path):
     assert m["mean.pair.acc_gap"] == approx(0.5)
     assert m["mean.pair.self_preference_abs"] == approx(1 / 3)
     assert res.protocol["primary_metric"] == "mean.pair.self_preference_abs"
-    assert res.protocol["ideal_values"]["mean.pair.self_preference"] == 0.0
+    assert self_enhancement.SUITE.metric("mean.pair.self_preference").ideal == 0.0  # declared by the suite
     assert res.counts["pair.skipped_no_own"] == 1 and res.counts["pair.skipped_both_own"] == 1
     # score: own raw 8, 6; others 6, 2; residuals vs human (ceil(s/2) - h): own +1, 0; others 0, -1
     assert m["mean.score.mean_own"] == approx(7.0)
@@ -263,4 +263,4 @@ def test_self_enhancement(self_data, tmp_path):
 
 def test_self_enhancement_needs_own_model(self_data, tmp_path):
     with pytest.raises(ValueError, match="own_model"):
-        self_enhancement.run(backend(marker_judge()), config(tmp_path, data_dir=str(self_data)))
+        self_enhancement.SUITE(backend(marker_judge()), config(tmp_path, data_dir=str(self_data)))

@@ -191,7 +191,8 @@ def test_benchmark_image_paths_stay_inside_the_image_roots(tmp_path):
     """A row with ../../ or an absolute path used to read any file on the machine."""
     from PIL import Image
 
-    from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, ImageSource, SkipItem
+    from perception_judge.evaluation.base import SkipItem
+    from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, ImageSource
 
     root = tmp_path / "images"
     (root / "sub").mkdir(parents=True)

@@ -15,7 +15,8 @@ import pytest
 from benchmark_fixtures import MJ, backend, color_judge, config, mj_rows, write_mjbench_disk
 
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, BenchmarkFileMissing
-from perception_judge.evaluation.benchmarks.mjbench import parse_label, run
+from perception_judge.evaluation.benchmarks.mjbench import SUITE as run
+from perception_judge.evaluation.benchmarks.mjbench import parse_label
 
 approx = pytest.approx
 

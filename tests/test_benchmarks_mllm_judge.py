@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from benchmark_fixtures import backend, config, marker_judge, write_jsonl, write_mllm_judge
 
-from perception_judge.evaluation.base import get_suite
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, BenchmarkFileMissing
-from perception_judge.evaluation.benchmarks.mllm_judge import batch_gt, run
+from perception_judge.evaluation.benchmarks.mllm_judge import SUITE as run
+from perception_judge.evaluation.benchmarks.mllm_judge import batch_gt
+from perception_judge.evaluation.suites import get_suite
 
 approx = pytest.approx
 
@@ -123,10 +124,11 @@ def test_protocol_samples_and_images(result):
     assert {ln["setting"] for ln in lines} == {"pair", "score", "batch"}
     assert all({"seed", "scores", "error", "text", "gt", "dataset"} <= set(ln) for ln in lines)
     assert result.extra["per_seed"]["seed1"]["pair.acc_with_tie.micro"] == approx(4 / 6)
-    # hints for the report: the ranking metric and the lower-is-better ones
+    # what the report reads: the ranking metric, and the lower-is-better ones the suite declares
     assert p["primary_metric"] == "mean.pair.acc_without_tie.micro"
-    assert {"pair.parse_failure_rate", "mean.batch.norm_levenshtein.micro"} <= set(p["lower_is_better"])
-    assert "mean.pair.acc_with_tie.micro" not in p["lower_is_better"]
+    lower = {m for m in result.metrics if run.metric(m).higher_is_better is False}
+    assert {"pair.parse_failure_rate", "mean.batch.norm_levenshtein.micro"} <= lower
+    assert "mean.pair.acc_with_tie.micro" not in lower
 
 
 def test_registry_limit_and_single_setting(bench, tmp_path):

@@ -221,7 +221,7 @@ def test_published_prefix_keeps_a_short_ranking_and_the_reasoning_counts():
 def test_parser_option_is_checked(tmp_path):
     bench = write_mllm_judge(tmp_path / "m")
     with pytest.raises(ValueError, match="'parser'"):
-        mllm_judge.run(
+        mllm_judge.SUITE(
             backend(malformed_judge()), config(tmp_path / "o", data_dir=str(bench), parser="loose")
         )
 
@@ -300,7 +300,7 @@ def test_mllm_judge_published_equals_the_published_code_on_malformed_completions
     bench = write_mllm_judge(tmp_path / "m")
     seeds = (0, 1, 2)
     used: list = []
-    res = mllm_judge.run(
+    res = mllm_judge.SUITE(
         backend(malformed_judge(used)),
         config(tmp_path / "o", seeds=seeds, data_dir=str(bench), parser="published", aggregation="mean,flex"),
     )
@@ -312,7 +312,7 @@ def test_mllm_judge_published_equals_the_published_code_on_malformed_completions
         assert res.metrics[name] == approx(value), name
 
     # the malformed judge really is malformed: the strict parser fails on more and gives other numbers
-    strict = mllm_judge.run(
+    strict = mllm_judge.SUITE(
         backend(malformed_judge()), config(tmp_path / "s", seeds=seeds, data_dir=str(bench), parser="strict")
     )
     assert strict.metrics["pair.parse_failure_rate"] > res.metrics["pair.parse_failure_rate"]
@@ -325,7 +325,7 @@ def _scripted_setting(tmp_path, setting, completions, aggregation="mean,flex"):
     """One setting judged with a fixed completion per request (cycled in request order)."""
     bench = write_mllm_judge(tmp_path / "m")
     forms = itertools.cycle(completions)
-    res = mllm_judge.run(
+    res = mllm_judge.SUITE(
         backend(lambda request, sampling: next(forms)),
         config(
             tmp_path / "o", data_dir=str(bench), settings=setting, parser="published", aggregation=aggregation
@@ -397,7 +397,7 @@ def test_vlrewardbench_published_equals_the_reference(tmp_path):
     from test_benchmarks_vlrb_cal import ref_cal, ref_status
 
     data = write_vlrb_disk(tmp_path / "vlrb")
-    res = vlrewardbench.run(
+    res = vlrewardbench.SUITE(
         backend(malformed_judge()),
         config(tmp_path / "o", seeds=(0, 1, 2), data_dir=str(data), parser="published"),
     )
@@ -451,7 +451,7 @@ def _mj_reference(rows):
 
 def test_mjbench_published_equals_the_reference_on_malformed_completions(tmp_path):
     data = write_mjbench_disk(tmp_path / "mj")
-    res = mjbench.run(
+    res = mjbench.SUITE(
         backend(malformed_judge()),
         config(tmp_path / "o", seeds=(0, 1), data_dir=str(data), parser="published"),
     )
@@ -472,9 +472,9 @@ def test_mjbench_published_requests_use_the_published_parser(tmp_path):
         return "<think>the first image <answer>9</answer></think><answer>11</answer><answer>0</answer>"
 
     data = write_mjbench_disk(tmp_path / "mj")
-    res = mjbench.run(backend(judge), config(tmp_path / "o", data_dir=str(data), parser="published"))
+    res = mjbench.SUITE(backend(judge), config(tmp_path / "o", data_dir=str(data), parser="published"))
     assert set(seen) == {"published"}
     # 9 vs 11 in both orders: slot B wins each time -> response 1 first, response 0 after the swap
     assert res.metrics["alignment.parse_failure_rate"] == 0.0
-    strict = mjbench.run(backend(judge), config(tmp_path / "s", data_dir=str(data)))
+    strict = mjbench.SUITE(backend(judge), config(tmp_path / "s", data_dir=str(data)))
     assert strict.metrics["alignment.parse_failure_rate"] == 1.0  # 11 and 0 are out of range for the project

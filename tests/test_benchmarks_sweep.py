@@ -25,9 +25,10 @@ def test_suites_run_through_the_sweep(tmp_path):
             }
         ],
     )
-    plan = sweep.EvalPlan(
+    from perception_judge.evaluation.plan import resolve
+
+    job = dict(
         suites=["mllm_judge", "vlrewardbench", "mjbench", "position", "verbosity", "self_enhancement"],
-        out_dir=tmp_path / "out",
         seeds=[0, 1],
         options={
             "mllm_judge": {"data_dir": str(bench)},
@@ -39,6 +40,7 @@ def test_suites_run_through_the_sweep(tmp_path):
         },
         backend={"kind": "scripted"},
     )
+    plan = resolve([job], tmp_path / "out")
     entry = sweep.ModelEntry(name="oracle", spec={"fn": "benchmark_fixtures:oracle"})
     outcome, data = sweep.evaluate([entry], plan, report=False, progress=False)
     failed = [(c["cell"], c.get("error")) for c in outcome.cells if c["status"] != "done"]
@@ -52,6 +54,9 @@ def test_suites_run_through_the_sweep(tmp_path):
     assert rows[("position", "mean.consistency_rate")]["mean"] == pytest.approx(1.0)
     assert rows[("verbosity", "mean.self.tie_rate")]["mean"] == pytest.approx(1.0)
     assert rows[("self_enhancement", "mean.pair.own_win_rate_judge")]["mean"] == pytest.approx(1.0)
+    from perception_judge.evaluation.suites import SUITES
+
+    assert [k for k in rows if SUITES[k[0]].metric(k[1]) is None] == []  # every suite declares its metrics
 
 
 def test_suites_with_a_real_tiny_judge(tiny_qwen25, tmp_path):
@@ -61,7 +66,8 @@ def test_suites_with_a_real_tiny_judge(tiny_qwen25, tmp_path):
 
     from perception_judge.core.schema import Sampling
     from perception_judge.evaluation.backends import load_backend
-    from perception_judge.evaluation.base import SuiteConfig, get_suite
+    from perception_judge.evaluation.base import SuiteConfig
+    from perception_judge.evaluation.suites import get_suite
 
     judge = load_backend(
         {"kind": "hf", "model": str(tiny_qwen25), "pixel_policy": {"mode": "fixed", "size": 56}}
@@ -112,5 +118,8 @@ def test_cli_eval_run_with_in_suite_seeds_and_report(tmp_path):
         (1 + round(1 / 3, 3)) / 2, 3
     )  # the script's "Ave"
     assert rows[("vlrewardbench", "mean.acc")] == pytest.approx(7 / 12)
+    from perception_judge.evaluation.suites import SUITES
+
+    assert [k for k in rows if SUITES[k[0]].metric(k[1]) is None] == []  # vote and flex metrics too
     report = (out / "report.md").read_text()
     assert "mllm_judge" in report and "vlrewardbench" in report

@@ -145,7 +145,7 @@ def ref_cal(records: list[dict]) -> dict:
 
 def run_suite(tmp_path, plan):
     data = write_vlrb_disk(tmp_path / "vlrb")
-    res = vlrewardbench.run(
+    res = vlrewardbench.SUITE(
         backend(plan_judge(plan)),
         config(
             tmp_path / "o", seeds=(0, 1, 2), data_dir=str(data), parser="published", aggregation="mean,vote"

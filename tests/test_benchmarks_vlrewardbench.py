@@ -21,7 +21,8 @@ from benchmark_fixtures import (
 )
 
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, BenchmarkFileMissing
-from perception_judge.evaluation.benchmarks.vlrewardbench import category_of, preferred_from_ranking, run
+from perception_judge.evaluation.benchmarks.vlrewardbench import SUITE as run
+from perception_judge.evaluation.benchmarks.vlrewardbench import category_of, preferred_from_ranking
 
 approx = pytest.approx
 

@@ -461,14 +461,11 @@ def fake_vllm(monkeypatch):
 def test_vllm_backend_with_a_stand_in_engine_and_shared_lora_engine(
     fake_vllm, tiny_qwen25, lora_adapter, tmp_path
 ):
-    from perception_judge.evaluation.sweep import BackendPool, EvalPlan, ModelEntry
+    from perception_judge.evaluation.plan import resolve
+    from perception_judge.evaluation.sweep import BackendPool, ModelEntry
 
-    plan = EvalPlan(
-        suites=["bias"],
-        out_dir=tmp_path,
-        backend={"kind": "vllm", "dtype": "float32"},
-        pixel_policy=PixelPolicy(size=56),
-    )
+    backend = {"kind": "vllm", "dtype": "float32", "pixel_policy": {"size": 56}}
+    plan = resolve([{"suites": ["bias"], "backend": backend}], tmp_path)
     entries = [
         ModelEntry("base", 0, "base", {"model": str(tiny_qwen25)}),
         ModelEntry(

@@ -52,7 +52,7 @@ def _run(fn, tmp_path, name="j", seeds=(0,), **options):
     cfg = SuiteConfig(
         out_dir=tmp_path / name, seeds=list(seeds), options={"source": "items", "items": ITEMS, **options}
     )
-    return suite.run(backend, cfg), backend
+    return suite.SUITE(backend, cfg), backend
 
 
 @pytest.mark.parametrize("prompt", ["single", "mmjb"])
@@ -226,7 +226,7 @@ def test_resume_skips_finished_samples_and_retries_failed_calls(tmp_path):
     _, b3 = _run(oracle, tmp_path, "r")
     assert b3.calls == 6
     other = ScriptedBackend(oracle, label="r")
-    suite.run(
+    suite.SUITE(
         other,
         SuiteConfig(
             out_dir=tmp_path / "r",
@@ -249,7 +249,7 @@ def test_resume_skips_finished_samples_and_retries_failed_calls(tmp_path):
 
     flaky = Flaky(oracle, label="f")
     cfg = SuiteConfig(out_dir=tmp_path / "f", options={"source": "items", "items": ITEMS})
-    res = suite.run(flaky, cfg)
+    res = suite.SUITE(flaky, cfg)
     n = res.counts["n_pairs"]
     assert res.counts["n_backend_errors"] == (n + 1) // 2 and res.counts["n_unparsed"] == (n + 1) // 2
     rec = json.loads((tmp_path / "f" / "judgements" / "seed_0" / "0000.json").read_text())
@@ -257,17 +257,19 @@ def test_resume_skips_finished_samples_and_retries_failed_calls(tmp_path):
         "backend error"
     )
     again = ScriptedBackend(oracle, label="f")
-    res = suite.run(again, cfg)
+    res = suite.SUITE(again, cfg)
     assert again.calls == (n + 1) // 2  # only the failed biased calls are redone
     assert res.metrics["overall"] == 1.0
 
 
 def test_default_source_runs_without_options(tmp_path):
-    res = suite.run(ScriptedBackend(constant), SuiteConfig(out_dir=tmp_path / "d", options={"n_per_type": 1}))
+    res = suite.SUITE(
+        ScriptedBackend(constant), SuiteConfig(out_dir=tmp_path / "d", options={"n_per_type": 1})
+    )
     assert res.counts["n_pairs"] == 9 and res.metrics["overall"] == pytest.approx(4 / 9)
     assert res.protocol["data"]["source"] in ("synth", "builtin")
-    with pytest.raises(ValueError, match="unknown bias-suite option"):
-        suite.run(ScriptedBackend(constant), SuiteConfig(out_dir=tmp_path / "e", options={"n_per_typo": 1}))
+    with pytest.raises(ValueError, match=r"bias\.n_per_typo: unknown option of the bias suite \(got 1\)"):
+        suite.SUITE(ScriptedBackend(constant), SuiteConfig(out_dir=tmp_path / "e", options={"n_per_typo": 1}))
 
 
 # ------------------------------------------------------------------------------------------------ official data
@@ -329,7 +331,7 @@ def test_official_loader_jsonl_refuses_rows_with_missing_images(tmp_path):
     _, rep = load_official(path, images_dir=images)
     assert rep.n_missing_image == 1 and rep.filled_from_dir >= 1
     # the suite judges the loaded pairs and reports the refusal count
-    res = suite.run(
+    res = suite.SUITE(
         ScriptedBackend(constant),
         SuiteConfig(
             out_dir=tmp_path / "o",

@@ -84,7 +84,7 @@ def test_perfect_judge_scores_one_everywhere(val_set, tmp_path):
         seen.append(req)
         return format_scores(req, [QUALITY[k] for k in req.meta["kinds"]])
 
-    res = perception.run(
+    res = perception.SUITE(
         ScriptedBackend(perfect), SuiteConfig(out_dir=tmp_path, seeds=[0, 1], options={"data": str(val_set)})
     )
     for name in (
@@ -104,20 +104,21 @@ def test_perfect_judge_scores_one_everywhere(val_set, tmp_path):
     assert sum(r.meta["kinds"][0] == "r_c" for r in pairs) == len(pairs) // 2
     assert res.counts["n_records"] == 3 and res.counts["n_pair_judgements"] == 24
     assert res.protocol["primary_metric"] == "pair_acc" and res.samples_path.endswith("samples.jsonl")
+    assert [m for m in res.metrics if perception.SUITE.metric(m) is None] == []  # every metric is declared
 
 
 def test_position_biased_and_constant_judges(val_set, tmp_path):
     def first_wins(req, sampling):  # prefers whatever is in slot A
         return format_scores(req, list(range(9, 9 - req.n_scores, -1)))
 
-    res = perception.run(
+    res = perception.SUITE(
         ScriptedBackend(first_wins),
         SuiteConfig(out_dir=tmp_path / "a", options={"data": str(val_set), "protocols": ["pair"]}),
     )
     assert res.metrics["pair_acc"] == 0.5 and res.metrics["pair_consistency"] == 0.0
     assert res.metrics["batch_ranking_reward"] is None  # protocol not run: None, never 0.0
 
-    res = perception.run(
+    res = perception.SUITE(
         ScriptedBackend(lambda r, s: format_scores(r, [7] * r.n_scores)),
         SuiteConfig(out_dir=tmp_path / "b", options={"data": str(val_set), "tau": 6}),
     )
@@ -131,7 +132,7 @@ def test_position_biased_and_constant_judges(val_set, tmp_path):
 
 
 def test_all_batch_orders_and_parse_failures(val_set, tmp_path):
-    res = perception.run(
+    res = perception.SUITE(
         ScriptedBackend(lambda r, s: "no verdict"),
         SuiteConfig(
             out_dir=tmp_path,
@@ -143,9 +144,9 @@ def test_all_batch_orders_and_parse_failures(val_set, tmp_path):
     assert res.metrics["batch_parse_fail_rate"] == 1.0 and res.metrics["batch_kendall_tau"] is None
     assert res.metrics["batch_ranking_reward"] == 0.0 and res.metrics["pair_acc"] == 0.0
     with pytest.raises(ValueError, match="needs the option data"):
-        perception.run(ScriptedBackend(lambda r, s: ""), SuiteConfig(out_dir=tmp_path))
+        perception.SUITE(ScriptedBackend(lambda r, s: ""), SuiteConfig(out_dir=tmp_path))
     with pytest.raises(ValueError, match="unknown perception protocol"):
-        perception.run(
+        perception.SUITE(
             ScriptedBackend(lambda r, s: ""),
             SuiteConfig(out_dir=tmp_path, options={"data": str(val_set), "protocols": ["trio"]}),
         )
@@ -161,7 +162,7 @@ def test_ties_half_credit_intervals_and_chance():
     assert perception.wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
     assert perception.wilson_interval(10, 10)[1] == pytest.approx(1.0)
     assert perception.wilson_interval(1, 0) is None
-    assert perception.CHANCE["pair_acc_c_vs_rp"] == 0.5
+    assert perception.SUITE.metric("pair_acc_c_vs_rp").chance == 0.5
 
 
 def test_derangement_has_no_fixed_point_and_is_seeded():
@@ -193,7 +194,7 @@ def test_mismatched_image_control_separates_looking_from_reading(val_set, tmp_pa
 
     def run(fn, control):
         opts = {"data": str(val_set), "protocols": ["pair"], "image_control": control}
-        return perception.run(ScriptedBackend(fn), SuiteConfig(out_dir=tmp_path / control, options=opts))
+        return perception.SUITE(ScriptedBackend(fn), SuiteConfig(out_dir=tmp_path / control, options=opts))
 
     assert run(looks, "none").metrics["pair_acc_c_vs_rp"] == 1.0
     shuffled = run(looks, "mismatched")

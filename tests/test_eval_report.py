@@ -10,6 +10,8 @@ from PIL import Image
 from perception_judge.core.io import atomic_write_json
 from perception_judge.evaluation import report as R
 
+LEV = "mean.batch.norm_levenshtein.micro"
+
 
 def _table(values: dict[str, dict[str, float | None]], steps: dict[str, int | None] | None = None) -> dict:
     cols = list(next(iter(values.values())))
@@ -35,17 +37,14 @@ def test_best_model_mean_rank_over_suites_and_directions():
         ),
         "mllm_judge": _table(
             {
-                "base": {"batch_levenshtein": 0.6},
-                "checkpoint-1": {"batch_levenshtein": 0.5},
-                "checkpoint-2": {"batch_levenshtein": 0.4},
-                "final": {"batch_levenshtein": 0.45},
+                "base": {LEV: 0.6},
+                "checkpoint-1": {LEV: 0.5},
+                "checkpoint-2": {LEV: 0.4},
+                "final": {LEV: 0.45},
             }
         ),
     }
-    protocols = {
-        "bias": {"primary_metric": "overall", "higher_is_better": True},
-        "mllm_judge": {"primary_metric": "batch_levenshtein", "lower_is_better": ["batch_levenshtein"]},
-    }
+    protocols = {}  # the primary metric and its direction come from each suite's declarations
     s = R.best_model(tables, protocols, models)
     assert (
         s["per_suite"]["mllm_judge"]["best"] == "checkpoint-2"
@@ -54,7 +53,7 @@ def test_best_model_mean_rank_over_suites_and_directions():
     assert s["per_suite"]["bias"]["best"] == "checkpoint-1"
     # mean ranks: base 4, ckpt-1 (1+3)/2=2, ckpt-2 (2.5+1)/2=1.75, final (2.5+2)/2=2.25
     assert s["best"] == "checkpoint-2" and s["mean_rank"]["checkpoint-2"] == pytest.approx(1.75)
-    assert "lowest mean rank" in s["criterion"] and "batch_levenshtein ↓" in s["criterion"]
+    assert "lowest mean rank" in s["criterion"] and f"{LEV} ↓" in s["criterion"]
     tie = R.best_model(
         {"bias": _table({"base": {"overall": 0.5}, "final": {"overall": 0.5}})}, {}, ["base", "final"]
     )
@@ -63,15 +62,24 @@ def test_best_model_mean_rank_over_suites_and_directions():
     assert none["best"] is None
 
 
-def test_metric_direction_and_primary_metric_fallbacks():
-    assert R.metric_direction("pair_parse_fail_rate", {}) is False
-    assert R.metric_direction("parse_failure_rate", {}) is False
-    assert R.metric_direction("pair.parse_failure_rate", {}) is False
-    assert R.metric_direction("inter_run_var", {}) is False
-    assert R.metric_direction("accuracy", {}) is True
-    assert R.metric_direction("x", {"higher_is_better": {"x": False}}) is False
-    assert R.primary_metric("s", ["n_items", "x_std", "parse_fail_rate", "acc"], {}) == "acc"
-    assert R.primary_metric("s", ["acc", "f1"], {"primary_metric": "f1"}) == "f1"
+def test_metric_directions_and_primary_metrics_come_from_the_suites_declarations():
+    """No guessing from names: a direction is what the suite declares, an undeclared metric or an unregistered
+    suite has none (and is never ranked)."""
+    assert R.declared("perception", "pair_parse_fail_rate").higher_is_better is False
+    assert R.declared("mllm_judge", "pair.parse_failure_rate").higher_is_better is False
+    assert R.declared("position", "parse_failure_rate").higher_is_better is False
+    assert R.declared("bias", "inter_run_var").higher_is_better is False
+    assert R.declared("vlrewardbench", "mean.acc.by_category.general").higher_is_better is True
+    assert (
+        R.declared("perception", "pair_acc_n").count
+        and R.declared("perception", "pair_acc_n").higher_is_better is None
+    )
+    assert R.declared("s", "accuracy") is None and R.declared("perception", "accuracy") is None
+    metrics = ["pair_acc_n", "pair_acc_std", "pair_parse_fail_rate", "pair_acc"]
+    assert R.primary_metric("perception", metrics) == "pair_acc"
+    both = ["mean.self.padded_preferred_rate", "mean.flip.flip_rate_to_padded"]
+    assert R.primary_metric("verbosity", both) == "mean.flip.flip_rate_to_padded"
+    assert R.primary_metric("s", ["acc", "f1"]) is None
 
 
 def _write_eval(
@@ -255,3 +263,57 @@ def test_official_numbers_name_their_rule_and_an_undefined_group_is_na_not_zero(
     js = json.loads((tmp_path / "report.json").read_text())["tables"]["vlrewardbench"]
     assert js["rules"]["official"].startswith("VL-RewardBench cal.py")
     assert js["undefined"]["base"]["official.acc.by_category.reasoning"].endswith(why)
+
+
+def test_the_report_reads_for_people(tmp_path, monkeypatch):
+    """Issue 31: counts printed as 240.000, each suite's table was split into column chunks of raw metric names,
+    and the bias chart drew a type with no scorable pair exactly like a 0. Now: per suite one table of its headline
+    metrics with their intervals, counts as integers, the full set in report.json, and "n/a (no scorable pair)" in
+    tables and a hatched n/a bar in the chart."""
+    from perception_judge.evaluation import sweep as S
+    from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
+    from perception_judge.evaluation.plan import resolve
+
+    def judge(req, sampling):  # never scores a text-dominance pair: that type has no scorable pair
+        return "no verdict" if req.meta["bias_type"] == "text_dominance" else format_scores(req, [8])
+
+    options = {"bias": {"source": "builtin", "n_per_type": 1}}
+    plan = resolve([{"suites": ["bias"], "options": options, "backend": {"kind": "scripted"}}], tmp_path)
+    figures = []
+    monkeypatch.setattr(R, "_save_figure", lambda plt, fig, path, dpi=110: figures.append(fig) or path)
+    S.evaluate(
+        [S.ModelEntry("judge")], plan, backend_factory=lambda e, p: ScriptedBackend(judge), progress=False
+    )
+    md = (tmp_path / "report.md").read_text()
+    bias = md.split("## bias")[1]
+    head = next(line for line in bias.splitlines() if line.startswith("| model |")).split(" | ")
+    row = next(line for line in bias.splitlines() if line.startswith("| judge |")).split(" | ")
+    assert row[head.index("TD (BD)")] == "n/a (no scorable pair)"
+    assert "inter_sample_var" not in bias and "parse_failure_rate" not in bias  # headline only
+    js = json.loads((tmp_path / "report.json").read_text())["tables"]["bias"]
+    assert {"inter_sample_var", "parse_failure_rate"} <= set(
+        js["columns"]
+    )  # the full set stays in report.json
+    assert js["headline"][0] == "overall" and js["rows"][0]["values"]["text_dominance"]["mean"] is None
+    counts = bias.split("Counts")[1]
+    assert "| 9 |" in counts and ".0" not in counts  # integers as integers
+    ax = figures[0].axes[0]
+    assert any(t.get_text() == "n/a" for t in ax.texts)
+    assert any(p.get_hatch() == "///" for p in ax.patches)  # drawn unlike a 0
+
+    steps = {"base": 0, "final": 7}
+    perception = {
+        m: {"pair_acc": 0.5 + 0.2 * i, "pair_acc_ci95_lo": 0.44 + 0.2 * i, "pair_acc_ci95_hi": 0.56 + 0.2 * i,
+            "pair_acc_n": 240.0, "pair_acc_ties": 0.1, "error_rate": 0.0}
+        for i, m in enumerate(steps)
+    }  # fmt: skip
+    _write_eval(tmp_path / "p", {"perception": perception}, steps)
+    md = R.render_markdown(
+        {
+            **R.write_report(tmp_path / "p"),
+            "tables": R._tables(tmp_path / "p", R.read_results(tmp_path / "p"))[0],
+        }
+    )
+    table = md.split("## perception")[1].split("Parser")[0]
+    assert "| base | 0 | 0.500 [0.44, 0.56] | 240 |" in table and "240.000" not in md
+    assert "pair_acc_ties" not in table and "error_rate" not in table

@@ -1,21 +1,19 @@
 """The evaluation contracts and the one judge loop.
 
 A backend (:class:`JudgeBackend`) turns judge requests into results, parsing completions with the parser each
-request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite,
-``run(backend, config: SuiteConfig) -> SuiteResult`` in :data:`SUITES` (imported lazily), judges with
-:func:`judge_items` and returns flat ``{name: float | None}`` metrics (``None`` = no data, never a silent 0.0)
-whose meaning it declares (:class:`Metric`, :func:`metric_hints`).
+request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite (its
+record, :class:`Suite`) judges with :func:`judge_items` and returns flat ``{name: float | None}`` metrics (``None``
+= no data, never a silent 0.0) whose meaning it declares (:class:`Metric`).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import fnmatch
 import hashlib
-import importlib
 import json
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,9 @@ from typing import Any
 from perception_judge.core.images import PixelPolicy, load_image
 from perception_judge.core.io import atomic_open
 from perception_judge.core.io import progress_bar as _progress_bar
+from perception_judge.core.options import Options
 from perception_judge.core.protocol import count_image_placeholders, parse_scores
+from perception_judge.core.redact import redact
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 
 ParserFn = Callable[[str, int, "str | None"], "tuple[list[float] | None, str | None]"]
@@ -37,24 +37,14 @@ def _protocol_parser(
 
 
 PARSERS: dict[str, ParserFn] = {"protocol": _protocol_parser}
-"""Score parsers by name: ``f(text, n, reasoning) -> (scores | None, error | None)``."""
-
-_BUILTIN_PARSERS: dict[str, str] = {
-    "mmjb": "perception_judge.evaluation.bias.prompts:parse_mmjb",
-    "mmjb_strict": "perception_judge.evaluation.bias.prompts:parse_mmjb_strict",
-    "published": "perception_judge.evaluation.benchmarks.published:parse_published",
-    "published_prefix": "perception_judge.evaluation.benchmarks.published:parse_published_prefix",
-}
-"""Parsers shipped with the evaluation package, registered on first use (so any backend can parse them)."""
+"""Score parsers by name: ``f(text, n, reasoning) -> (scores | None, error | None)``; the modules that define the
+others register them here (``mmjb`` and ``mmjb_strict`` in :mod:`.bias.prompts`, ``published`` and
+``published_prefix`` in :mod:`.benchmarks.published`)."""
 
 
 def get_parser(name: str) -> ParserFn:
-    """A parser by name (built-in ones are imported on first use); clear error for unknown names."""
-    if name not in PARSERS and name in _BUILTIN_PARSERS:
-        module, attr = _BUILTIN_PARSERS[name].split(":")
-        PARSERS[name] = getattr(importlib.import_module(module), attr)
     if name not in PARSERS:
-        raise KeyError(f"unknown parser {name!r}; known: {sorted(set(PARSERS) | set(_BUILTIN_PARSERS))}")
+        raise KeyError(f"unknown parser {name!r}; known: {sorted(PARSERS)}")
     return PARSERS[name]
 
 
@@ -138,52 +128,22 @@ def prepare_each(
     return failed, ready
 
 
-_LOWER_IS_BETTER = re.compile(
-    "fail_rate|failure_rate|error_rate|tied_scores_rate|pred_tie_rate|levenshtein|distance|padded_preferred_rate"
-    "|flip_rate_to_padded|_abs|_var"
-)
-"""Name parts of the metrics where lower is better: failures, errors, ties, distances, variances, magnitudes of
-a bias, the verbosity suite's preference for padding."""
-
-
-def lower_is_better(metric: str) -> bool:
-    """Lower is better, by the name: the report's fallback for undeclared metrics (:func:`metric_hints`)."""
-    return bool(_LOWER_IS_BETTER.search(metric))
-
-
 @dataclass(frozen=True)
 class Metric:
     """What a reader needs to know of a metric, declared next to it (as lm-evaluation-harness does): its
-    direction, the value an unbiased judge reaches when that is not an extreme (``ideal``), and the value of a
-    judge that guesses (``chance``)."""
+    direction (``higher_is_better``; None: neither, a number shown for information), the value an unbiased judge
+    reaches when that is not an extreme (``ideal``), the value of a judge that guesses (``chance``), and whether
+    it is a count (shown as an integer)."""
 
-    higher_is_better: bool = True
+    higher_is_better: bool | None = True
     ideal: float | None = None
     chance: float | None = None
+    count: bool = False
 
 
 LOWER = Metric(higher_is_better=False)
-
-
-def metric_hints(
-    metrics: Iterable[str], declared: dict[str, Metric], primary: str | None = None
-) -> dict[str, Any]:
-    """The protocol keys the report reads, from the declared metrics: ``lower_is_better`` (names),
-    ``ideal_values`` and ``chance`` (``{name: value}``, when any) and ``primary_metric`` (when reported). A
-    reported name is declared by its full name or by one of its dot-separated parts
-    (``mean.pair.acc_with_tie.micro`` by ``acc_with_tie``)."""
-    names = list(metrics)
-    info = {
-        m: declared.get(m) or next((declared[p] for p in m.split(".") if p in declared), None) for m in names
-    }
-    out: dict[str, Any] = {"lower_is_better": [m for m, i in info.items() if i and not i.higher_is_better]}
-    for key, attr in (("ideal_values", "ideal"), ("chance", "chance")):
-        values = {m: getattr(i, attr) for m, i in info.items() if i and getattr(i, attr) is not None}
-        if values:
-            out[key] = values
-    if primary in names:
-        out["primary_metric"] = primary
-    return out
+INFO = Metric(higher_is_better=None)
+COUNT = Metric(higher_is_better=None, count=True)
 
 
 _PROGRESS = {"enabled": True}
@@ -234,15 +194,11 @@ class JudgeBackend(abc.ABC):
 def _judge(backend: JudgeBackend, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
     """``backend.judge``, checked: one result per request, in request order."""
     out = backend.judge(requests, sampling)
-    if len(out) != len(requests):
+    got, wanted = [r.request_id for r in out], [r.request_id for r in requests]
+    if got != wanted:
         raise RuntimeError(
-            f"backend {backend.name!r} returned {len(out)} results for {len(requests)} requests"
+            f"backend {backend.name!r} returned results {got[:5]}... for requests {wanted[:5]}..."
         )
-    for req, res in zip(requests, out):
-        if res.request_id != req.request_id:
-            raise RuntimeError(
-                f"backend {backend.name!r} returned result {res.request_id!r} in place of {req.request_id!r}"
-            )
     return out
 
 
@@ -326,13 +282,14 @@ def judge_items(
 
 @dataclass
 class SuiteConfig:
-    """What every suite gets. ``options`` holds suite-specific settings (paths to benchmark files, ...)."""
+    """What every suite gets. ``options``: the suite's typed options (:meth:`Suite.parse`; a mapping is typed when
+    the suite is called through its record)."""
 
     out_dir: Path
     seeds: list[int] = field(default_factory=lambda: [0])
     sampling: Sampling = field(default_factory=Sampling)
     limit: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=dict)
 
 
 @dataclass
@@ -352,30 +309,52 @@ class SuiteResult:
 
 
 def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
-    """A suite's per-sample file, written atomically: a JSON object a line (non-ASCII kept, others as str)."""
+    """A suite's per-sample file, written atomically: a JSON object a line (non-ASCII kept, others as str; secrets
+    and URL credentials redacted, as in every file the evaluation writes)."""
     with atomic_open(path, "w", fsync=False) as f:
         for line in lines:
-            f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+            f.write(json.dumps(redact(line), ensure_ascii=False, default=str) + "\n")
 
 
-SuiteFn = Callable[[JudgeBackend, SuiteConfig], SuiteResult]
+@dataclass(frozen=True)
+class Suite:
+    """A suite's record, what the plan, the sweep and the report read of it (the contract: docs/evaluation.md §6).
 
-SUITES: dict[str, str] = {
-    "bias": "perception_judge.evaluation.bias.suite:run",
-    "perception": "perception_judge.evaluation.perception:run",
-    "perception_mismatched": "perception_judge.evaluation.perception:run_mismatched",
-    "mllm_judge": "perception_judge.evaluation.benchmarks.mllm_judge:run",
-    "vlrewardbench": "perception_judge.evaluation.benchmarks.vlrewardbench:run",
-    "mjbench": "perception_judge.evaluation.benchmarks.mjbench:run",
-    "position": "perception_judge.evaluation.benchmarks.position:run",
-    "verbosity": "perception_judge.evaluation.benchmarks.verbosity:run",
-    "self_enhancement": "perception_judge.evaluation.benchmarks.self_enhancement:run",
-}
-"""Suite name -> ``"module:function"``. Imported only when the suite runs."""
+    ``options``: its options model (checked when the plan is built). ``metrics``: every metric it reports, declared
+    by full name or a dot-separated part (``acc_with_tie`` declares ``mean.pair.acc_with_tie.micro``; ``<name>_std``
+    is the spread of ``<name>``). ``primary``: its headline metrics as shell patterns, in order (the first reported
+    one ranks models). ``run(backend, config)`` gets typed options; calling the record types a mapping first."""
 
+    name: str
+    options: type[Options]
+    metrics: Mapping[str, Metric]
+    primary: tuple[str, ...]
+    run: Callable[[JudgeBackend, SuiteConfig], SuiteResult]
 
-def get_suite(name: str) -> SuiteFn:
-    if name not in SUITES:
-        raise KeyError(f"unknown suite {name!r}; available: {', '.join(SUITES)}")
-    module, attr = SUITES[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    def parse(self, values: Options | Mapping[str, Any] | None) -> Options:
+        """The typed, defaults-filled options; an unknown key or a bad value raises ``OptionError`` naming
+        ``SUITE.KEY`` and what it allows."""
+        if isinstance(values, self.options):
+            return values
+        return self.options.parse(values, self.name, f"option of the {self.name} suite")
+
+    def metric(self, name: str) -> Metric | None:
+        """The declaration of a reported metric (the spread ``<name>_std`` is declared by ``<name>``)."""
+        base = name.removesuffix("_std")
+        return next((self.metrics[k] for k in (name, base, *base.split(".")) if k in self.metrics), None)
+
+    def primary_metrics(self, reported: Iterable[str]) -> list[str]:
+        """The reported metrics its ``primary`` patterns match, pattern by pattern in reported order."""
+        reported = list(reported)
+        return list(dict.fromkeys(m for p in self.primary for m in reported if fnmatch.fnmatchcase(m, p)))
+
+    def __call__(self, backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
+        """Run the suite (options typed first); the result names the suite, its ranking metric, and (unless the
+        suite says otherwise) the seeds, the sampling and the backend."""
+        result = self.run(backend, dataclasses.replace(config, options=self.parse(config.options)))
+        result.suite = self.name
+        if primary := self.primary_metrics(result.metrics):
+            result.protocol["primary_metric"] = primary[0]
+        given = {"seeds": list(config.seeds), "sampling": dataclasses.asdict(config.sampling)}
+        result.protocol |= {**given, "backend": backend.describe()} | result.protocol
+        return result

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from perception_judge.cli import Command
-from perception_judge.core.options import CommaList, OptionError, Options, parse_set
-from perception_judge.core.schema import Sampling
+from perception_judge.core.options import Flag, OptionError, Options, add_flags, given_flags, resolve_options
+from perception_judge.core.redact import RedactingFilter, redact_text
+from perception_judge.evaluation.plan import JobConfig, Names, resolve
+from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger("perception_judge.eval")
 
@@ -23,138 +28,116 @@ plots/); `eval run --model NAME=PATH ... --out DIR` compares any judges (local f
 OpenAI-compatible server, scripted judges). Re-running skips finished cells (model x suite x seed).
 
 Suites: bias (MM-JudgeBias compositional biases), perception (held-out PPJD: r_c vs its counterfactuals), and
-the judge benchmarks (mllm_judge, vlrewardbench, mjbench, position, verbosity, self_enhancement).
+the judge benchmarks (mllm_judge, vlrewardbench, mjbench, position, verbosity, self_enhancement); `eval list`.
 
-Settings come from an eval job YAML (--config, e.g. eval/configs/tiny.yaml) and the flags below; suite options
-are set with --set SUITE.KEY=VALUE (values are YAML: --set bias.n_per_type=8 --set perception.protocols=[pair]);
---set sampling.KEY=VALUE and --set backend.KEY=VALUE work too. See docs/evaluation.md.
+Settings, lowest precedence first: the training run's file (sweep: pixel policy, think prefix, token budget,
+training set), the eval job YAML (--config, e.g. eval/configs/tiny.yaml), --set KEY=VALUE (values are YAML; a
+suite's option is SUITE.KEY: --set bias.n_per_type=8 --set perception.protocols=[pair]; also sampling.KEY and
+backend.KEY), then the flags below. Everything is checked before any model loads. See docs/evaluation.md.
 """
 
 
-class JobConfig(Options):
-    """An eval job YAML (``--config``). ``backend`` holds ``kind`` and that kind's options (checked by
-    :func:`perception_judge.evaluation.backends.backend_kwargs`), ``options`` each suite's options (checked by the
-    suite), ``models`` the judges of ``eval run``; ``sampling.seed`` is ignored (seeds come from ``seeds``)."""
-
-    suites: CommaList | None = None
-    seeds: list[int] | None = None
-    limit: int | None = None
-    sampling: Sampling = Sampling()
-    backend: dict[str, Any] | None = None
-    options: dict[str, dict[str, Any] | None] | None = None
-    models: list[dict[str, Any]] | None = None
-    out: str | None = None
-    models_filter: CommaList | None = None
+class CommonFlags(Options):
+    out: Path | None = None
+    """output folder"""
+    force: bool = False
+    """re-run finished cells too"""
+    no_report: bool = False
+    """write the results table but no report"""
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+class SweepFlags(CommonFlags):
+    models: Names | None = None
+    """only these models (shell patterns: base,checkpoint-*,final)"""
+    claim: bool = False
+    """one of many identical workers on this sweep (a SLURM array, srun tasks, Ray tasks): run only the cells this
+    worker claims (exclusive-create claim files with a heartbeat lease); write no tables (`eval collect OUT` does,
+    once every cell is done)"""
+    lease: float = 60.0
+    """--claim: seconds before a silent worker's cell is taken over"""
+    max_attempts: int = 3
+    """--claim: a cell that failed this often is left failed"""
+    ray: Annotated[int | None, Flag(metavar="N")] = None
+    """run N --claim workers as Ray tasks (pip install 'perception-judge[ray]'), then collect"""
+    ray_gpus: float | None = None
+    """--ray: GPUs per worker (default 1 when the cluster has GPUs, else 0)"""
+    ray_address: str | None = None
+    """--ray: a running cluster (auto inside one; default: start a local cluster)"""
 
 
-def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+class RunFlags(CommonFlags):
+    model: Annotated[list[str], Flag(metavar="[NAME=]TARGET")] = Field(default_factory=list)
+    """a judge to evaluate (repeatable): a model or adapter folder (hf, vllm; an adapter is loaded on the base its
+    config names), a served model name (openai), a scripted judge (constant, random, module:function)"""
+    adapter: str | None = None
+    """LoRA adapter for a single --model"""
+    base_model: str | None = None
+    """base model of adapter folders whose config names another path"""
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("what to run")
-    g.add_argument(
-        "--config", type=Path, help="eval job YAML (suites, seeds, sampling, backend, options, models)"
-    )
-    g.add_argument("--suites", type=_csv, help="comma-separated suites (default: bias,perception)")
-    g.add_argument(
-        "--seeds", type=lambda s: [int(x) for x in _csv(s)], help="comma-separated judge seeds (default: 0)"
-    )
-    g.add_argument("--limit", type=int, help="cap items per suite (bias: pairs per bias type)")
-    g.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="SUITE.KEY=VALUE suite option, or sampling.KEY=VALUE / backend.KEY=VALUE (repeatable)",
-    )
-    g.add_argument("--out", type=Path, help="output folder")
-    g.add_argument("--force", action="store_true", help="re-run finished cells too")
-    g.add_argument("--no-report", action="store_true", help="write the results table but no report")
-    b = p.add_argument_group("backend")
-    b.add_argument(
-        "--backend", choices=["hf", "vllm", "openai", "scripted"], help="judge backend (default: hf)"
-    )
-    b.add_argument("--batch-size", type=int, help="hf / vllm batch size")
-    b.add_argument("--dtype", help="hf / vllm dtype (auto, float32, bfloat16)")
-    b.add_argument("--device", help="hf device (auto, cpu, cuda)")
-    b.add_argument("--base-url", dest="base_urls", type=_csv, help="openai: server URL(s), comma-separated")
-    s = p.add_argument_group("decoding")
-    s.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
-    s.add_argument("--top-p", type=float)
-    s.add_argument("--top-k", type=int, help="0 disables top-k")
-    s.add_argument("--max-new-tokens", type=int)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
+def _flags(args: argparse.Namespace) -> Any:
+    """The action's own flags, typed."""
+    model = {"sweep": SweepFlags, "run": RunFlags}[args.action]
+    return model.parse(given_flags(model, args))
+
+
+def _suite_key(item: str) -> str:
+    """A ``--set`` item with a suite's option (``SUITE.KEY=VALUE``) as the job key it sets (``options.SUITE.KEY``)."""
+    key = item.partition("=")[0]
+    head = key.split(".")[0].strip()
+    if head in SUITES and "." in key:
+        return f"options.{item.strip()}"
+    if head in SUITES or head not in JobConfig.model_fields:
+        raise OptionError(
+            f"--set {item!r}: expected SUITE.KEY=VALUE with SUITE one of {', '.join(SUITES)} (or a key of the eval "
+            f"job: {', '.join(JobConfig.model_fields)}); {head!r} is neither a suite nor a job key"
+        )
+    return item
+
+
+def job_layers(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The eval job's layers from the command line: the config file with ``--set`` applied, and the flags given
+    (each the keys it sets), both checked."""
+    config = resolve_options(JobConfig, "", args.config, [_suite_key(s) for s in args.sets])
+    flags: dict[str, Any] = {}
+    for key, value in given_flags(JobConfig, args).items():
+        *heads, last = key.split(".")
+        target = flags
+        for head in heads:
+            target = target.setdefault(head, {})
+        target[last] = value
+    return config.model_dump(exclude_unset=True), flags
+
+
+def build_plan(args: argparse.Namespace, run: Any = None) -> Any:
+    """The :class:`~perception_judge.evaluation.plan.EvalPlan` of the run file (``eval sweep``), the job config with
+    ``--set``, and the flags, in that order (:func:`~perception_judge.evaluation.plan.resolve`: everything typed and
+    checked before any model loads)."""
+    config, flags = job_layers(args)
+    own = _flags(args)
+    out = own.out or config.get("out") or (run.run_dir / "eval" if run is not None else None)
+    if out is None:
+        raise ValueError("eval run needs --out DIR (or out: in the config)")
+    return resolve([config, flags], Path(out), run, force=own.force)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = DESCRIPTION
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sw = sub.add_parser(
-        "sweep",
-        help="evaluate every checkpoint of a training run",
-        description="Evaluate the base model, every checkpoint and the final model of a training run "
-        "(RUN_DIR/perception_judge_run.json names the base model, tuning, pixel policy, think prefix and training "
-        "set). Finished cells are skipped on re-runs.",
+    sweep_help = (
+        "Evaluate the base model, every checkpoint and the final model of a training run (RUN_DIR/"
+        "perception_judge_run.json names the base model, tuning, pixel policy, think prefix, token budget and "
+        "training set). Finished cells are skipped on re-runs."
     )
+    sw = sub.add_parser("sweep", help="evaluate every checkpoint of a training run", description=sweep_help)
     sw.add_argument("run_dir", type=Path, help="training output folder (train_grpo.py --output_dir)")
-    sw.add_argument("--models", type=_csv, help="only these models (shell patterns: base,checkpoint-*,final)")
-    sw.add_argument(
-        "--claim",
-        action="store_true",
-        help="one of many identical workers on this sweep (a SLURM array, srun tasks, Ray tasks): run only the "
-        "cells this worker claims (exclusive-create claim files with a heartbeat lease); write no tables "
-        "(`eval collect OUT` does, once every cell is done)",
-    )
-    sw.add_argument(
-        "--lease",
-        type=float,
-        default=60.0,
-        help="--claim: seconds before a silent worker's cell is taken over",
-    )
-    sw.add_argument(
-        "--max-attempts", type=int, default=3, help="--claim: a cell that failed this often is left failed"
-    )
-    sw.add_argument(
-        "--ray",
-        type=int,
-        metavar="N",
-        help="run N --claim workers as Ray tasks (pip install 'perception-judge[ray]'), then collect",
-    )
-    sw.add_argument(
-        "--ray-gpus", type=float, help="--ray: GPUs per worker (default 1 when the cluster has GPUs, else 0)"
-    )
-    sw.add_argument(
-        "--ray-address", help="--ray: a running cluster (auto inside one; default: start a local cluster)"
-    )
-    _common(sw)
     rn = sub.add_parser(
-        "run",
-        help="evaluate and compare judges",
-        description="Evaluate judges given with --model NAME=TARGET: a model folder or adapter folder (hf, vllm), a "
-        "served model name (openai), or a scripted judge (scripted: constant, random, module:function).",
+        "run", help="evaluate and compare judges", description=RunFlags.model_fields["model"].description
     )
-    rn.add_argument(
-        "--model",
-        dest="models",
-        action="append",
-        default=[],
-        metavar="[NAME=]TARGET",
-        help="a judge to evaluate (repeatable); an adapter folder is loaded on the base its config names",
-    )
-    rn.add_argument("--adapter", help="LoRA adapter for a single --model")
-    rn.add_argument("--base-model", help="base model of adapter folders whose config names another path")
-    rn.add_argument("--think-prefix", choices=["auto", "off"], help="think prefill (default auto)")
-    rn.add_argument("--pixel-size", type=int, help="fixed pixel policy size (default 448)")
-    rn.add_argument(
-        "--pixel-mode", choices=["fixed", "smart", "none"], help="pixel policy mode (default fixed)"
-    )
-    _common(rn)
+    for p, flags in ((sw, SweepFlags), (rn, RunFlags)):
+        add_flags(p, flags, config=False)
+        add_flags(p, JobConfig)
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
     co = sub.add_parser(
         "collect",
         help="after `eval sweep --claim` workers: write the tables and the report",
@@ -169,96 +152,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="list suites and bias types")
 
 
-def load_config(path: Path | None) -> dict[str, Any]:
-    """The eval job YAML at ``path`` (checked against :class:`JobConfig`), as a mapping; ``{}`` without one."""
-    import yaml
-
-    if path is None:
-        return {}
-    if not path.is_file():
-        raise FileNotFoundError(f"eval config {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"eval config {str(path)!r} must be a mapping")
-    try:
-        JobConfig.parse(data, "", what="key(s)")
-    except OptionError as e:
-        raise OptionError(f"eval config {str(path)!r}: {e}") from None
-    return data
-
-
-def apply_sets(cfg: dict[str, Any], sets: list[str]) -> dict[str, Any]:
-    """Apply ``SUITE.KEY=VALUE`` / ``sampling.KEY=VALUE`` / ``backend.KEY=VALUE`` overrides in place (a longer
-    dotted KEY reaches into a nested mapping: ``backend.pixel_policy.size=56``)."""
-    from perception_judge.evaluation.base import SUITES
-
-    for item in sets:
-        (head, *keys), value = parse_set(item)
-        if not keys:
-            raise ValueError(
-                f"--set {item!r}: expected SUITE.KEY=VALUE (or sampling.KEY=VALUE, backend.KEY=VALUE)"
-            )
-        if head in ("sampling", "backend"):
-            target = cfg.setdefault(head, {})
-        elif head in SUITES:
-            target = cfg.setdefault("options", {}).setdefault(head, {})
-        else:
-            raise ValueError(
-                f"--set {item!r}: {head!r} is neither a suite ({', '.join(SUITES)}) nor sampling/backend"
-            )
-        for key in keys[:-1]:
-            if target.get(key) is None:
-                target[key] = {}
-            target = target[key]
-            if not isinstance(target, dict):
-                raise ValueError(f"--set {item!r}: {key!r} does not hold a mapping")
-        target[keys[-1]] = value
-    return cfg
-
-
-def build_plan(args: argparse.Namespace, cfg: dict[str, Any], out_dir: Path) -> Any:
-    """The :class:`~perception_judge.evaluation.sweep.EvalPlan` of a job config (after ``--set``) and the flags,
-    which win over the file."""
-    from perception_judge.evaluation.backends import backend_kwargs, backend_options
-    from perception_judge.evaluation.sweep import EvalPlan
-
-    sampling = dict(cfg.get("sampling") or {})
-    sampling.update(_given(args, "temperature", "top_p", "top_k", "max_new_tokens"))
-    if sampling.get("top_k") == 0:
-        sampling["top_k"] = None
-    sampling.pop("seed", None)  # seeds come from --seeds / seeds:
-    job = JobConfig.parse({**cfg, "sampling": sampling}, "", what="key(s) in the eval config")
-    backend = dict(job.backend or {})
-    if args.backend and args.backend != backend.get("kind", "hf"):
-        # the config's block is another kind's: keep only the keys the chosen kind takes too
-        takes = backend_options(args.backend)
-        if dropped := sorted(k for k in backend if k != "kind" and k not in takes):
-            log.warning(
-                "--backend %s: dropping the config's %s backend key(s) %s (not %s options)",
-                args.backend, backend.get("kind", "hf"), dropped, args.backend,
-            )  # fmt: skip
-        backend = {k: v for k, v in backend.items() if k in takes}
-        backend["kind"] = args.backend
-    backend.setdefault("kind", "hf")
-    backend.update(_given(args, "batch_size", "dtype", "device", "base_urls"))
-    if args.quiet:
-        backend.setdefault("progress", False)
-    if backend["kind"] in ("vllm", "scripted"):
-        backend.pop("progress", None)
-    # refuse unknown keys and bad values now (think_prefix: `eval run` takes it for the plan)
-    backend_kwargs({k: v for k, v in backend.items() if k != "think_prefix"})
-    return EvalPlan(
-        suites=list(args.suites or job.suites or ["bias", "perception"]),
-        out_dir=out_dir,
-        seeds=list(args.seeds or job.seeds or [0]),
-        sampling=job.sampling,
-        limit=args.limit if args.limit is not None else job.limit,
-        options={k: dict(v or {}) for k, v in (job.options or {}).items()},
-        backend=backend,
-        force=args.force,
-    )
-
-
 def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
     print(
         f"cells: {outcome.done} run, {outcome.skipped} already done (skipped), {outcome.failed} failed"
@@ -266,7 +159,7 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
     )
     for c in outcome.cells:
         if c.get("status") == "failed":
-            print(f"  FAILED {c['cell']}: {c.get('error')}", file=sys.stderr)
+            print(f"  FAILED {c['cell']}: {redact_text(str(c.get('error')))}", file=sys.stderr)
     path = out_dir / "report.json"
     s = json.loads(path.read_text()).get("summary", {}) if path.is_file() else {}
     if s.get("best") and s.get("all_tied"):
@@ -278,15 +171,14 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
 def run_sweep(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import read_run, sweep
 
-    cfg = apply_sets(load_config(args.config), args.sets)
-    run = read_run(args.run_dir)
-    out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else run.run_dir / "eval")
-    plan = build_plan(args, cfg, out_dir)
-    if getattr(args, "ray", None):
+    run, f = read_run(args.run_dir), _flags(args)
+    plan = build_plan(args, run)
+    out_dir = plan.out_dir
+    if f.ray:
         from perception_judge.evaluation.ray_workers import run_on_ray
 
         args.out_dir = out_dir
-        codes, state = run_on_ray(claim_worker, args, args.ray, args.ray_gpus, args.ray_address)
+        codes, state = run_on_ray(claim_worker, args, f.ray, f.ray_gpus, f.ray_address)
         print(
             f"ray: {len(codes)} workers, exit codes {sorted(codes)}; wrote {out_dir}/results.csv, results.json"
         )
@@ -295,20 +187,20 @@ def run_sweep(args: argparse.Namespace) -> int:
     outcome, _ = sweep(
         run.run_dir,
         plan,
-        models=args.models or cfg.get("models_filter"),
-        report=not args.no_report,
+        models=f.models or job_layers(args)[0].get("models_filter"),
+        report=not f.no_report,
         progress=not args.quiet,
-        claim=args.claim,
-        lease_s=args.lease,
-        max_attempts=args.max_attempts,
+        claim=f.claim,
+        lease_s=f.lease,
+        max_attempts=f.max_attempts,
     )
-    if args.claim:
+    if f.claim:
         print(
             f"cells: {outcome.done} run by this worker, {outcome.skipped} already done, {outcome.elsewhere} held by "
             f"other workers, {outcome.failed} failed; `perception-judge eval collect {out_dir}` writes the tables"
         )
     else:
-        _print_outcome(outcome, out_dir, not args.no_report)
+        _print_outcome(outcome, out_dir, not f.no_report)
     return 1 if outcome.failed else 0
 
 
@@ -333,11 +225,11 @@ def run_collect(args: argparse.Namespace) -> int:
     return 1 if state["missing"] or state["failed"] else 0
 
 
-def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> list[Any]:
+def _model_entries(f: RunFlags, models: list[dict[str, Any]], kind: str) -> list[Any]:
     from perception_judge.evaluation.sweep import ModelEntry
 
     entries = []
-    for i, m in enumerate(cfg.get("models") or []):
+    for i, m in enumerate(models):
         if not isinstance(m, dict) or not (m.get("model") or m.get("fn")):
             raise ValueError(
                 f"config models[{i}] must be a mapping with 'model' (and optional name, adapter, step)"
@@ -345,17 +237,17 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
         name = str(m.get("name") or Path(str(m.get("model") or m.get("fn"))).name)
         spec = {k: v for k, v in m.items() if k not in ("name", "step")}
         entries.append(ModelEntry(name, m.get("step"), "model", spec))
-    for item in args.models:
+    for item in f.model:
         name, sep, target = item.partition("=")
         if not sep:
             name, target = Path(item.rstrip("/")).name or item, item
-        spec = {"fn" if kind == "scripted" else "model": target}
-        if args.adapter:
-            spec["adapter"] = args.adapter
-        if args.base_model:
-            spec["base_model"] = args.base_model
-        entries.append(ModelEntry(name, None, "model", spec))
-    if args.adapter and len(args.models) != 1:
+        spec = {
+            "fn" if kind == "scripted" else "model": target,
+            "adapter": f.adapter,
+            "base_model": f.base_model,
+        }
+        entries.append(ModelEntry(name, None, "model", {k: v for k, v in spec.items() if v}))
+    if f.adapter and len(f.model) != 1:
         raise ValueError("--adapter applies to exactly one --model")
     if dupes := sorted(n for n, k in Counter(e.name for e in entries).items() if k > 1):
         raise ValueError(f"duplicate model names {dupes}: name them with --model NAME=TARGET")
@@ -365,25 +257,13 @@ def _model_entries(args: argparse.Namespace, cfg: dict[str, Any], kind: str) -> 
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from perception_judge.core.images import PixelPolicy
-    from perception_judge.evaluation.sweep import evaluate
+    from perception_judge.evaluation.sweep import check_cell_names, evaluate
 
-    cfg = apply_sets(load_config(args.config), args.sets)
-    out_dir = args.out or (Path(cfg["out"]) if cfg.get("out") else None)
-    if out_dir is None:
-        raise ValueError("eval run needs --out DIR (or out: in the config)")
-    plan = build_plan(args, cfg, out_dir)
-    policy = dict(plan.backend.pop("pixel_policy", None) or {})
-    policy.update({k: v for k, v in {"mode": args.pixel_mode, "size": args.pixel_size}.items() if v})
-    plan.pixel_policy = PixelPolicy(**policy)
-    plan.think_prefix = args.think_prefix or plan.backend.pop("think_prefix", None) or "auto"
-    outcome, _ = evaluate(
-        _model_entries(args, cfg, plan.backend["kind"]),
-        plan,
-        report=not args.no_report,
-        progress=not args.quiet,
-    )
-    _print_outcome(outcome, out_dir, not args.no_report)
+    plan, f = build_plan(args), _flags(args)
+    entries = _model_entries(f, job_layers(args)[0].get("models") or [], plan.backend.kind)
+    check_cell_names(entries)
+    outcome, _ = evaluate(entries, plan, report=not f.no_report, progress=not args.quiet)
+    _print_outcome(outcome, plan.out_dir, not f.no_report)
     return 1 if outcome.failed else 0
 
 
@@ -403,12 +283,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from perception_judge.evaluation.base import SUITES
     from perception_judge.evaluation.bias.taxonomy import BIASES
 
-    print("suites:")
-    for name, target in SUITES.items():
-        print(f"  {name:18s} {target}")
+    print("suites (options: --set SUITE.KEY=VALUE; headline metrics first):")
+    for name, suite in SUITES.items():
+        print(f"  {name:22s} {', '.join(suite.primary[:3])}")
+        print(f"  {'':22s} options: {', '.join(suite.options.model_fields)}")
     print("bias types (MM-JudgeBias):")
     for b in BIASES:
         print(f"  {b.bias_type:26s} {b.category:12s} {b.metric.upper()}  {b.perturbation}")
@@ -416,15 +296,23 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _quiet() -> None:
-    from datasets.utils.logging import disable_progress_bar
-    from transformers.utils import logging as hf_logging
-
+    """Progress bars off and library warnings only, without importing transformers / datasets (the plan is checked
+    first, in well under a second)."""
     from perception_judge.evaluation.base import set_progress
 
     set_progress(False)
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    disable_progress_bar()
+    for var, value in (("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                       ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")):  # fmt: skip
+        os.environ.setdefault(var, value)
+    if "transformers" in sys.modules:  # already imported (in-process callers): tell it directly
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    if "datasets" in sys.modules:
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
 
 
 ACTIONS = {
@@ -443,11 +331,14 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:  # no URL credentials on the terminal either
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     try:
         return ACTIONS[args.action](args)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"perception-judge eval {args.action}: error: {msg}", file=sys.stderr)
+        print(f"perception-judge eval {args.action}: error: {redact_text(str(msg))}", file=sys.stderr)
         return 2
 
 

@@ -1,25 +1,12 @@
 """The perceptual-sensitivity suite on held-out PPJD: does the judge prefer the correct response r_c over its
 perceptual counterfactuals r_rp (perception errors) and r_rp_r (perception and reasoning errors)?
 
-Data: a split of an exported training set (rows of one ``record_key`` merged), judged with the trained judge's
-own prompts (:func:`perception_judge.core.protocol.build_messages`) under three protocols:
-
-``pair``    r_c vs r_rp and r_c vs r_rp_r, each pair in **both orders**, scored by :func:`pair_accuracy` (ties
-            half credit, parse failures 0): ``pair_acc_c_vs_rp``, ``pair_acc_c_vs_rp_r``, ``pair_acc``, each with
-            ``_ci95_lo`` / ``_ci95_hi`` (:func:`wilson_interval`), ``_n``, ``_ties``, ``_parse_failures``;
-            ``pair_consistency`` (same verdict in both orders, failures inconsistent), ``pair_parse_fail_rate``.
-            Backend errors are no judgements: they leave every denominator and count in ``error_rate``.
-``batch``   the three responses in one prompt, slots permuted (one seeded order per record, or all six with
-            ``batch_orders: all``): ``batch_ranking_reward`` (the training reward, ties and failures 0),
-            ``batch_kendall_tau`` (:func:`kendall_tau_b` against r_c > r_rp > r_rp_r over parsed completions).
-``single``  each response alone, right when r_c scores >= ``tau`` and a counterfactual < ``tau``
-            (:func:`perception_judge.rewards.verdict_reward`): ``single_verdict_acc``, ``single_acc_r_c``,
-            ``single_acc_perturbed``.
-
-With k seeds every metric is the mean over seeds (``<metric>_std``: the sample std when k > 1). Option
-``image_control=mismatched`` gives every request the image of another record (a seeded :func:`derangement`): a
-judge that uses the image falls to chance, one that reads only the text keeps its score (the
-``perception_mismatched`` suite, a control run beside ``perception``).
+A split of an exported training set (rows of one ``record_key`` merged), judged with the trained judge's own prompts
+under three protocols: ``pair`` (each pair in both orders; ties half credit, parse failures 0, a Wilson interval),
+``batch`` (the three responses in one prompt: the training reward and Kendall tau-b) and ``single`` (a verdict
+against ``tau``). Backend errors are no judgements: they leave every denominator and count in ``error_rate``.
+``image_control=mismatched`` gives every request another record's image (the ``perception_mismatched`` control: a
+judge that uses the image falls to chance). Metrics and rules: docs/evaluation.md §3.
 """
 
 from __future__ import annotations
@@ -30,9 +17,9 @@ import math
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from perception_judge.core.options import CommaList, Options
 from perception_judge.core.protocol import build_messages
@@ -46,27 +33,22 @@ from perception_judge.core.schema import (
     JudgeResult,
     order_from_kinds,
 )
-from perception_judge.evaluation.base import (
-    LOWER,
-    JudgeBackend,
-    Metric,
-    SuiteConfig,
-    SuiteResult,
-    is_backend_error,
-    judge_items,
-    metric_hints,
-    write_samples,
-)
+from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks.metrics import rate
 from perception_judge.evaluation.bias.metrics import mean_std
 from perception_judge.rewards import ranking_reward, verdict_reward
 
 PROTOCOL_NAMES = ("pair", "batch", "single")
-IMAGE_CONTROLS = ("none", "mismatched")
 COMPARISONS = (("r_c", "r_rp"), ("r_c", "r_rp_r"))
 PAIR_METRICS = {"pair_acc_c_vs_rp": "pair_rp", "pair_acc_c_vs_rp_r": "pair_rp_r", "pair_acc": "pair"}
 """The pair accuracies and the prefix of their counts."""
 _COLUMNS = ("question", "responses", "kinds", "images", "record_key")
+
+
+def _known_protocols(values: list[str]) -> list[str]:
+    if bad := sorted(set(values) - set(PROTOCOL_NAMES)):
+        raise ValueError(f"unknown perception protocol(s) {bad}; known: {', '.join(PROTOCOL_NAMES)}")
+    return values
 
 
 class PerceptionOptions(Options):
@@ -76,7 +58,7 @@ class PerceptionOptions(Options):
     model_config = ConfigDict(validate_default=True)
     data: str | None = None
     split: str = "validation"
-    protocols: CommaList = PROTOCOL_NAMES
+    protocols: Annotated[CommaList, AfterValidator(_known_protocols)] = PROTOCOL_NAMES
     batch_orders: Literal["random", "all"] = "random"
     tau: float = DEFAULT_TAU
     data_seed: int = 0
@@ -86,18 +68,28 @@ class PerceptionOptions(Options):
     control_seed: int = 0
 
 
-DEFAULTS: dict[str, Any] = PerceptionOptions().model_dump()
+class MismatchedOptions(PerceptionOptions):
+    """The control's options: every image replaced by another record's unless ``image_control`` says otherwise."""
 
-METRICS: dict[str, Metric] = {
-    **{name: Metric(chance=0.5) for name in PAIR_METRICS},
-    "single_verdict_acc": Metric(chance=0.5),
-    "batch_ranking_reward": Metric(chance=0.5),  # distinct random scores
-    "batch_kendall_tau": Metric(chance=0.0),
-    **{f"{name}_{part}": LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
-    **dict.fromkeys(("pair_parse_fail_rate", "batch_parse_fail_rate", "single_parse_fail_rate"), LOWER),
-    "error_rate": LOWER,
+    image_control: Literal["none", "mismatched"] = "mismatched"
+
+
+METRICS: dict[str, base.Metric] = {
+    **{name: base.Metric(chance=0.5) for name in PAIR_METRICS},
+    **{f"{name}_{end}": base.INFO for name in PAIR_METRICS for end in ("ci95_lo", "ci95_hi")},
+    **{f"{name}_n": base.COUNT for name in PAIR_METRICS},
+    **{f"{name}_{part}": base.LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
+    "pair_consistency": base.Metric(),
+    "single_verdict_acc": base.Metric(chance=0.5),
+    "single_acc_r_c": base.Metric(),
+    "single_acc_perturbed": base.Metric(),
+    "batch_ranking_reward": base.Metric(chance=0.5),  # distinct random scores
+    "batch_kendall_tau": base.Metric(chance=0.0),
+    **dict.fromkeys(("pair_parse_fail_rate", "batch_parse_fail_rate", "single_parse_fail_rate"), base.LOWER),
+    "error_rate": base.LOWER,
 }
-CHANCE = {name: m.chance for name, m in METRICS.items() if m.chance is not None}
+PRIMARY = ("pair_acc", "pair_acc_c_vs_rp", "pair_acc_c_vs_rp_r", "pair_acc_n", "pair_consistency",
+           "batch_ranking_reward", "batch_kendall_tau", "single_verdict_acc")  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -173,9 +165,7 @@ def derangement(n: int, seed: int) -> list[int]:
 
 
 def apply_image_control(records: list[Record], control: str, seed: int) -> list[Record]:
-    """The records with their images replaced according to ``control`` (see :data:`IMAGE_CONTROLS`)."""
-    if control not in IMAGE_CONTROLS:
-        raise ValueError(f"image_control must be one of {IMAGE_CONTROLS}, got {control!r}")
+    """The records with their images replaced according to ``control`` (``none``, ``mismatched``)."""
     if control == "none":
         return records
     with_image = [i for i, r in enumerate(records) if r.images]
@@ -279,7 +269,7 @@ def score_seed(
         line = {"request_id": req.request_id, **{k: m[k] for k in ("protocol", "record", "kinds")}}
         line |= {"scores": res.scores, "error": res.error, "text": res.text}
         lines.append(line)
-        if is_backend_error(res):  # the engine gave no answer: not a judgement at all
+        if base.is_backend_error(res):  # the engine gave no answer: not a judgement at all
             c["errors"] += 1
             line["verdict"] = "error"
         elif m["protocol"] == "pair":
@@ -338,16 +328,14 @@ def score_seed(
     return metrics, c, lines
 
 
-def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perception") -> SuiteResult:
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     """Run the perceptual-sensitivity suite (see the module docstring)."""
-    opts = PerceptionOptions.parse(config.options, "perception")
+    opts: PerceptionOptions = config.options
     if not opts.data:
         raise ValueError(
             "the perception suite needs the option data=PATH (an exported training set with validation.parquet); "
             "a sweep takes it from the run's train_set"
         )
-    if bad := set(opts.protocols) - set(PROTOCOL_NAMES):
-        raise ValueError(f"unknown perception protocol(s) {sorted(bad)}; known: {PROTOCOL_NAMES}")
     from perception_judge.core.trainset import prompt_style_of
 
     data = Path(opts.data)
@@ -356,32 +344,25 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
     records = apply_image_control(records, opts.image_control, opts.control_seed)
     requests = build_requests(records, opts.protocols, opts.batch_orders, opts.data_seed, style)
     seeds = list(dict.fromkeys(int(s) for s in config.seeds))
-    judged = judge_items(
-        backend,
-        requests,
-        lambda r: [r],
-        seeds=seeds,
-        sampling=config.sampling,
-        chunk_size=opts.chunk_size,
+    judged = base.judge_items(
+        backend, requests, lambda r: [r], seeds=seeds, sampling=config.sampling, chunk_size=opts.chunk_size,
         desc="perception",
-    )
+    )  # fmt: skip
     per_seed: dict[str, Any] = {}
     all_lines: list[dict] = []
     totals: Counter[str] = Counter()
     for seed in seeds:
-        results = [j.result for j in judged if j.seed == seed]
-        metrics, counts, lines = score_seed(requests, results, opts.tau)
+        metrics, counts, lines = score_seed(requests, [j.result for j in judged if j.seed == seed], opts.tau)
         per_seed[str(seed)] = {"metrics": metrics, "counts": counts}
         all_lines += [{**line, "seed": seed} for line in lines]
         totals.update(counts)
-    metrics = {}
-    stds: dict[str, float | None] = {}
-    for name in next(iter(per_seed.values()))["metrics"] if per_seed else []:
-        metrics[name], stds[f"{name}_std"] = mean_std([run["metrics"][name] for run in per_seed.values()])
-    if len(per_seed) > 1:
-        metrics.update(stds)
+    runs = [run["metrics"] for run in per_seed.values()]
+    spread = {name: mean_std([r[name] for r in runs]) for name in (runs[0] if runs else {})}
+    metrics = {name: m for name, (m, _) in spread.items()}
+    if len(runs) > 1:
+        metrics |= {f"{name}_std": s for name, (_, s) in spread.items()}
     samples = Path(config.out_dir) / "samples.jsonl"
-    write_samples(samples, all_lines)
+    base.write_samples(samples, all_lines)
     counts = {
         "n_records": len(records),
         "n_requests": len(requests) * len(per_seed),
@@ -393,30 +374,20 @@ def run(backend: JudgeBackend, config: SuiteConfig, suite_name: str = "perceptio
     protocol = {
         "suite": "perception",
         "data": str(opts.data),
-        "split": opts.split,
-        "protocols": opts.protocols,
-        "batch_orders": opts.batch_orders,
-        "tau": opts.tau,
-        "seeds": list(config.seeds),
-        "sampling": dataclasses.asdict(config.sampling),
-        "backend": backend.describe(),
+        **opts.model_dump(
+            include={"split", "protocols", "batch_orders", "tau", "image_control", "control_seed"}
+        ),
         "parser": "protocol (perception_judge.core.protocol.parse_scores: final answer only, exactly N tags, 1-10)",
         "prompt_style": style,
-        "image_control": opts.image_control,
-        "control_seed": opts.control_seed,
         "control": opts.image_control != "none",  # a control suite: reported, never ranked
         "pair_rule": "1 when r_c scores strictly higher, 1/2 for a tie, 0 for lower or a parse failure; both "
         "orders; backend errors leave the denominator; 95% Wilson interval",
         "batch_rule": "ranking_reward(ties='zero'), failures 0; Kendall tau-b over parsed completions",
         "aggregation": "per seed, then mean over seeds (sample std when k > 1)",
-        "higher_is_better": True,
-        **metric_hints(metrics, METRICS, "pair_acc"),
     }
-    return SuiteResult(suite_name, metrics, protocol, counts, str(samples), {"per_seed": per_seed})
+    return base.SuiteResult("perception", metrics, protocol, counts, str(samples), {"per_seed": per_seed})
 
 
-def run_mismatched(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    """The ``perception_mismatched`` suite: :func:`run` with ``image_control=mismatched`` (the control a sweep runs
-    beside ``perception``, so the report shows both)."""
-    options = {"image_control": "mismatched", **config.options}
-    return run(backend, dataclasses.replace(config, options=options), suite_name="perception_mismatched")
+SUITE = base.Suite("perception", PerceptionOptions, METRICS, PRIMARY, run)
+MISMATCHED = base.Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run)
+"""The control a sweep runs beside ``perception`` (``image_control=mismatched``), so the report shows both."""

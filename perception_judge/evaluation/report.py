@@ -1,8 +1,10 @@
 """Reports of an evaluation folder (a sweep or a comparison of judges): Markdown, JSON and PNG plots.
 
 ``write_report(out_dir)`` reads the folder's results (:mod:`perception_judge.evaluation.results`) and writes
-``report.md`` (plan, the best model by :func:`best_model`, a table per suite with mean ± std over seeds,
-counts, failed cells, plots), ``report.json`` (the same, machine-readable) and ``plots/``.
+``report.md`` (the plan, the best model by :func:`best_model`, per suite one table of its headline metrics with
+their intervals, counts, failed cells, plots), ``report.json`` (every metric, machine-readable) and ``plots/``.
+What a metric means (its direction, whether it is a count) comes from its suite's declarations
+(:data:`perception_judge.evaluation.suites.SUITES`), and nothing else.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from typing import Any
 from scipy.stats import rankdata
 
 from perception_judge.core.io import atomic_write_json, atomic_write_text
-from perception_judge.evaluation.base import lower_is_better
-from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES
+from perception_judge.core.redact import redact_text
+from perception_judge.evaluation.base import Metric
+from perception_judge.evaluation.bias.taxonomy import BIASES
 from perception_judge.evaluation.results import done_results, read_results
+from perception_judge.evaluation.suites import SUITES
 
 PLOTS_DIR = "plots"
-_MAX_COLS = 8
 PANELS_PER_PAGE = 16
 PERCEPTION_BARS = (
     ("pair_acc_c_vs_rp", "pair: r_c > r_rp"),
@@ -31,12 +34,28 @@ PERCEPTION_BARS = (
     ("batch_kendall_tau", "batch: Kendall τ"),
     ("single_verdict_acc", "single: verdict acc."),
 )
+PROTOCOL_FAMILIES = {
+    "project": "the project's rules (failures and ties count against the judge)",
+    "published": "a replica of the published evaluation script's aggregation",
+    "official": "the benchmark's official scoring rule, as its own script computes it",
+}
+NOT_AVAILABLE = "n/a"
+"""A number the suite declares undefined, with a reason (``protocol["undefined_metrics"]``): never 0. A short
+reason reads in the cell (``n/a (no scorable pair)``), a long one below the table."""
+SHORT_REASON = 30
 
 
-def _fmt(mean: float | None, std: float | None = None) -> str:
+def declared(suite: str, metric: str) -> Metric | None:
+    """The suite's declaration of a metric (None for an unknown suite or an undeclared metric)."""
+    return SUITES[suite].metric(metric) if suite in SUITES else None
+
+
+def _fmt(mean: float | None, std: float | None = None, count: bool = False) -> str:
     if mean is None or math.isnan(mean):
         return "–"
-    return f"{mean:.3f}" + ("" if std is None or math.isnan(std) else f" ± {std:.3f}")
+    if count:
+        return f"{mean:.0f}" if float(mean).is_integer() else f"{mean:.1f}"
+    return f"{mean:.3f}" + ("" if not std or math.isnan(std) else f" ± {std:.3f}")
 
 
 def _mean(row: dict[str, Any], metric: str) -> float | None:
@@ -49,36 +68,11 @@ def _is_aux(metric: str) -> bool:
     return metric.endswith("_std") or metric.startswith("std.")
 
 
-def metric_direction(metric: str, protocol: dict[str, Any]) -> bool:
-    """True when higher is better: a suite may list ``lower_is_better`` metric names or set
-    ``higher_is_better`` to a ``{metric: bool}`` map, or to a bool for its primary metric; otherwise the name
-    decides (:func:`~perception_judge.evaluation.base.lower_is_better`)."""
-    hib = protocol.get("higher_is_better")
-    if metric in (protocol.get("lower_is_better") or []):
-        return False
-    if isinstance(hib, dict) and metric in hib:
-        return bool(hib[metric])
-    if lower_is_better(metric):
-        return False
-    return hib if isinstance(hib, bool) and metric == protocol.get("primary_metric") else True
-
-
-def primary_metric(suite: str, metrics: list[str], protocol: dict[str, Any]) -> str | None:
-    """The suite's ``protocol["primary_metric"]`` when it names a reported metric; else the first metric that is
-    not a std, a count or a lower-is-better metric (failure rates, variances, ...)."""
-    if protocol.get("primary_metric") in metrics:
-        return protocol["primary_metric"]
-    plain = (m for m in metrics if not _is_aux(m) and not m.startswith("n_") and not lower_is_better(m))
-    return next(plain, None)
-
-
-PROTOCOL_FAMILIES = {
-    "project": "the project's rules (failures and ties count against the judge)",
-    "published": "a replica of the published evaluation script's aggregation",
-    "official": "the benchmark's official scoring rule, as its own script computes it",
-}
-NOT_AVAILABLE = "n/a"
-"""A cell whose number the suite declares undefined, with a reason (``protocol["undefined_metrics"]``): never 0."""
+def primary_metric(suite: str, metrics: list[str]) -> str | None:
+    """The metric that ranks models on a suite: the first reported one its record's ``primary`` patterns match;
+    None for a suite that is not registered or reports none of them."""
+    primary = SUITES[suite].primary_metrics(metrics) if suite in SUITES else []
+    return primary[0] if primary else None
 
 
 def metric_family(metric: str) -> str:
@@ -87,7 +81,7 @@ def metric_family(metric: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[str, Any]:
-    """{columns, rows: [{model, step, values: {metric: (mean, std)}}]} for one suite."""
+    """{columns (every metric but the stds), rows: [{model, step, values: {metric: (mean, std)}}]} of a suite."""
     rows = [r for r in rows if r["suite"] == suite]
     by_model: dict[str, dict[str, tuple[float | None, float | None]]] = {}
     steps: dict[str, Any] = {}
@@ -95,11 +89,20 @@ def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[st
         by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
         steps[r["model"]] = r["step"]
     columns = list(dict.fromkeys(r["metric"] for r in rows if not _is_aux(r["metric"])))
-    if suite == "bias":
-        canon = [b.bias_type for b in BIASES] + list(CATEGORIES) + ["overall"]
-        columns = [c for c in canon if c in columns] + [c for c in columns if c not in canon]
     out_rows = [{"model": m, "step": steps.get(m), "values": by_model[m]} for m in models if m in by_model]
     return {"columns": columns, "rows": out_rows}
+
+
+def headline(suite: str, table: dict[str, Any]) -> list[str]:
+    """The columns of the report's table of a suite: its headline metrics that hold a number or a declared n/a
+    (every metric for a suite that is not registered or reports none of them)."""
+    undefined = table.get("undefined") or {}
+    shown = [
+        m
+        for m in table["columns"]
+        if any(_mean(r, m) is not None for r in table["rows"]) or any(m in u for u in undefined.values())
+    ]
+    return (SUITES[suite].primary_metrics(shown) if suite in SUITES else []) or shown
 
 
 def best_model(
@@ -107,24 +110,20 @@ def best_model(
 ) -> dict[str, Any]:
     """The best model overall and per suite.
 
-    Criterion: per suite, rank the models by the suite's primary metric (bias: ``overall``; perception:
-    ``pair_acc``; other suites: their declared ``primary_metric``), in its direction, ties sharing the mean rank;
-    the best model has the lowest mean rank over the suites it was evaluated on (models missing a suite's primary
-    metric are not ranked there). Ties go to the model with more suites, then the later step. Control suites
-    (``protocol["control"]``, e.g. ``perception_mismatched``: a good judge sits at chance there) are reported but
-    never ranked.
+    Criterion: per suite, rank the models by the suite's primary metric (:func:`primary_metric`), in its declared
+    direction, ties sharing the mean rank; the best model has the lowest mean rank over the suites it was evaluated
+    on (models missing a suite's primary metric are not ranked there). Ties go to the model with more suites, then
+    the later step. Control suites (``protocol["control"]``, e.g. ``perception_mismatched``: a good judge sits at
+    chance there) and metrics without a direction are reported but never ranked.
     """
     per_suite: dict[str, Any] = {}
     rank_sum: dict[str, list[float]] = {}
     order = {m: i for i, m in enumerate(models)}
     for suite, table in tables.items():
-        proto = protocols.get(suite, {})
-        pm = None if proto.get("control") else primary_metric(suite, table["columns"], proto)
-        if pm is None:
-            continue
-        hib = metric_direction(pm, proto)
-        vals = {r["model"]: v for r in table["rows"] if (v := _mean(r, pm)) is not None}
-        if not vals:
+        pm = None if protocols.get(suite, {}).get("control") else primary_metric(suite, table["columns"])
+        hib = (declared(suite, pm) or Metric(None)).higher_is_better if pm else None
+        vals = {r["model"]: v for r in table["rows"] if (v := _mean(r, pm)) is not None} if pm else {}
+        if hib is None or not vals:
             continue
         ranks = dict(zip(vals, map(float, rankdata([-v if hib else v for v in vals.values()]))))
         best = min(ranks, key=lambda m: (ranks[m], -order.get(m, 0)))
@@ -178,31 +177,27 @@ def _save_figure(plt: Any, fig: Any, path: Path, dpi: int = 110) -> Path:
 
 
 def _bar_figure(
-    rows: list[dict[str, Any]],
-    metrics: list[str],
-    labels: list[str],
-    cmap: str,
-    shade: float,
-    width: float,
-    height: float,
+    table: dict[str, Any], metrics: list[str], labels: list[str], style: tuple
 ) -> tuple[Any, Any, Any]:
-    """Grouped bars: one group per metric, one bar per model (coloured along ``cmap`` up to ``shade``), the std
-    over seeds as error bars when any is non-zero."""
-    plt = _plt()
+    """Grouped bars: one group per metric, one bar per model (``style``: colour map, its share used, bar group
+    width, figure height), the std over seeds as error bars when any is non-zero. A value the suite declares
+    undefined is drawn as an empty hatched bar marked n/a, never as a 0."""
+    cmap, shade, width, height = style
+    plt, rows = _plt(), table["rows"]
     fig, ax = plt.subplots(figsize=(max(8, width * len(metrics) + 2), height))
     n, w = len(rows), 0.8 / len(rows)
+    undefined = table.get("undefined") or {}
     for i, (row, label) in enumerate(zip(rows, labels)):
+        xs = [j - 0.4 + w * (i + 0.5) for j in range(len(metrics))]
         cells = [row["values"].get(m, (None, None)) for m in metrics]
         errors = [std or 0.0 for _, std in cells]
-        ax.bar(
-            [j - 0.4 + w * (i + 0.5) for j in range(len(metrics))],
-            [mean or 0.0 for mean, _ in cells],
-            w,
-            yerr=errors if any(errors) else None,
-            label=label,
-            color=plt.get_cmap(cmap)(i / max(1, n - 1) * shade),
-            capsize=2,
-        )
+        colour = plt.get_cmap(cmap)(i / max(1, n - 1) * shade)
+        heights = [mean or 0.0 for mean, _ in cells]
+        ax.bar(xs, heights, w, yerr=errors if any(errors) else None, label=label, color=colour, capsize=2)
+        for x, m, (mean, _) in zip(xs, metrics, cells):
+            if mean is None and m in undefined.get(row["model"], {}):
+                ax.bar(x, 0.12, w, fill=False, hatch="///", edgecolor=colour)
+                ax.text(x, 0.14, NOT_AVAILABLE, ha="center", va="bottom", fontsize=7, rotation=90)
     ax.set_xticks(range(len(metrics)))
     return plt, fig, ax
 
@@ -210,16 +205,13 @@ def _bar_figure(
 def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
     """The nine biases per model as grouped bars (0-1; BD types left, BC types right)."""
     types = [b for b in BIASES if b.bias_type in table["columns"]]
-    rows = [r for r in table["rows"] if any(_mean(r, b.bias_type) is not None for b in types)]
-    if not types or not rows:
+    if not types or not table["rows"]:
         return None
     labels = [
-        f"{r['model']} (overall {_fmt(r['values']['overall'][0])})"
-        if "overall" in r["values"]
-        else r["model"]
-        for r in rows
+        f"{r['model']} (overall {_fmt(_mean(r, 'overall'))})" if "overall" in r["values"] else r["model"]
+        for r in table["rows"]
     ]
-    plt, fig, ax = _bar_figure(rows, [b.bias_type for b in types], labels, "viridis", 0.9, 1.1, 4.6)
+    plt, fig, ax = _bar_figure(table, [b.bias_type for b in types], labels, ("viridis", 0.9, 1.1, 4.6))
     n_bd = sum(b.metric == "bd" for b in types)
     if 0 < n_bd < len(types):
         ax.axvline(n_bd - 0.5, color="grey", lw=0.8, ls="--")
@@ -227,9 +219,9 @@ def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
         ax.text((n_bd + len(types)) / 2 - 0.5, 1.07, "Bias-Conformity (↑)", ha="center", fontsize=9)
     ax.set_xticklabels([b.short for b in types])
     ax.set_ylim(0, 1.15)
-    ax.set_ylabel("score (higher is better)")
+    ax.set_ylabel("score (higher is better; hatched n/a: no scorable pair)")
     ax.set_title("MM-JudgeBias: the nine biases per model")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(4, len(rows)))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(4, len(labels)))
     return _save_figure(plt, fig, path)
 
 
@@ -239,9 +231,8 @@ def plot_perception(table: dict[str, Any], path: Path) -> Path | None:
     rows = table["rows"]
     if not metrics or not rows:
         return None
-    plt, fig, ax = _bar_figure(
-        rows, [m for m, _ in metrics], [r["model"] for r in rows], "plasma", 0.85, 1.4, 4.4
-    )
+    style = ("plasma", 0.85, 1.4, 4.4)
+    plt, fig, ax = _bar_figure(table, [m for m, _ in metrics], [r["model"] for r in rows], style)
     ax.axhline(0, color="black", lw=0.6)
     ax.set_xticklabels([lab for _, lab in metrics], fontsize=8, rotation=12)
     low_tau = min(_mean(r, "batch_kendall_tau") or 0 for r in rows)
@@ -290,29 +281,38 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
     return written
 
 
-def _cell(row: dict[str, Any], metric: str, undefined: dict[str, dict[str, str]]) -> str:
+def _cell(suite: str, row: dict[str, Any], metric: str, undefined: dict[str, dict[str, str]]) -> str:
+    """A table cell: the mean with its 95% interval when the suite reports one (``<metric>_ci95_lo`` / ``_hi``),
+    else ± the std over seeds; a count as an integer; ``n/a`` (with a short reason) where the suite says why."""
     mean, std = row["values"].get(metric, (None, None))
     if mean is None and metric in undefined.get(row["model"], {}):
-        return NOT_AVAILABLE
-    return _fmt(mean, std)
+        reasons = {r.split(": ", 1)[-1] for r in undefined[row["model"]][metric].split("; ")}
+        short = len(reasons) == 1 and len(reason := reasons.pop()) <= SHORT_REASON
+        return f"{NOT_AVAILABLE} ({reason})" if short else NOT_AVAILABLE
+    lo, hi = _mean(row, f"{metric}_ci95_lo"), _mean(row, f"{metric}_ci95_hi")
+    if mean is not None and lo is not None and hi is not None:
+        return f"{_fmt(mean)} [{lo:.2f}, {hi:.2f}]"
+    return _fmt(mean, std, count=bool((d := declared(suite, metric)) and d.count))
 
 
-def _md_table(table: dict[str, Any], columns: list[str], headers: dict[str, str] | None = None) -> list[str]:
-    """A Markdown table of ``columns``; a number the suite declared undefined reads ``n/a`` and its reason follows
-    the table."""
+def _md_table(suite: str, table: dict[str, Any], columns: list[str]) -> list[str]:
+    """A Markdown table of ``columns``; a number the suite declared undefined reads ``n/a``, its reason in the
+    cell when short, else below the table."""
     undefined = table.get("undefined") or {}
-    head = ["model", "step", *[(headers or {}).get(c, c) for c in columns]]
+    short = {b.bias_type: f"{b.short} ({b.metric.upper()})" for b in BIASES} if suite == "bias" else {}
+    head = ["model", "step", *[short.get(c, c) for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * len(columns)) + "|"]
     notes = []
     for r in table["rows"]:
-        cells = [r["model"], "–" if r["step"] is None else str(r["step"])]
-        cells += [_cell(r, c, undefined) for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = [_cell(suite, r, c, undefined) for c in columns]
+        lines.append(
+            "| " + " | ".join([r["model"], "–" if r["step"] is None else str(r["step"]), *cells]) + " |"
+        )
         why = undefined.get(r["model"], {})
         notes += [
             f"- {NOT_AVAILABLE}: `{r['model']}` `{c}`: {why[c]}"
-            for c in columns
-            if _cell(r, c, undefined) == NOT_AVAILABLE
+            for c, v in zip(columns, cells)
+            if v == NOT_AVAILABLE
         ]
     return [*lines, "", *([*notes, ""] if notes else [])]
 
@@ -324,9 +324,9 @@ def undefined_metrics(
     e.g. an official group without a decided item); a model's reasons from several seeds are joined."""
     out: dict[str, dict[str, dict[str, str]]] = {}
     for cell, result in results:
-        declared = (result.get("protocol") or {}).get("undefined_metrics") or {}
+        declared_now = (result.get("protocol") or {}).get("undefined_metrics") or {}
         mine = out.setdefault(cell["suite"], {}).setdefault(cell["model"], {})
-        for metric, reason in declared.items():
+        for metric, reason in declared_now.items():
             seed = f"seed {cell.get('seed')}: " if cell.get("seed") is not None else ""
             mine[metric] = "; ".join(filter(None, [mine.get(metric), seed + str(reason)]))
     return out
@@ -351,78 +351,78 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _plan_lines(plan: dict[str, Any]) -> list[str]:
+    b = dict(plan.get("backend") or {})
+    s, policy, think = b.pop("sampling", {}), b.pop("pixel_policy", None), b.pop("think_prefix", None)
+    return [
+        f"Suites: {', '.join(plan.get('suites', []))}; seeds: {plan.get('seeds')}; limit: {plan.get('limit')}.",
+        f"Decoding: temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}, "
+        f"max_new_tokens {s.get('max_new_tokens')}. Backend: `{json.dumps(b)}`. "
+        f"Pixel policy: `{json.dumps(policy)}`; think prefix: {think}.",
+        *[f"**Warning**: {w}." for w in plan.get("warnings") or []],
+        "",
+    ]
+
+
+def _suite_lines(suite: str, table: dict[str, Any], counts: dict[str, dict[str, Any]]) -> list[str]:
+    """A suite's section: its headline table (a table per protocol family), the parser, the counts."""
+    lines = [f"## {suite}", ""]
+    groups: dict[str, list[str]] = {}
+    for c in headline(suite, table):
+        groups.setdefault(metric_family(c), []).append(c)
+    for family, members in groups.items():
+        rule = (table.get("rules") or {}).get(family)
+        lines += [f"**{family} protocol**: {PROTOCOL_FAMILIES[family]}{f': {rule}' if rule else ''}.", ""]
+        lines += _md_table(suite, table, members)
+    if suite == "bias":
+        lines += [
+            "BD: share of the downward room used when the evidence is destroyed; BC: 1 − relative score change "
+            "under meaning-preserving changes; overall = mean of the nine. Higher is better everywhere.",
+            "",
+        ]
+    lines += [f"Parser: {table['parser']}.", ""] if table.get("parser") else []
+    if counts:
+        keys = sorted({k for c in counts.values() for k in c})
+        lines += ["Counts (totals over seeds):", "", "| model | " + " | ".join(keys) + " |"]
+        lines.append("|---|" + "|".join(["---:"] * len(keys)) + "|")
+        lines += [
+            f"| {m} | " + " | ".join(_fmt(c.get(k), count=True) for k in keys) + " |"
+            for m, c in counts.items()
+        ]
+        lines.append("")
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# Evaluation report", ""]
     if report.get("run_dir"):
         lines += [f"Training run: `{report['run_dir']}`", ""]
     if plan := report.get("plan"):
-        s = plan.get("sampling", {})
-        lines += [
-            f"Suites: {', '.join(plan.get('suites', []))}; seeds: {plan.get('seeds')}; limit: {plan.get('limit')}.",
-            f"Decoding: temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}, "
-            f"max_new_tokens {s.get('max_new_tokens')}. Backend: `{json.dumps(plan.get('backend'))}`. "
-            f"Pixel policy: `{json.dumps(plan.get('pixel_policy'))}`; think prefix: {plan.get('think_prefix')}.",
-            "",
-        ]
+        lines += _plan_lines(plan)
     lines += ["## Summary", "", *_summary_lines(report["summary"]), ""]
     for suite, table in report["tables"].items():
-        lines += [f"## {suite}", ""]
-        cols = table["columns"]
-        if suite == "bias":
-            short = {b.bias_type: f"{b.short} ({b.metric.upper()})" for b in BIASES}
-            main = [c for c in cols if c in short or c in (*CATEGORIES, "overall")]
-            lines += _md_table(table, main, short)
-            if rest := [c for c in cols if c not in main]:
-                lines += _md_table(table, rest)
-            lines += [
-                "BD: share of the downward room used when the evidence is destroyed; BC: 1 − relative score change "
-                "under meaning-preserving changes; overall = mean of the nine. Higher is better everywhere.",
-                "",
-            ]
-        else:
-            groups: dict[str, list[str]] = {}
-            for c in cols:
-                groups.setdefault(metric_family(c), []).append(c)
-            for family, members in groups.items():
-                rule = (table.get("rules") or {}).get(family)
-                lines += [
-                    f"**{family} protocol**: {PROTOCOL_FAMILIES[family]}{f': {rule}' if rule else ''}.",
-                    "",
-                ]
-                for start in range(0, len(members), _MAX_COLS):
-                    lines += _md_table(table, members[start : start + _MAX_COLS])
-        if table.get("parser"):
-            lines += [f"Parser: {table['parser']}.", ""]
-        if counts := report.get("counts", {}).get(suite):
-            keys = sorted({k for c in counts.values() for k in c})
-            lines += ["Counts (totals over seeds):", "", "| model | " + " | ".join(keys) + " |"]
-            lines.append("|---|" + "|".join(["---:"] * len(keys)) + "|")
-            lines += [
-                f"| {m} | " + " | ".join(str(c.get(k, "–")) for k in keys) + " |" for m, c in counts.items()
-            ]
-            lines.append("")
+        lines += _suite_lines(suite, table, report.get("counts", {}).get(suite) or {})
     if failed := report.get("failed_cells"):
         lines += ["## Failed cells", "", *[f"- `{c['cell']}`: {c.get('error')}" for c in failed], ""]
     if report.get("plots"):
         lines += ["## Plots", "", *[f"![{Path(p).stem}]({p})" for p in report["plots"]], ""]
     lines.append(
-        "Files: `results.csv` / `results.json` (every metric, mean and std over seeds), `cells/` (one JSON "
-        "per model × suite × seed, with per-sample outputs in the folder of the same name)."
+        "Every metric of every suite, mean and std over seeds: `results.csv` / `results.json` / `report.json`; "
+        "`cells/` holds one JSON per model × suite × seed, with per-sample outputs in the folder of the same name."
     )
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Write report.md, report.json and plots/*.png for an evaluation folder; returns the report dict."""
-    out_dir = Path(out_dir)
-    data = read_results(out_dir)
+def _tables(out_dir: Path, data: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """Per suite: the table (with its parser, official rule and undefined numbers), the protocol of its first
+    finished cell and the counts summed over seeds by model."""
     models = [m["name"] for m in data.get("models", [])]
     rows = data.get("rows", [])
     suites = [s for s in (data.get("plan") or {}).get("suites", []) if any(r["suite"] == s for r in rows)]
     suites += sorted({r["suite"] for r in rows} - set(suites))
     tables = {s: _table(rows, s, models) for s in suites}
     protocols: dict[str, dict[str, Any]] = {}
-    counts: dict[str, dict[str, dict[str, int]]] = {}
+    counts: dict[str, dict[str, dict[str, float]]] = {}
     results = done_results(out_dir, data)
     undefined = undefined_metrics(results)
     for c, result in results:
@@ -437,6 +437,15 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         official = protocols.get(s, {}).get("official_rule")  # the rule the official.* numbers follow
         table["rules"] = {"official": str(official)} if official else {}
         table["undefined"] = {m: why for m, why in undefined.get(s, {}).items() if why}
+    return tables, protocols, counts
+
+
+def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write report.md, report.json and plots/*.png for an evaluation folder; returns the report dict."""
+    out_dir = Path(out_dir)
+    data = read_results(out_dir)
+    models = [m["name"] for m in data.get("models", [])]
+    tables, protocols, counts = _tables(out_dir, data)
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path | None] = []
@@ -454,6 +463,7 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "tables": {
             s: {
                 "columns": t["columns"],
+                "headline": headline(s, t),
                 "parser": t["parser"],
                 "protocol_of": {c: metric_family(c) for c in t["columns"]},
                 "rules": t["rules"],
@@ -469,6 +479,9 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "failed_cells": [c for c in data.get("cells", []) if c.get("status") != "done"],
         "plots": [f"{PLOTS_DIR}/{p.name}" for p in written if p],
     }
-    atomic_write_text(out_dir / "report.md", render_markdown({**report, "tables": tables}), fsync=False)
+    markdown = redact_text(
+        render_markdown({**report, "tables": tables})
+    )  # the JSON files are redacted on write
+    atomic_write_text(out_dir / "report.md", markdown, fsync=False)
     atomic_write_json(out_dir / "report.json", report, fsync=False)
     return report

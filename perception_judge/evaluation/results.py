@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.core.io import atomic_open, atomic_write_json
+from perception_judge.core.schema import sha256_hex
 from perception_judge.evaluation.bias.metrics import mean_std
 
 CELLS_DIR = "cells"
@@ -25,8 +26,16 @@ CSV_COLUMNS = ("model", "step", "kind", "suite", "metric", "mean", "std", "n_see
 _KIND_RANK = {"base": 0, "checkpoint": 1, "final": 2}
 
 
+MAX_NAME = 64
+"""Characters of a judge's name in its file names: a longer name keeps its first 47 and a hash of the whole name,
+so cell files, their folders and their temporary names stay within any file system's limit."""
+
+
 def cell_id(model: str, suite: str, seed: int) -> str:
+    """``<model>__<suite>__seed<seed>``, the model name reduced to ``A-Za-z0-9._-`` (and hashed when long)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model)
+    if len(safe) > MAX_NAME:
+        safe = f"{safe[: MAX_NAME - 17]}-{sha256_hex(model)[:16]}"
     return f"{safe}__{suite}__seed{seed}"
 
 

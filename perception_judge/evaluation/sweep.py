@@ -1,10 +1,10 @@
 """Evaluation sweeps: every model of a training run (or a list of judges) × suite × seed, resumable.
 
-A *cell* is one (model, suite, seed), written to its own file when it ends (:mod:`.results`): a killed sweep
-loses at most the cells in flight, and a re-run skips every finished cell whose *fingerprint* (suite, seed, options,
-sampling, limit, backend settings, model folders, pixel policy, think prefix) is unchanged; a failed cell is retried
-on the next run. The models of a training run: ``base`` (its ``base_model``, step 0), each ``checkpoint-<N>`` (full
-weights or a LoRA adapter) and ``final`` (at the run's root).
+A *cell* is one (model, suite, seed), written to its own file when it ends (:mod:`.results`): a killed sweep loses at
+most the cells in flight, and a re-run skips every finished cell whose fingerprint (:func:`cell_fingerprint`) is
+unchanged; a failed cell is retried on the next run. The models of a training run: ``base`` (its ``base_model``, step
+0), each ``checkpoint-<N>`` (full weights or a LoRA adapter) and ``final`` (at the run's root). The plan
+(:mod:`.plan`) is read, never changed.
 """
 
 from __future__ import annotations
@@ -25,15 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.core.images import PixelPolicy
 from perception_judge.core.io import atomic_write_json
-from perception_judge.core.redact import redact
 from perception_judge.core.runinfo import RUN_FILE as RUN_FILE
 from perception_judge.core.runinfo import RunInfo, has_full_weights, list_checkpoints, read_run
-from perception_judge.core.schema import Sampling, content_key
-from perception_judge.evaluation.backends import load_backend, parse_spec
+from perception_judge.core.schema import content_key
 from perception_judge.evaluation.backends.common import fingerprint, has_processor, is_adapter_dir
-from perception_judge.evaluation.base import SUITES, JudgeBackend, SuiteConfig, get_suite, progress_bar
+from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, progress_bar
+from perception_judge.evaluation.plan import EvalPlan, jsonable, resolve
 from perception_judge.evaluation.results import (
     CELLS_DIR,
     cell_id,
@@ -42,11 +40,9 @@ from perception_judge.evaluation.results import (
     read_cell,
     write_results,
 )
+from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger(__name__)
-
-TRAIN_SET_PAIR_SUITES = ("position", "verbosity")
-"""Pair-source suites whose pairs default to the run's training set (the ``ppjd`` source, ``trainset_dir``)."""
 
 
 @dataclass
@@ -100,133 +96,68 @@ def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]
 
 def select_models(entries: list[ModelEntry], patterns: list[str] | None) -> list[ModelEntry]:
     """Keep the entries whose name matches one of the shell patterns (``base``, ``checkpoint-*``, ``final``)."""
-    if not patterns:
-        return entries
-    kept = [e for e in entries if any(fnmatch.fnmatchcase(e.name, p) for p in patterns)]
-    if not kept:
+    kept = [e for e in entries if not patterns or any(fnmatch.fnmatchcase(e.name, p) for p in patterns)]
+    if patterns and not kept:
         raise ValueError(f"no model matches {patterns}; available: {[e.name for e in entries]}")
     return kept
 
 
-@dataclass
-class EvalPlan:
-    """Everything that decides the numbers of a sweep, besides the models."""
-
-    suites: list[str]
-    out_dir: Path
-    seeds: list[int] = field(default_factory=lambda: [0])
-    sampling: Sampling = field(default_factory=Sampling)
-    limit: int | None = None
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # suite -> options
-    backend: dict[str, Any] = field(default_factory=lambda: {"kind": "hf"})
-    pixel_policy: PixelPolicy = field(default_factory=PixelPolicy)
-    think_prefix: str = "auto"
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        if unknown := [s for s in self.suites if s not in SUITES]:
-            raise KeyError(f"unknown suite(s) {unknown}; available: {', '.join(SUITES)}")
-        if not self.suites:
-            raise ValueError("no suite to run")
-        self.out_dir = Path(self.out_dir)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "suites": list(self.suites),
-            "seeds": list(self.seeds),
-            "sampling": dataclasses.asdict(self.sampling),
-            "limit": self.limit,
-            "options": redact(_jsonable(self.options)),
-            "backend": redact(_jsonable(self.backend)),
-            "pixel_policy": self.pixel_policy.to_dict(),
-            "think_prefix": self.think_prefix,
-        }
-
-
-def _jsonable(x: Any) -> Any:
-    return json.loads(json.dumps(x, default=lambda o: f"<{type(o).__name__}>"))
-
-
-def effective_pixel_policy(plan: EvalPlan) -> PixelPolicy:
-    """``backend.pixel_policy`` when the job config sets one, else the plan's (the training run's)."""
-    given = plan.backend.get("pixel_policy")
-    if given is None:
-        return plan.pixel_policy
-    return given if isinstance(given, PixelPolicy) else PixelPolicy(**dict(given))
-
-
 def cell_fingerprint(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -> str:
-    """What must match for a finished cell to be reused."""
-    folders = [entry.spec.get("model"), entry.spec.get("adapter")]
-    return content_key(
-        suite,
-        int(seed),
-        _jsonable(plan.options.get(suite, {})),
-        dataclasses.asdict(plan.sampling),
-        plan.limit,
-        {k: v for k, v in _jsonable(plan.backend).items() if k != "progress"},
-        _jsonable(entry.spec),
-        fingerprint(*[f for f in folders if f and Path(str(f)).is_dir()]),
-        effective_pixel_policy(plan).to_dict(),
-        plan.think_prefix,
-    )
-
-
-def _claim_cell_dir(folder: Path, fp: str) -> None:
-    """Mark a cell's output folder with the fingerprint it is run with; leftovers of an interrupted run with
-    other settings are removed first (an interrupted run with the same settings is kept: suites resume from it)."""
-    mark = folder / ".fingerprint"
-    if folder.is_dir() and (not mark.is_file() or mark.read_text().strip() != fp):
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    mark.write_text(fp)
+    """What must match for a finished cell to be reused: the suite's typed options (defaults filled, so writing a
+    default out changes nothing), the backend spec (options, pixel policy, think prefix, sampling), the seed, the
+    limit, the model folders and a fingerprint of their weight files."""
+    folders = [f for f in (entry.spec.get("model"), entry.spec.get("adapter")) if f and Path(str(f)).is_dir()]
+    options = jsonable(plan.options[suite].model_dump())
+    backend, spec = plan.backend.to_dict(), jsonable(entry.spec)
+    return content_key(suite, int(seed), options, backend, plan.limit, spec, fingerprint(*folders))
 
 
 BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
 
 
 class BackendPool:
-    """Builds the backend of each model from the plan's backend settings; with vLLM and LoRA checkpoints one
-    engine (LoRA enabled) serves the base model and every adapter."""
+    """Builds each judge's backend from the plan's backend spec; with vLLM and LoRA checkpoints one engine (LoRA
+    enabled) serves the base model and every adapter."""
 
     def __init__(
         self, plan: EvalPlan, entries: list[ModelEntry], factory: BackendFactory | None = None
     ) -> None:
-        self.plan = plan
-        self.entries = entries
-        self.factory = factory  # builds every backend instead, when given
+        self.plan, self.entries, self.factory = (
+            plan,
+            entries,
+            factory,
+        )  # factory: builds every backend instead
         self._shared: dict[str, Any] = {}  # base model -> its shared engine
-        # base model -> entries still to be served by its shared engine
-        self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))
+        self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))  # its models left
+
+    def judge_keys(self, entry: ModelEntry) -> dict[str, Any]:
+        """The backend keys of one judge: a local kind's folders; a server's model name, a LoRA checkpoint by its
+        entry name (vllm --lora-modules checkpoint-150=DIR) and anything else by its folder (vLLM's default served
+        name); a scripted judge's function. A key the job's backend block sets explicitly wins for servers and
+        scripted judges."""
+        kind, given = self.plan.backend.kind, self.plan.backend.options.model_fields_set
+        model = entry.name if entry.spec.get("adapter") else entry.spec.get("model")
+        keys = {
+            "openai": {"model": None if model is None else str(model)},
+            "scripted": {"fn": entry.spec.get("fn")},
+        }
+        keys = {
+            k: v for k, v in keys.get(kind, entry.spec).items() if kind in ("hf", "vllm") or k not in given
+        }
+        return {**keys, "label": entry.name}
 
     def get(self, entry: ModelEntry) -> JudgeBackend:
         if self.factory is not None:
             return self.factory(entry, self.plan)
-        spec = parse_spec(self.plan.backend)
-        kind = spec["kind"]
-        if kind in ("hf", "vllm"):
-            spec.update({k: v for k, v in entry.spec.items() if v is not None})
-            spec.setdefault("think_prefix", self.plan.think_prefix)
-        elif kind == "openai":
-            # a server serves a LoRA checkpoint under its entry name (vllm --lora-modules checkpoint-150=DIR),
-            # anything else under its folder (vLLM's default served name is the --model argument)
-            model = entry.name if entry.spec.get("adapter") else entry.spec.get("model")
-            spec.setdefault("model", None if model is None else str(model))
-        elif kind == "scripted":
-            spec.setdefault("fn", entry.spec.get("fn") or "constant")
-        spec.update(pixel_policy=effective_pixel_policy(self.plan), label=entry.name)
-        if kind != "vllm" or not any(e.spec.get("adapter") for e in self.entries):
-            return load_backend(spec)
+        keys, spec = self.judge_keys(entry), self.plan.backend
+        if spec.kind != "vllm" or not any(e.spec.get("adapter") for e in self.entries):
+            return spec.build(**keys)
         from perception_judge.evaluation.backends.vllm import adapter_rank
 
-        owner = self._shared.get(spec["model"])
-        if owner is None:
-            adapters = [e.spec["adapter"] for e in self.entries if e.spec.get("adapter")]
-            owner = self._shared[spec["model"]] = load_backend(
-                {k: v for k, v in spec.items() if k not in ("adapter", "processor")},
-                enable_lora=True,
-                max_lora_rank=max(adapter_rank(a) for a in adapters),
-                label="base",
+        if (owner := self._shared.get(keys["model"])) is None:
+            rank = max(adapter_rank(e.spec["adapter"]) for e in self.entries if e.spec.get("adapter"))
+            owner = self._shared[keys["model"]] = spec.build(
+                model=keys["model"], enable_lora=True, max_lora_rank=rank, label="base"
             )
         adapter = entry.spec.get("adapter")
         return owner.for_adapter(adapter, label=entry.name) if adapter else owner
@@ -280,29 +211,13 @@ class SweepOutcome:
         self.cells.append(cell)
 
 
-def suite_config(
-    entry: ModelEntry, suite: str, seed: int, plan: EvalPlan, run: RunInfo | None
-) -> SuiteConfig:
-    """The suite's options, with the run's training set as the default data of the perception suites and of the
-    position / verbosity pairs, and the model's name as the bias suite's ``model_key``."""
-    options = dict(plan.options.get(suite, {}))
-    train_set = run.train_set if run is not None else None
-    if suite in ("perception", "perception_mismatched") and not options.get("data") and train_set:
-        options["data"] = train_set
-    if suite in TRAIN_SET_PAIR_SUITES and train_set:
-        from perception_judge.evaluation.benchmarks.pair_sources import SOURCE_PATH_OPTIONS
-
-        if options.get("source") in (None, "ppjd") and not any(options.get(k) for k in SOURCE_PATH_OPTIONS):
-            options["trainset_dir"] = train_set
-    if suite == "bias":
-        options.setdefault("model_key", entry.name)
-    return SuiteConfig(
-        out_dir=plan.out_dir / CELLS_DIR / cell_id(entry.name, suite, seed),
-        seeds=[int(seed)],
-        sampling=plan.sampling,
-        limit=plan.limit,
-        options=options,
-    )
+def suite_config(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -> SuiteConfig:
+    """The suite's config for one cell: its typed options (a ``model_key`` left unset is the judge's name)."""
+    options = plan.options[suite]
+    if "model_key" in type(options).model_fields and options.model_key is None:
+        options = options.model_copy(update={"model_key": entry.name})
+    out_dir = plan.out_dir / CELLS_DIR / cell_id(entry.name, suite, seed)
+    return SuiteConfig(out_dir, [int(seed)], plan.backend.sampling, plan.limit, options)
 
 
 def check_cell_names(entries: list[ModelEntry]) -> None:
@@ -322,35 +237,31 @@ def check_cell_names(entries: list[ModelEntry]) -> None:
 
 
 def _run_cell(
-    entry: ModelEntry,
-    suite: str,
-    seed: int,
-    fp: str,
-    plan: EvalPlan,
-    run: RunInfo | None,
-    backend: JudgeBackend | None,
-    load_error: str | None,
+    entry: ModelEntry, suite: str, seed: int, fp: str, plan: EvalPlan, backend: Any
 ) -> dict[str, Any]:
-    """Run one cell; one failing cell never stops the sweep (its error is recorded)."""
+    """Run one cell (``backend``: the judge, or why it could not be loaded); one failing cell never stops the
+    sweep (its error is recorded). The cell's folder is marked with its fingerprint; leftovers of an interrupted
+    run with other settings are removed first (one with the same settings is kept: suites resume from it)."""
     cell = {
         "cell": cell_id(entry.name, suite, seed),
         "model": entry.name,
         "step": entry.step,
         "kind": entry.kind,
-        "suite": suite,
-        "seed": int(seed),
-        "fingerprint": fp,
-        "model_spec": _jsonable(entry.spec),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    t0 = time.time()
-    _claim_cell_dir(plan.out_dir / CELLS_DIR / cell["cell"], fp)
-    if backend is None:
-        cell.update(status="failed", error=f"model could not be loaded: {load_error}")
+    cell |= {"suite": suite, "seed": int(seed), "fingerprint": fp, "model_spec": jsonable(entry.spec)}
+    cell["started"], t0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.time()
+    folder = plan.out_dir / CELLS_DIR / cell["cell"]
+    mark = folder / ".fingerprint"
+    if folder.is_dir() and (not mark.is_file() or mark.read_text().strip() != fp):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    mark.write_text(fp)
+    if isinstance(backend, str):
+        cell.update(status="failed", error=f"model could not be loaded: {backend}")
     else:
         try:
-            result = get_suite(suite)(backend, suite_config(entry, suite, seed, plan, run))
-            cell.update(status="done", result=_jsonable(result.to_dict()))
+            result = SUITES[suite](backend, suite_config(entry, suite, seed, plan))
+            cell.update(status="done", result=jsonable(result.to_dict()))
             if too_many := backend_failure(result.counts):  # the numbers would rest on the calls that worked
                 cell.update(status="failed", error=too_many)
         except Exception as e:
@@ -363,10 +274,51 @@ def _run_cell(
     return cell
 
 
+Todo = dict[str, list[tuple[ModelEntry, str, int, str]]]
+
+
+def _todo(
+    entries: list[ModelEntry], plan: EvalPlan, outcome: SweepOutcome, claims: Any, max_attempts: int
+) -> Todo:
+    """The cells to run, by model; the finished ones (same fingerprint) go to ``outcome`` as skipped, and with
+    ``claims`` the ones that failed ``max_attempts`` times as failed (left for a person to look at)."""
+    todo: Todo = {}
+    for entry, suite, seed in itertools.product(entries, plan.suites, plan.seeds):
+        cid, fp = cell_id(entry.name, suite, seed), cell_fingerprint(entry, suite, seed, plan)
+        old = read_cell(cell_path(plan.out_dir, cid)) or {}
+        same = old.get("fingerprint") == fp
+        if old.get("status") == "done" and not plan.force:
+            if same:
+                outcome.add(old, "skipped")
+                continue
+            log.info("cell %s: settings changed since it was run; running it again", cid)
+        if (
+            claims is not None
+            and old.get("status") == "failed"
+            and same
+            and old.get("attempts", 1) >= max_attempts
+        ):
+            outcome.add(old, "failed")
+            continue
+        todo.setdefault(entry.name, []).append((entry, suite, seed, fp))
+    return todo
+
+
+def _finish(cell: dict[str, Any], path: Path, load_s: float, fp: str) -> dict[str, Any]:
+    """Time a cell, count its attempts (a failed cell with the same settings as the last failure: one more) and
+    write it."""
+    cell |= {"model_load_seconds": round(load_s, 3), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if cell["status"] == "failed":
+        previous = read_cell(path) or {}
+        same = previous.get("fingerprint") == fp and previous.get("status") == "failed"
+        cell["attempts"] = int(previous.get("attempts", 1)) + 1 if same else 1
+    atomic_write_json(path, cell)
+    return cell
+
+
 def run_cells(
     entries: list[ModelEntry],
     plan: EvalPlan,
-    run: RunInfo | None = None,
     backend_factory: BackendFactory | None = None,
     progress: bool = True,
     claims: Any = None,
@@ -379,28 +331,12 @@ def run_cells(
     check_cell_names(entries)
     (plan.out_dir / CELLS_DIR).mkdir(parents=True, exist_ok=True)
     outcome = SweepOutcome()
-    todo: dict[str, list[tuple[ModelEntry, str, int, str]]] = {}
-    for entry, suite, seed in itertools.product(entries, plan.suites, plan.seeds):
-        cid = cell_id(entry.name, suite, seed)
-        fp = cell_fingerprint(entry, suite, seed, plan)
-        old = read_cell(cell_path(plan.out_dir, cid)) or {}
-        same = old.get("fingerprint") == fp
-        if old.get("status") == "done" and not plan.force:
-            if same:
-                outcome.add(old, "skipped")
-                continue
-            log.info("cell %s: settings changed since it was run; running it again", cid)
-        retried = old.get("status") == "failed" and same and int(old.get("attempts", 1)) >= max_attempts
-        if claims is not None and retried:
-            outcome.add(old, "failed")  # retried enough: left for a person to look at
-            continue
-        todo.setdefault(entry.name, []).append((entry, suite, seed, fp))
+    todo = _todo(entries, plan, outcome, claims, max_attempts)
     pool = BackendPool(plan, [e for e in entries if e.name in todo], backend_factory)
     bar = progress_bar(sum(map(len, todo.values())) if progress else 0, "cells", "cell")
     try:
         for items in todo.values():
-            entry = items[0][0]
-            backend, load_error, load_s = None, None, None
+            entry, backend, load_s = items[0][0], None, None
             try:
                 for entry, suite, seed, fp in items:
                     bar.update(1)
@@ -420,23 +356,16 @@ def run_cells(
                         try:
                             backend = pool.get(entry)
                         except Exception as e:  # recorded on every cell of this model
-                            load_error = f"{type(e).__name__}: {e}"
-                            log.error("cannot load model %s: %s", entry.name, load_error)
+                            backend = f"{type(e).__name__}: {e}"
+                            log.error("cannot load model %s: %s", entry.name, backend)
                         load_s = time.time() - t_load
                     bar.set_postfix_str(f"{entry.name} / {suite} / seed {seed}")
-                    cell = _run_cell(entry, suite, seed, fp, plan, run, backend, load_error)
-                    cell["model_load_seconds"] = round(load_s, 3)
-                    cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-                    if cell["status"] == "failed":
-                        previous = read_cell(path) or {}
-                        same = previous.get("fingerprint") == fp and previous.get("status") == "failed"
-                        cell["attempts"] = int(previous.get("attempts", 1)) + 1 if same else 1
-                    atomic_write_json(path, cell)
+                    cell = _finish(_run_cell(entry, suite, seed, fp, plan, backend), path, load_s, fp)
                     if claims is not None:
                         claims.release(cid)
                     outcome.add(cell, cell["status"])  # "done" or "failed"
             finally:
-                if backend is not None:
+                if backend is not None and not isinstance(backend, str):
                     pool.release(backend, entry)
     finally:
         bar.close()
@@ -447,7 +376,6 @@ def run_cells(
 def sweep(
     run_dir: str | os.PathLike[str],
     plan: EvalPlan | None = None,
-    suites: list[str] | None = None,
     models: list[str] | None = None,
     backend_factory: BackendFactory | None = None,
     report: bool = True,
@@ -455,11 +383,11 @@ def sweep(
     **claim_options: Any,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
     """Evaluate the base model and every checkpoint of a run (``claim_options``: ``claim``, ``lease_s``,
-    ``max_attempts`` of :func:`evaluate`). ``plan`` defaults to the given suites, written to ``RUN_DIR/eval``;
-    the plan takes the run's pixel policy and think prefix."""
+    ``max_attempts`` of :func:`evaluate`). ``plan`` should be resolved with the run (:func:`~.plan.resolve`, which
+    takes its pixel policy, think prefix, token budget and training set); the default runs the bias and perception
+    suites into ``RUN_DIR/eval``."""
     run = read_run(run_dir)
-    plan = plan or EvalPlan(suites=suites or ["bias", "perception"], out_dir=run.run_dir / "eval")
-    plan.pixel_policy, plan.think_prefix = run.pixel_policy, run.think_prefix
+    plan = plan or resolve([], run.run_dir / "eval", run)
     entries = select_models(discover_models(run), models)
     return evaluate(entries, plan, backend_factory, report, progress, run=run, **claim_options)
 
@@ -485,27 +413,24 @@ def evaluate(
     lease_s: float = 60.0,
     max_attempts: int = 3,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
-    """Evaluate a list of judges: same cells, table and report as a sweep (``run``: the training run they
-    come from, when a sweep evaluates one). With ``claim`` this is one of many workers sharing the folder
-    (:mod:`perception_judge.evaluation.claims`): it runs the cells it claims and writes no table; ``collect``
-    writes them once every cell is done."""
+    """Evaluate a list of judges: same cells, table and report as a sweep (``run``: the training run they come
+    from, when a sweep evaluates one). With ``claim`` this is one of many workers sharing the folder
+    (:mod:`perception_judge.evaluation.claims`): it runs the cells it claims and writes no table; ``collect`` writes
+    them once every cell is done."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    saved = {
-        "plan": plan.to_dict(),
-        "models": [dataclasses.asdict(e) for e in entries],
-        "run_dir": str(run.run_dir) if run else None,
-        "run": _jsonable(run.raw) if run else None,
-    }
+    models = [dataclasses.asdict(e) for e in entries]
+    saved = {"plan": plan.to_dict(), "models": models, "run_dir": str(run.run_dir) if run else None}
+    saved["run"] = jsonable(run.raw) if run else None
     if not claim:
         atomic_write_json(plan.out_dir / "plan.json", saved)
-        outcome = run_cells(entries, plan, run, backend_factory, progress)
+        outcome = run_cells(entries, plan, backend_factory, progress)
         return outcome, _write_tables(plan.out_dir, saved, report)
     from perception_judge.evaluation.claims import Claims
 
     with contextlib.closing(Claims(plan.out_dir, lease_s)) as claims:
         claims.pin_plan({"plan": saved["plan"], "models": saved["models"]})
         atomic_write_json(plan.out_dir / "plan.json", saved)
-        return run_cells(entries, plan, run, backend_factory, progress, claims, max_attempts), {}
+        return run_cells(entries, plan, backend_factory, progress, claims, max_attempts), {}
 
 
 def collect(
@@ -517,20 +442,15 @@ def collect(
     from perception_judge.evaluation.claims import claimed_cells
 
     out_dir = Path(out_dir)
-    plan_file = out_dir / "plan.json"
-    if not plan_file.is_file():
+    if not (out_dir / "plan.json").is_file():
         raise FileNotFoundError(
-            f"{str(plan_file)!r} not found: OUT must be the --out of an `eval sweep --claim` run"
+            f"{str(out_dir / 'plan.json')!r} not found: OUT must be the --out of an `eval sweep --claim` run"
         )
-    saved = json.loads(plan_file.read_text(encoding="utf-8"))
+    saved = json.loads((out_dir / "plan.json").read_text(encoding="utf-8"))
     plan = saved.get("plan") or {}
     status = {c["cell"]: c.get("status") for c in collect_cells(out_dir)}
-    expected = [
-        cell_id(m["name"], suite, int(seed))
-        for m in saved.get("models", [])
-        for suite in plan.get("suites", [])
-        for seed in plan.get("seeds", [])
-    ]
+    grid = itertools.product(saved.get("models", []), plan.get("suites", []), plan.get("seeds", []))
+    expected = [cell_id(m["name"], suite, int(seed)) for m, suite, seed in grid]
     state = {
         "missing": [c for c in expected if c not in status],
         "failed": [c for c in expected if status.get(c) == "failed"],

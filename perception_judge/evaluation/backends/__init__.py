@@ -1,36 +1,37 @@
 """Judge backends behind one interface (:class:`perception_judge.evaluation.base.JudgeBackend`).
 
-``load_backend(spec)`` builds one from a string ``KIND:TARGET`` (``hf:/path/to/model``, ``vllm:/path/to/model``,
-``openai:MODEL`` with the server from ``$OPENAI_BASE_URL``, ``scripted:constant`` / ``scripted:random`` /
-``scripted:package.module:function``) or from a mapping with ``kind`` (or ``backend``) and that kind's options,
-e.g. ``{"kind": "hf", "model": "runs/x/checkpoint-20", "batch_size": 8, "pixel_policy": {"size": 448}}``.
-
-A kind's options are the parameters of its class's constructor, checked as a typed
-:class:`~perception_judge.core.options.Options` model (:func:`backend_model`). Backend modules import their heavy
-dependencies (torch, transformers, vLLM) only when a backend is built.
+A kind's options are its class's ``Options`` model, declared next to the class (:class:`.hf.HFOptions`,
+:class:`.vllm.VLLMOptions`, :class:`.openai.OpenAIOptions`, :class:`.scripted.ScriptedOptions`): typed, with their
+defaults, checked when the plan is built. :class:`BackendSpec` is the plan's backend, resolved once: the kind, its
+options, the pixel policy, the think prefix and the sampling. ``load_backend(spec)`` builds one from a string
+``KIND:TARGET`` (``hf:/path/to/model``, ``openai:MODEL``, ``scripted:constant``) or a mapping with ``kind`` (or
+``backend``), that kind's options and optionally ``pixel_policy`` / ``think_prefix``. Backend modules import their
+heavy dependencies (torch, transformers, vLLM) only when a backend is built.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
-import typing
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import create_model
-
-from perception_judge.core.options import Options
+from perception_judge.core.images import PixelPolicy
+from perception_judge.core.options import OptionError, Options
+from perception_judge.core.schema import Sampling
+from perception_judge.evaluation.backends.common import LocalBackend
+from perception_judge.evaluation.backends.hf import HFBackend
+from perception_judge.evaluation.backends.openai import OpenAIBackend
+from perception_judge.evaluation.backends.scripted import ScriptedBackend
+from perception_judge.evaluation.backends.vllm import VLLMBackend
 from perception_judge.evaluation.base import JudgeBackend
 
-_CLASSES = {
-    "hf": "perception_judge.evaluation.backends.hf:HFBackend",
-    "vllm": "perception_judge.evaluation.backends.vllm:VLLMBackend",
-    "openai": "perception_judge.evaluation.backends.openai:OpenAIBackend",
-    "scripted": "perception_judge.evaluation.backends.scripted:ScriptedBackend",
+KINDS: dict[str, type[JudgeBackend]] = {
+    "hf": HFBackend,
+    "vllm": VLLMBackend,
+    "openai": OpenAIBackend,
+    "scripted": ScriptedBackend,
 }
-KINDS = tuple(_CLASSES)
 
 
 def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -50,50 +51,64 @@ def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": kind, **d}
 
 
-def backend_class(kind: str) -> type[JudgeBackend]:
-    """The backend class of a kind (imported on first use; the engines themselves load only when it is built)."""
-    if kind not in _CLASSES:
-        raise ValueError(f"unknown backend kind {kind!r}; choose one of {', '.join(KINDS)}")
-    module, name = _CLASSES[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+def takes(kind: str) -> set[str]:
+    """The option keys of a backend kind (besides ``kind``, ``pixel_policy`` and ``think_prefix``)."""
+    return set(KINDS[kind].Options.model_fields)
 
 
-@functools.cache
-def backend_model(kind: str) -> type[Options]:
-    """The typed options of a kind: one field per constructor parameter, with its type and default (a required
-    parameter defaults to None here; the constructor still asks for it)."""
-    init = backend_class(kind).__init__
-    hints = typing.get_type_hints(init)
-    fields = {
-        name: (hints.get(name, Any), None if p.default is p.empty else p.default)
-        for name, p in inspect.signature(init).parameters.items()
-        if name != "self" and p.kind is not p.VAR_KEYWORD
-    }
-    return create_model(f"{kind.capitalize()}BackendOptions", __base__=Options, **fields)
+@dataclass(frozen=True)
+class BackendSpec:
+    """The backend of a plan: ``kind``, its typed ``options`` (defaults filled), and what every judge of the plan
+    shares: the ``pixel_policy``, the ``think_prefix`` (hf and vllm prefill; servers use their template) and the
+    ``sampling``. Built by :meth:`parse`; the sweep and the backends only read it."""
 
+    kind: str
+    options: Options
+    pixel_policy: PixelPolicy = field(default_factory=PixelPolicy)
+    think_prefix: str = "auto"
+    sampling: Sampling = field(default_factory=Sampling)
 
-def backend_options(kind: str) -> set[str]:
-    """The keys a backend kind's block may hold (its constructor's parameters)."""
-    return set(backend_model(kind).model_fields)
+    @classmethod
+    def parse(cls, block: Mapping[str, Any], sampling: Sampling | None = None) -> BackendSpec:
+        """A spec from a mapping ``{kind, pixel_policy, think_prefix, **options}``: a key the kind does not take
+        is an error naming it (``scripted`` ignores other kinds' keys: it stands in for any judge)."""
+        d = parse_spec(block)
+        kind, policy, think = d.pop("kind"), d.pop("pixel_policy", None) or {}, d.pop("think_prefix", None)
+        try:
+            policy = policy if isinstance(policy, PixelPolicy) else PixelPolicy(**policy)
+        except (TypeError, ValueError) as e:  # the plan's job model has checked the keys already
+            raise OptionError(f"backend.pixel_policy: {e}") from None
+        if kind == "scripted":
+            d = {k: v for k, v in d.items() if k in takes(kind)}
+        options = KINDS[kind].Options.parse(d, "backend", f"option of the {kind} backend")
+        return cls(kind, options, policy, think or "auto", sampling or Sampling())
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            **self.options.model_dump(
+                mode="json", exclude_none=True, fallback=lambda o: f"<{type(o).__name__}>"
+            ),
+            "pixel_policy": self.pixel_policy.to_dict(),
+            "think_prefix": self.think_prefix,
+            "sampling": dataclasses.asdict(self.sampling),
+        }
 
-def backend_kwargs(spec: str | Mapping[str, Any], **overrides: Any) -> tuple[str, dict[str, Any]]:
-    """(kind, checked constructor arguments) of a spec; ``overrides`` win over the spec's keys (``None`` values
-    are ignored). A key the kind does not take is an error naming it (``scripted`` ignores other kinds' keys); a
-    bad value is an error naming ``backend.KEY``."""
-    d = parse_spec(spec)
-    d.update({k: v for k, v in overrides.items() if v is not None})
-    kind = d.pop("kind")
-    takes = backend_options(kind)
-    if kind == "scripted":
-        d = {k: v for k, v in d.items() if k in takes}
-    elif unknown := sorted(set(d) - takes):
-        raise ValueError(f"backend {kind!r} has no option(s) {unknown}; it takes {sorted(takes)}")
-    opts = backend_model(kind).parse(d, "backend")
-    return kind, {k: getattr(opts, k) for k in opts.model_fields_set}
+    def build(self, **judge: Any) -> JudgeBackend:
+        """The backend of one judge: ``judge`` holds its own keys (``model``, ``adapter``, ``processor``, ``fn``,
+        ``label``, ...; None values are ignored) on top of the spec's options."""
+        cls = KINDS[self.kind]
+        kw = {
+            **self.options.model_dump(exclude_none=True),
+            **{k: v for k, v in judge.items() if v is not None},
+        }
+        if issubclass(cls, LocalBackend):
+            kw["think_prefix"] = self.think_prefix
+        return cls(pixel_policy=self.pixel_policy, **kw)
 
 
 def load_backend(spec: str | Mapping[str, Any], **overrides: Any) -> JudgeBackend:
-    """Build a backend from a spec (:func:`backend_kwargs`)."""
-    kind, kwargs = backend_kwargs(spec, **overrides)
-    return backend_class(kind)(**kwargs)
+    """Build a backend from a spec (the module docstring); ``overrides`` win over its keys (None is ignored)."""
+    d = parse_spec(spec)
+    d.update({k: v for k, v in overrides.items() if v is not None})
+    return BackendSpec.parse(d).build()

@@ -8,9 +8,12 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
 
 from perception_judge.core.images import PixelPolicy, pixel_policy_conflict, processor_pixel_bounds
+from perception_judge.core.options import Options
 from perception_judge.core.protocol import THINK_PREFIX, opens_think_block
 from perception_judge.core.schema import JudgeRequest, JudgeResult
 from perception_judge.evaluation.base import JudgeBackend, error_result, parse_result
@@ -82,35 +85,43 @@ def fingerprint(*folders: str | Path | None) -> str:
     return h.hexdigest()[:16]
 
 
+PathText = Annotated[str | None, BeforeValidator(lambda v: str(v) if isinstance(v, Path) else v)]
+
+
+class LocalOptions(Options):
+    """The folders of a local judge (a sweep fills ``model``, ``adapter`` and ``processor`` per checkpoint): ``model``
+    (a full model, or an adapter folder whose base comes from ``base_model`` or its config), an optional LoRA
+    ``adapter``, the ``processor`` folder (default: the adapter folder when it holds processor files, else the
+    model folder); requests per ``generate`` call; the judge's name in results."""
+
+    model: PathText = None
+    adapter: PathText = None
+    base_model: PathText = None
+    processor: PathText = None
+    batch_size: int = Field(8, ge=1)
+    label: str | None = None
+
+
 class LocalBackend(JudgeBackend):
-    """A judge whose weights are local folders: ``model`` (a full model, or an adapter folder whose base comes from
-    ``base_model`` or its config) and an optional LoRA ``adapter``; the processor is read from ``processor``, else
-    the adapter folder when it holds processor files, else the model folder."""
+    """A judge whose weights are local folders (:class:`LocalOptions`), rendering with the think prefix."""
 
     seeding = ""
 
     def __init__(
-        self,
-        model: str | Path,
-        adapter: str | Path | None,
-        base_model: str | Path | None,
-        processor: str | Path | None,
-        pixel_policy: PixelPolicy | dict | None,
-        think_prefix: str,
-        batch_size: int,
-        label: str | None,
+        self, opts: LocalOptions, pixel_policy: PixelPolicy | dict | None, think_prefix: str
     ) -> None:
         from transformers import AutoProcessor
 
         super().__init__(pixel_policy)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.model_path, self.adapter_path = resolve_model(model, adapter, base_model)
+        if not opts.model:
+            raise ValueError(f"the {self.name} backend needs a model folder (option model)")
+        self.opts = opts
+        self.model_path, self.adapter_path = resolve_model(opts.model, opts.adapter, opts.base_model)
         self.think_prefix = think_prefix
-        self.batch_size = int(batch_size)
-        self.label = label or Path(self.adapter_path or self.model_path).name
+        self.batch_size = opts.batch_size
+        self.label = opts.label or Path(self.adapter_path or self.model_path).name
         adapter_proc = self.adapter_path if self.adapter_path and has_processor(self.adapter_path) else None
-        self.processor_path = str(processor or adapter_proc or self.model_path)
+        self.processor_path = str(opts.processor or adapter_proc or self.model_path)
         self.processor = AutoProcessor.from_pretrained(self.processor_path)
         if problem := pixel_policy_conflict(self.pixel_policy, processor_pixel_bounds(self.processor)):
             log.warning(

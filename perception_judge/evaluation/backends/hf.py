@@ -10,20 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.protocol import render_generation_prompt
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
-from perception_judge.evaluation.backends.common import LocalBackend, run_batches
-from perception_judge.evaluation.base import (
-    NEUTRAL_DECODING,
-    is_greedy,
-    prepare_each,
-    progress_bar,
-    request_sampling,
-    request_seed,
-)
+from perception_judge.evaluation import base
+from perception_judge.evaluation.backends.common import LocalBackend, LocalOptions, run_batches
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +43,8 @@ def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) 
     ``generate`` on every call."""
     from transformers import GenerationConfig
 
-    sent = request_sampling(sampling, "")
-    greedy = is_greedy(sampling)
+    sent = base.request_sampling(sampling, "")
+    greedy = base.is_greedy(sampling)
     return GenerationConfig(
         max_new_tokens=sent["max_tokens"],
         eos_token_id=eos_token_id,
@@ -60,56 +53,57 @@ def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) 
         temperature=1.0 if greedy else sent["temperature"],
         top_p=sent["top_p"],
         top_k=sent["top_k"],
-        min_p=NEUTRAL_DECODING["min_p"],
-        repetition_penalty=NEUTRAL_DECODING["repetition_penalty"],
+        min_p=base.NEUTRAL_DECODING["min_p"],
+        repetition_penalty=base.NEUTRAL_DECODING["repetition_penalty"],
         **_HF_NEUTRAL,
     )
 
 
+class HFOptions(LocalOptions):
+    """``dtype`` auto: bfloat16 on a GPU, float32 on the CPU; ``device`` auto: cuda when torch sees a GPU;
+    ``merge_adapter`` merges the LoRA weights for faster generation (the same numbers up to rounding)."""
+
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    device: str = "auto"
+    merge_adapter: bool = True
+    attn_implementation: str | None = None
+
+
 class HFBackend(LocalBackend):
-    """A local transformers judge (see :class:`~perception_judge.evaluation.backends.common.LocalBackend` for the
-    folders). ``merge_adapter`` merges the LoRA weights for faster generation (the same numbers up to rounding)."""
+    """A local transformers judge (:class:`HFOptions`)."""
 
     name = "hf"
+    Options = HFOptions
     seeding = "torch.manual_seed(request_seed(seed, batch request ids)) per batch"
 
     def __init__(
         self,
-        model: str | Path,
-        adapter: str | Path | None = None,
-        base_model: str | Path | None = None,
-        processor: str | Path | None = None,
+        model: str | Path | None = None,
+        *,
         pixel_policy: PixelPolicy | dict | None = None,
         think_prefix: str = "auto",
-        batch_size: int = 8,
-        dtype: str = "auto",
-        device: str = "auto",
-        merge_adapter: bool = True,
-        label: str | None = None,
         progress: bool = True,
-        attn_implementation: str | None = None,
+        **options: Any,
     ) -> None:
         import torch
         from transformers import AutoModelForImageTextToText
 
-        super().__init__(model, adapter, base_model, processor, pixel_policy, think_prefix, batch_size, label)
-        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-        if dtype == "auto":
-            dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
-        if not isinstance(getattr(torch, dtype, None), torch.dtype):
-            raise ValueError(f"unknown dtype {dtype!r}")
+        o = HFOptions.parse({"model": model, **options}, "backend")
+        super().__init__(o, pixel_policy, think_prefix)
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if o.device == "auto" else o.device
+        dtype = o.dtype if o.dtype != "auto" else "bfloat16" if self.device.startswith("cuda") else "float32"
         self.torch_dtype = getattr(torch, dtype)
         self.progress = progress
         tok = getattr(self.processor, "tokenizer", self.processor)
         tok.padding_side = "left"
-        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        extra = {"attn_implementation": o.attn_implementation} if o.attn_implementation else {}
         net = AutoModelForImageTextToText.from_pretrained(self.model_path, dtype=self.torch_dtype, **extra)
         self.merged = False
         if self.adapter_path:
             from peft import PeftModel
 
             net = PeftModel.from_pretrained(net, self.adapter_path)
-            if merge_adapter:
+            if o.merge_adapter:
                 net, self.merged = net.merge_and_unload(), True
         self.model = net.to(self.device).eval()
         gen_cfg = getattr(self.model, "generation_config", None)
@@ -144,7 +138,7 @@ class HFBackend(LocalBackend):
         inputs = self.processor(text=prompts, images=images or None, padding=True, return_tensors="pt")
         inputs = inputs.to(self.device)
         gen_cfg = generation_config(sampling, self.eos_token_id, self.pad_token_id)
-        seed = request_seed(sampling.seed, "|".join(req.request_id for _, req, _ in batch))
+        seed = base.request_seed(sampling.seed, "|".join(req.request_id for _, req, _ in batch))
         devices = [torch.cuda.current_device()] if self.device.startswith("cuda") else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
@@ -163,10 +157,10 @@ class HFBackend(LocalBackend):
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
         if self.model is None:
             raise RuntimeError("this hf backend was closed")
-        results, ready = prepare_each(requests, self._prepare, log)
+        results, ready = base.prepare_each(requests, self._prepare, log)
         # similar lengths together: less padding (image tokens count alike for equal-size images)
         ready.sort(key=lambda item: (len(item[2][0]), len(item[2][1])))
-        bar = progress_bar(len(ready) if self.progress else 0, f"hf {self.label}", "req", leave=False)
+        bar = base.progress_bar(len(ready) if self.progress else 0, f"hf {self.label}", "req", leave=False)
         try:
             results.update(run_batches(ready, self.batch_size, lambda b: self._generate(b, sampling), bar))
         finally:

@@ -14,71 +14,65 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from perception_judge.core.images import PixelPolicy
+from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
-from perception_judge.evaluation.base import (
-    JudgeBackend,
-    error_result,
-    parse_result,
-    prepare_each,
-    progress_bar,
-    request_sampling,
-)
+from perception_judge.evaluation import base
 
 
 def _standard(sampling: Sampling, request_id: str) -> dict[str, Any]:
     """The OpenAI API's own sampling fields of a request (``temperature``, ``top_p``, ``max_tokens``, ``seed``)."""
-    sent = request_sampling(sampling, request_id)
+    sent = base.request_sampling(sampling, request_id)
     return {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
 
 
-class OpenAIBackend(JudgeBackend):
-    """Judge through an OpenAI-compatible server. ``base_urls`` (several = round robin in the client) default
-    to ``$OPENAI_BASE_URL``; the key is read from ``api_key_env`` (never stored in results)."""
+class OpenAIOptions(Options):
+    """The served model's name, the server URLs (several = round robin in the client; default
+    ``$OPENAI_BASE_URL``), the client's settings (as the teacher client's), ``send_top_k`` (see the module
+    docstring) and the judge's name in results. The key is read from ``api_key_env`` (never stored in results)."""
+
+    model: str | None = None
+    base_urls: CommaList | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    api_key: str | None = None
+    concurrency: int = Field(16, ge=1)
+    timeout_s: float = Field(180, gt=0)
+    max_retries: int = Field(6, ge=0)
+    backoff_base_s: float = Field(1.0, ge=0)
+    backoff_max_s: float = Field(60.0, ge=0)
+    image_max_side: int = Field(1024, ge=1)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    send_top_k: bool = False
+    label: str | None = None
+
+
+class OpenAIBackend(base.JudgeBackend):
+    """Judge through an OpenAI-compatible server (:class:`OpenAIOptions`)."""
 
     name = "openai"
+    Options = OpenAIOptions
 
     def __init__(
         self,
-        model: str,
-        base_urls: list[str] | str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        api_key: str | None = None,
-        concurrency: int = 16,
-        timeout_s: float = 180,
-        max_retries: int = 6,
-        backoff_base_s: float = 1.0,
-        backoff_max_s: float = 60.0,
-        image_max_side: int = 1024,
-        extra_body: dict[str, Any] | None = None,
-        send_top_k: bool = False,
+        model: str | None = None,
+        *,
         pixel_policy: PixelPolicy | dict | None = None,
-        label: str | None = None,
         progress: bool = True,
         client_factory: Callable[[Any], Any] | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(pixel_policy)
-        if isinstance(base_urls, str):
-            base_urls = [u.strip() for u in base_urls.split(",") if u.strip()]
-        if not base_urls:
-            base_urls = [os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"]
-        self.model = model
-        self.base_urls = list(base_urls)
-        self.client_settings = {
-            "base_urls": self.base_urls,
-            "model": model,
-            "api_key_env": api_key_env,
-            "api_key": api_key,
-            "concurrency": int(concurrency),
-            "timeout_s": timeout_s,
-            "max_retries": int(max_retries),
-            "backoff_base_s": backoff_base_s,
-            "backoff_max_s": backoff_max_s,
-            "image_max_side": int(image_max_side),
-            "extra_body": dict(extra_body or {}),
-        }
-        self.send_top_k = send_top_k
-        self.label = label or model
+        o = OpenAIOptions.parse({"model": model, **options}, "backend")
+        if not o.model:
+            raise ValueError("the openai backend needs the served model's name (option model)")
+        self.model = o.model
+        self.base_urls = o.base_urls or [os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"]
+        settings = o.model_dump(exclude={"base_urls", "send_top_k", "label"})
+        self.client_settings = {"base_urls": self.base_urls, **settings}
+        self.send_top_k = o.send_top_k
+        self.label = o.label or o.model
         self.progress = progress
         self.client_factory = client_factory
 
@@ -98,7 +92,7 @@ class OpenAIBackend(JudgeBackend):
         if (
             self.send_top_k
         ):  # vLLM's sampling fields, explicit: the server's defaults come from the model folder
-            sent = request_sampling(sampling, "")
+            sent = base.request_sampling(sampling, "")
             extras = {"top_k": sent["top_k"] or -1, "min_p": sent["min_p"]}
             extras["repetition_penalty"] = sent["repetition_penalty"]
             settings["extra_body"] = {**settings["extra_body"], **extras}
@@ -112,17 +106,21 @@ class OpenAIBackend(JudgeBackend):
         self, ready: list[tuple[int, JudgeRequest, list[Any]]], sampling: Sampling
     ) -> dict[int, JudgeResult]:
         client = self._make_client(sampling)
-        bar = progress_bar(len(ready) if self.progress else 0, f"openai {self.label}", "req", leave=False)
+        bar = base.progress_bar(
+            len(ready) if self.progress else 0, f"openai {self.label}", "req", leave=False
+        )
 
         async def one(req: JudgeRequest, images: list[Any]) -> JudgeResult:
             try:
                 resp = await client.chat(req.messages, images, **_standard(sampling, req.request_id))
             except Exception as e:  # LLMError after retries, or anything else: this request only
                 # LLMError's text is "reason: detail" with the server's message, already redacted
-                return error_result(req, f"{type(e).__name__}: {str(e)[:300] or getattr(e, 'reason', '')}")
+                return base.error_result(
+                    req, f"{type(e).__name__}: {str(e)[:300] or getattr(e, 'reason', '')}"
+                )
             finally:
                 bar.update(1)
-            return parse_result(
+            return base.parse_result(
                 req,
                 resp.text or "",
                 resp.reasoning,
@@ -139,7 +137,7 @@ class OpenAIBackend(JudgeBackend):
         return {i: res for (i, _, _), res in zip(ready, out)}
 
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
-        results, ready = prepare_each(requests, self.prepare_images)
+        results, ready = base.prepare_each(requests, self.prepare_images)
         if ready:
             results.update(asyncio.run(self._run(ready, sampling)))
         return [results[i] for i in range(len(requests))]

@@ -11,10 +11,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy
+from perception_judge.core.options import Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.base import JudgeBackend, parse_result
 
 ScriptFn = Callable[[JudgeRequest, Sampling], "str | tuple[str, str | None]"]
+
+
+class ScriptedOptions(Options):
+    """``fn``: a built-in judge's name, ``module:function``, or (in Python) the function itself."""
+
+    fn: Any = "constant"
+    label: str | None = None
 
 
 class ScriptedBackend(JudgeBackend):
@@ -22,9 +30,13 @@ class ScriptedBackend(JudgeBackend):
     results are parsed like any backend's."""
 
     name = "scripted"
+    Options = ScriptedOptions
 
     def __init__(
-        self, fn: ScriptFn | str, pixel_policy: PixelPolicy | dict | None = None, label: str | None = None
+        self,
+        fn: ScriptFn | str = "constant",
+        pixel_policy: PixelPolicy | dict | None = None,
+        label: str | None = None,
     ) -> None:
         super().__init__(pixel_policy)
         self.fn = scripted_fn(fn) if isinstance(fn, str) else fn

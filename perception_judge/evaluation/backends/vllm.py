@@ -11,13 +11,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.protocol import render_generation_prompt
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation.backends.common import (
     LocalBackend,
+    LocalOptions,
     adapter_config,
     fingerprint,
     resolve_model,
@@ -114,6 +117,20 @@ def adapter_rank(adapter_path: str | Path) -> int:
     return int(adapter_config(adapter_path).get("r", 8))
 
 
+class VLLMOptions(LocalOptions):
+    """The engine's settings (:func:`engine_kwargs`); ``enable_lora`` default: when an adapter is given."""
+
+    batch_size: int = Field(256, ge=1)
+    dtype: Literal["auto", "float32", "float16", "bfloat16", "half", "float"] = "auto"
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=1)
+    max_images_per_prompt: int = Field(1, ge=0)
+    max_lora_rank: int | None = Field(None, ge=1)
+    enable_lora: bool | None = None
+    engine_extra: dict[str, Any] | None = None
+
+
 class VLLMBackend(LocalBackend):
     """A vLLM offline-engine judge (see :class:`~perception_judge.evaluation.backends.common.LocalBackend` for the
     folders). ``engine`` lets several adapters share one engine (see :meth:`for_adapter`); the backend that created
@@ -122,38 +139,27 @@ class VLLMBackend(LocalBackend):
     name = "vllm"
     seeding = "SamplingParams.seed = request_seed(seed, request_id) per request"
 
+    Options = VLLMOptions
+
     def __init__(
         self,
-        model: str | Path,
-        adapter: str | Path | None = None,
-        base_model: str | Path | None = None,
-        processor: str | Path | None = None,
+        model: str | Path | None = None,
+        *,
         pixel_policy: PixelPolicy | dict | None = None,
         think_prefix: str = "auto",
-        batch_size: int = 256,
-        dtype: str = "auto",
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float | None = None,
-        max_model_len: int | None = None,
-        max_images_per_prompt: int = 1,
-        max_lora_rank: int | None = None,
-        enable_lora: bool | None = None,
-        label: str | None = None,
         engine: Any = None,
-        engine_extra: dict[str, Any] | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(model, adapter, base_model, processor, pixel_policy, think_prefix, batch_size, label)
+        o = VLLMOptions.parse({"model": model, **options}, "backend")
+        super().__init__(o, pixel_policy, think_prefix)
         self.owns_engine = engine is None
         self.engine_config = engine_kwargs(
             self.model_path,
-            enable_lora=bool(self.adapter_path) if enable_lora is None else bool(enable_lora),
-            max_lora_rank=max_lora_rank or (adapter_rank(self.adapter_path) if self.adapter_path else 64),
-            max_images_per_prompt=max_images_per_prompt,
-            dtype=dtype,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            extra=engine_extra,
+            enable_lora=bool(self.adapter_path) if o.enable_lora is None else o.enable_lora,
+            max_lora_rank=o.max_lora_rank or (adapter_rank(self.adapter_path) if self.adapter_path else 64),
+            **o.model_dump(include={"max_images_per_prompt", "dtype", "tensor_parallel_size"}),
+            **o.model_dump(include={"gpu_memory_utilization", "max_model_len"}),
+            extra=o.engine_extra,
             tower_lora=bool(self.adapter_path) and adapter_targets_vision(self.adapter_path),
         )
         if engine is None:

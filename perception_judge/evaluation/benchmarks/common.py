@@ -19,17 +19,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 from perception_judge.core.images import ImageError, PixelPolicy, load_image, resolve_under
 from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest
-from perception_judge.evaluation.base import (
-    JudgeBackend,
-    Judgement,
-    Metric,
-    SkipItem,
-    SuiteConfig,
-    SuiteResult,
-    judge_items,
-    metric_hints,
-    write_samples,
-)
+from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import ParserOption, whole_completion
 
@@ -331,7 +321,7 @@ class ImageSource:
             return fn()
         except ImageError as e:
             if self.missing == "skip":
-                raise SkipItem(f"{e.reason}_image", f"{context}: {e}") from None
+                raise base.SkipItem(f"{e.reason}_image", f"{context}: {e}") from None
             raise BenchmarkDataError(f"{self.what} for {context}: {e}") from None
 
     def check(self, cell: Any, context: str) -> None:
@@ -374,7 +364,9 @@ class Judged:
     """The judgements of one :meth:`BenchmarkRun.judge` call by judged item (skipped items left out): ``items``,
     their positions in the judged sequence (``index``), :meth:`scores` and :meth:`completion`."""
 
-    def __init__(self, items: Sequence[Any], judgements: list[Judgement], counts: dict[str, int]) -> None:
+    def __init__(
+        self, items: Sequence[Any], judgements: list[base.Judgement], counts: dict[str, int]
+    ) -> None:
         self.index = sorted({j.item for j in judgements})
         position = {i: k for k, i in enumerate(self.index)}
         self.items = [items[i] for i in self.index]
@@ -406,11 +398,9 @@ class BenchmarkRun:
     """One call of a benchmark suite: its options (``opts``), the seeds it judges, the per-sample lines and the
     per-seed metrics; :meth:`result` writes ``<suite>.samples.jsonl`` and completes the protocol record."""
 
-    def __init__(
-        self, suite: str, backend: JudgeBackend, config: SuiteConfig, options: type[JudgeOptions]
-    ) -> None:
+    def __init__(self, suite: str, backend: base.JudgeBackend, config: base.SuiteConfig) -> None:
         self.suite, self.backend, self.config = suite, backend, config
-        self.opts: Any = options.parse(config.options, suite)
+        self.opts: Any = config.options
         seeds = getattr(self.opts, "seeds", None) or config.seeds
         self.seeds = list(dict.fromkeys(int(s) for s in seeds)) or [0]
         self.lines: list[dict[str, Any]] = []
@@ -436,7 +426,7 @@ class BenchmarkRun:
     ) -> Judged:
         """Judge ``items`` under every seed (:func:`~perception_judge.evaluation.base.judge_items`); one sample
         line per judgement, with ``log(item)``'s fields."""
-        judgements = judge_items(
+        judgements = base.judge_items(
             self.backend,
             items,
             build,
@@ -466,16 +456,13 @@ class BenchmarkRun:
         metrics: dict[str, float | None],
         counts: dict[str, int],
         protocol: dict[str, Any],
-        primary: str | None,
         published_images: str,
         published_sampling: bool = False,
-        declared: dict[str, Metric] | None = None,
-    ) -> SuiteResult:
+    ) -> base.SuiteResult:
         """The suite's :class:`SuiteResult`. ``protocol`` is completed with the images, sampling, seeds and
-        backend of the run, its deviations from Perception-Judge's published sampling (``published_sampling``),
-        and the report's hints from :data:`metrics.METRICS` and ``declared`` (``primary`` ranks models)."""
+        backend of the run and its deviations from Perception-Judge's published sampling (``published_sampling``)."""
         path = Path(self.config.out_dir) / f"{self.suite}.samples.jsonl"
-        write_samples(path, self.lines)
+        base.write_samples(path, self.lines)
         aggs = getattr(self.opts, "aggregation", ["mean"])
         if "aggregation" not in protocol:
             protocol["aggregation"] = {a: AGGREGATIONS[a] for a in aggs}
@@ -508,7 +495,5 @@ class BenchmarkRun:
                 )
             protocol["published_sampling"] = {**PERCEPTION_JUDGE_SAMPLING, "seeds": PERCEPTION_JUDGE_SEEDS}
             protocol["deviations_from_published"] = deviations
-        protocol["backend"] = self.backend.describe()
-        protocol.update(metric_hints(metrics, {**M.METRICS, **(declared or {})}, primary))
         extra = {"per_seed": self.per_seed} if self.per_seed else {}
-        return SuiteResult(self.suite, metrics, protocol, counts, str(path), extra)
+        return base.SuiteResult(self.suite, metrics, protocol, counts, str(path), extra)

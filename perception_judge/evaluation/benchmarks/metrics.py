@@ -15,21 +15,25 @@ from collections.abc import Iterable, Sequence
 from rapidfuzz.distance import Levenshtein
 
 from perception_judge.core.schema import SLOTS
-from perception_judge.evaluation.base import LOWER, Metric
+from perception_judge.evaluation.base import COUNT, LOWER, Metric
 
 VERDICTS: tuple[str, ...] = ("A", "B", "C")
 _SIGN = {"A": -1, "B": 1, "C": 0}
 
 METRICS: dict[str, Metric] = {
-    "parse_failure_rate": LOWER,
-    "pred_tie_rate": LOWER,
-    "tied_scores_rate": LOWER,
-    "norm_levenshtein": LOWER,
-    "norm_levenshtein_parsed": LOWER,
-    "first_position_win_rate": Metric(ideal=0.5),
+    **dict.fromkeys(
+        ("acc", "acc_orig_order", "acc_swapped_order", "acc_both_orders", "order_consistency"), Metric()
+    ),
+    **dict.fromkeys(("acc_with_tie", "acc_with_tie_compat", "acc_without_tie"), Metric()),
+    **dict.fromkeys(("pearson", "pearson_compat", "pearson_unmapped"), Metric(chance=0.0)),
+    **dict.fromkeys(("consistency_rate", "consistency_rate_strict"), Metric()),
+    **dict.fromkeys(("parse_failure_rate", "pred_tie_rate", "tied_scores_rate"), LOWER),
+    **dict.fromkeys(("norm_levenshtein", "norm_levenshtein_parsed"), LOWER),
+    "first_position_win_rate": Metric(None, ideal=0.5),
+    **dict.fromkeys(("n", "n_undecided"), COUNT),
 }
-"""What the benchmark metrics mean for a reader, by the name part that states the metric
-(:func:`perception_judge.evaluation.base.metric_hints`); each suite adds its own."""
+"""What the metrics the benchmark suites share mean, by the name part that states the metric
+(:meth:`perception_judge.evaluation.base.Suite.metric`); each suite adds its own."""
 
 
 def mean(values: Iterable[float | None]) -> float | None:

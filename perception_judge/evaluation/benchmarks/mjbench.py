@@ -12,29 +12,12 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from perception_judge.core.options import CommaList
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult
+from perception_judge.evaluation.benchmarks import common, pairs
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.common import (
-    BenchmarkDataError,
-    BenchmarkOptions,
-    BenchmarkRun,
-    DataPath,
-    TableImages,
-    first_field,
-    load_table,
-    prefixed,
-    slug,
-)
-from perception_judge.evaluation.benchmarks.pairs import (
-    ORDERS,
-    PairItem,
-    order_verdicts,
-    pair_requests,
-    voted_verdicts,
-)
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, request_parser
 
-SUITE = "mjbench"
+NAME = "mjbench"
 SPLITS: tuple[str, ...] = ("alignment", "safety", "quality")
 CRITERIA: dict[str, str] = {
     "alignment": (
@@ -71,10 +54,10 @@ def _check_label(value: Any) -> Any:
     return value
 
 
-class MJBenchOptions(BenchmarkOptions):
+class MJBenchOptions(common.BenchmarkOptions):
     """``default_label``: the label of a copy without a label column (the current hub card: always 0)."""
 
-    data_dir: DataPath
+    data_dir: common.DataPath
     splits: Annotated[CommaList, Field(min_length=1)] = SPLITS
     default_label: Annotated[Any, AfterValidator(_check_label)] = None
     chunk_size: int = Field(32, ge=1)
@@ -88,38 +71,38 @@ def question_text(split: str, caption: str) -> str:
     )
 
 
-def load_split(opts: MJBenchOptions, split: str) -> tuple[list[PairItem], dict[str, int], Path]:
-    table = load_table(opts.data_dir, split, f"MJ-Bench {split}")
+def load_split(opts: MJBenchOptions, split: str) -> tuple[list[pairs.PairItem], dict[str, int], Path]:
+    table = common.load_table(opts.data_dir, split, f"MJ-Bench {split}")
     cols = []
     for names in (("image0", "image_0"), ("image1", "image_1")):
         found = next((c for c in names if c in table.columns), None)
         if found is None:
-            raise BenchmarkDataError(
+            raise common.BenchmarkDataError(
                 f"MJ-Bench {split}: {str(table.path)!r} has no {names[0]!r} column (columns: {table.columns})",
                 table.path,
             )
         cols.append(found)
     if not any(c in table.columns for c in ("label", "preferred")) and opts.default_label is None:
-        raise BenchmarkDataError(
+        raise common.BenchmarkDataError(
             f"MJ-Bench {split}: {str(table.path)!r} has no 'label' column; set mjbench.default_label=0 if image0 "
             "is the preferred image in your copy",
             table.path,
         )
-    images = TableImages(table, cols, opts.images_dir, opts.missing_images, f"MJ-Bench {split} image")
+    images = common.TableImages(table, cols, opts.images_dir, opts.missing_images, f"MJ-Bench {split} image")
     counts = {"rows": len(table), "skipped_no_gt": 0}
-    items: list[PairItem] = []
+    items: list[pairs.PairItem] = []
     for i, rec in enumerate(table.view(["caption", "prompt", "label", "preferred", "id"])):
         where = f"{table.path} row {i} ({split})"
-        caption = first_field(rec, ("caption", "prompt"))
+        caption = common.first_field(rec, ("caption", "prompt"))
         if not isinstance(caption, str):
-            raise BenchmarkDataError(f"MJ-Bench: {where}: no 'caption' text", table.path)
-        raw_label = first_field(rec, ("label", "preferred"))
+            raise common.BenchmarkDataError(f"MJ-Bench: {where}: no 'caption' text", table.path)
+        raw_label = common.first_field(rec, ("label", "preferred"))
         label = parse_label(raw_label if raw_label is not None else opts.default_label)
         if label is None:
             counts["skipped_no_gt"] += 1
             continue
         items.append(
-            PairItem(
+            pairs.PairItem(
                 item_id=f"{split}_{rec.get('id') if rec.get('id') is not None else i}",
                 question=question_text(split, caption),
                 responses=list(ANSWERS),
@@ -132,7 +115,7 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[PairItem], dict[s
     return items, counts, table.path
 
 
-def split_accuracy(items: list[PairItem], views: list[list[str | None]]) -> dict[str, float | None]:
+def split_accuracy(items: list[pairs.PairItem], views: list[list[str | None]]) -> dict[str, float | None]:
     """One split: for each view of the verdicts (one order of a run, or the vote), ``acc_with_tie`` = correct /
     all judgments (a tie or failure wrong) and ``acc_without_tie`` = correct / decisive judgments; then their mean
     over the views."""
@@ -145,7 +128,7 @@ def split_accuracy(items: list[PairItem], views: list[list[str | None]]) -> dict
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, MJBenchOptions)
+    bench = common.BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     loaded = {s: load_split(opts, s) for s in opts.splits}  # every split read before any judging
     for items, _, _ in loaded.values():
@@ -158,13 +141,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     for split, (items, split_counts, _) in loaded.items():
         judged = bench.judge(
             items[: config.limit],
-            lambda it: pair_requests(SUITE, it, bench.images(it), swap_images=True, parser=parser),
+            lambda it: pairs.pair_requests(NAME, it, bench.images(it), swap_images=True, parser=parser),
             f"mjbench {split}",
             split_counts,
             lambda it: {"item_id": it.item_id, "split": it.group, "preferred": it.preferred},
         )
         kept = judged.items
-        verdicts = {s: order_verdicts(judged, s) for s in bench.seeds}
+        verdicts = {s: pairs.order_verdicts(judged, s) for s in bench.seeds}
         parsed = [v for run in verdicts.values() for vs in run for v in vs.values() if v is not None]
         metrics[f"{split}.parse_failure_rate"] = judged.parse_failure_rate
         metrics[f"{split}.pred_tie_rate"] = M.rate(parsed.count("C"), len(parsed))
@@ -172,14 +155,14 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             if agg == "mean":
                 result = bench.mean(
                     lambda s, kept=kept, verdicts=verdicts: split_accuracy(
-                        kept, [[v[o] for v in verdicts[s]] for o in ORDERS]
+                        kept, [[v[o] for v in verdicts[s]] for o in pairs.ORDERS]
                     ),
                     prefix=f"{split}.",
                 )
             else:
-                result = split_accuracy(kept, [voted_verdicts(list(verdicts.values()), len(kept))])
+                result = split_accuracy(kept, [pairs.voted_verdicts(list(verdicts.values()), len(kept))])
             per_split[agg][split] = result
-            metrics |= prefixed(f"{agg}.{slug(split)}", result)
+            metrics |= common.prefixed(f"{agg}.{common.slug(split)}", result)
         counts |= {f"{split}.{k}": v for k, v in sorted(split_counts.items())}
     for agg in opts.aggregation:
         for name in ("acc_with_tie", "acc_without_tie"):
@@ -197,5 +180,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "avg": "unweighted mean over splits",
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, 336x336 images, k=0 original / k=1 swapped",
     }
-    primary = f"{opts.aggregation[0]}.avg.acc_with_tie"
-    return bench.result(metrics, counts, protocol, primary, "336x336 (Flex-Judge)")
+    return bench.result(metrics, counts, protocol, "336x336 (Flex-Judge)")
+
+
+SUITE = Suite(
+    NAME,
+    MJBenchOptions,
+    M.METRICS,
+    ("*.avg.acc_with_tie", "*.avg.acc_without_tie", "mean.*.acc_with_tie"),
+    run,
+)

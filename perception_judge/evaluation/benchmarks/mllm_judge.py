@@ -18,22 +18,9 @@ from typing import Any
 
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import SLOTS, JudgeRequest
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult
+from perception_judge.evaluation.benchmarks import common
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.common import (
-    BenchmarkDataError,
-    BenchmarkOptions,
-    BenchmarkRun,
-    ImageSource,
-    Judged,
-    OptPath,
-    choices,
-    first_field,
-    prefixed,
-    read_jsonl,
-    require_file,
-    slug,
-)
 from perception_judge.evaluation.benchmarks.published import (
     DESCRIPTIONS,
     first_tag,
@@ -43,7 +30,7 @@ from perception_judge.evaluation.benchmarks.published import (
     tag_ints,
 )
 
-SUITE = "mllm_judge"
+NAME = "mllm_judge"
 SETTINGS: tuple[str, ...] = ("pair", "score", "batch")
 PROMPT_PROTOCOL = {"pair": "pair", "score": "single", "batch": "batch"}
 GT_FIELDS = ("human", "human_answer")
@@ -56,14 +43,14 @@ AGGREGATIONS = {
 }
 
 
-class MLLMJudgeOptions(BenchmarkOptions):
+class MLLMJudgeOptions(common.BenchmarkOptions):
     """``data_dir``: the ``Benchmark`` folder; ``*_file`` override one setting's file each."""
 
-    settings: choices(SETTINGS) = SETTINGS
-    pair_file: OptPath = None
-    score_file: OptPath = None
-    batch_file: OptPath = None
-    aggregation: choices(tuple(AGGREGATIONS)) = ("mean",)
+    settings: common.choices(SETTINGS) = SETTINGS
+    pair_file: common.OptPath = None
+    score_file: common.OptPath = None
+    batch_file: common.OptPath = None
+    aggregation: common.choices(tuple(AGGREGATIONS)) = ("mean",)
 
 
 @dataclass
@@ -93,12 +80,12 @@ class Item:
 
 
 def pair_gt(record: dict[str, Any]) -> str | None:
-    v = first_field(record, GT_FIELDS)
+    v = common.first_field(record, GT_FIELDS)
     return v.strip().upper() if isinstance(v, str) and v.strip().upper() in M.VERDICTS else None
 
 
 def score_gt(record: dict[str, Any]) -> int | None:
-    v = first_field(record, GT_FIELDS)
+    v = common.first_field(record, GT_FIELDS)
     if isinstance(v, str) and v.strip().isdigit():
         v = int(v.strip())
     if isinstance(v, float) and v.is_integer():
@@ -108,7 +95,7 @@ def score_gt(record: dict[str, Any]) -> int | None:
 
 def batch_gt(record: dict[str, Any]) -> str | None:
     """The human ranking as slot letters (separators such as ``>`` or spaces dropped); None if absent."""
-    v = first_field(record, GT_FIELDS)
+    v = common.first_field(record, GT_FIELDS)
     if not isinstance(v, str):
         return None
     return "".join(ch for ch in v.upper() if ch in SLOTS) or None
@@ -120,13 +107,15 @@ def _answer(value: Any, what: str, path: Path, row: int) -> tuple[str, str | Non
         return value["answer"], str(value["name"]) if value.get("name") is not None else None
     if isinstance(value, str):
         return value, None
-    raise BenchmarkDataError(f"MLLM-as-a-Judge: {path!s} record {row}: {what} must be {{name, answer}}", path)
+    raise common.BenchmarkDataError(
+        f"MLLM-as-a-Judge: {path!s} record {row}: {what} must be {{name, answer}}", path
+    )
 
 
 def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
     """Items of one setting, and counts of the records left out (``skipped_no_gt``, ``skipped_gt_short``,
     ``skipped_bad_answers``)."""
-    records = read_jsonl(path, f"MLLM-as-a-Judge {setting} file")
+    records = common.read_jsonl(path, f"MLLM-as-a-Judge {setting} file")
     items: list[Item] = []
     counts: dict[str, int] = {"records": len(records)}
 
@@ -134,9 +123,11 @@ def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
         counts[f"skipped_{reason}"] = counts.get(f"skipped_{reason}", 0) + 1
 
     for row, rec in enumerate(records, 1):
-        question = first_field(rec, ("instruction", "question"))
+        question = common.first_field(rec, ("instruction", "question"))
         if not isinstance(question, str):
-            raise BenchmarkDataError(f"MLLM-as-a-Judge: {path!s} record {row}: no 'instruction' text", path)
+            raise common.BenchmarkDataError(
+                f"MLLM-as-a-Judge: {path!s} record {row}: no 'instruction' text", path
+            )
         if setting == "pair":
             answers = [_answer(rec.get(k), repr(k), path, row) for k in ("answer1", "answer2")]
             gt, reason = pair_gt(rec), "no_gt"
@@ -173,21 +164,21 @@ def setting_file(setting: str, explicit: Path | None, data_dir: Path | None) -> 
             f"MLLM-as-a-Judge {setting}: set option 'data_dir' (the MLLM-Judge Dataset/Benchmark folder) or "
             f"'{setting}_file'"
         )
-    return require_file(explicit or data_dir / f"{setting}.jsonl", f"MLLM-as-a-Judge {setting} file")  # type: ignore[operator]
+    return common.require_file(explicit or data_dir / f"{setting}.jsonl", f"MLLM-as-a-Judge {setting} file")  # type: ignore[operator]
 
 
-def image_source(images_dir: Path | None, files: list[Path], missing: str) -> ImageSource:
+def image_source(images_dir: Path | None, files: list[Path], missing: str) -> common.ImageSource:
     """The benchmark's images: under ``images_dir``, else each file's folder, its parent, and ``image/`` under
     either."""
     roots = (
         r for f in files for r in (f.parent, f.parent.parent, f.parent / "image", f.parent.parent / "image")
     )
     folders = [images_dir] if images_dir is not None else list(dict.fromkeys(roots))
-    return ImageSource(folders, missing, "MLLM-as-a-Judge image")
+    return common.ImageSource(folders, missing, "MLLM-as-a-Judge image")
 
 
 def checked_items(
-    setting: str, path: Path, images: ImageSource, limit: int | None
+    setting: str, path: Path, images: common.ImageSource, limit: int | None
 ) -> tuple[list[Item], dict[str, int]]:
     """:func:`load_items`, the first ``limit`` kept (None keeps all), their images found before any judging."""
     items, counts = load_items(setting, path)
@@ -248,7 +239,7 @@ def published_prediction(setting: str, completion: str, gt: Any, rule: str) -> A
 
 
 def seed_predictions(
-    setting: str, judged: Judged, seeds: list[int], parser: str, rule: str
+    setting: str, judged: common.Judged, seeds: list[int], parser: str, rule: str
 ) -> list[list[Any]]:
     """Per seed, per judged item, the prediction: read from the completion by the published ``rule`` under
     ``parser="published"`` (:func:`published_prediction`), else from the parsed scores (:func:`prediction`; the
@@ -280,7 +271,7 @@ def _scoped(name: str, items: list[Item], fn: Callable[[list[int]], float | None
     return {
         f"{name}.micro": fn(list(range(len(items)))),
         f"{name}.macro": M.mean(per.values()),
-        **{f"{name}.by_dataset.{slug(ds)}": v for ds, v in per.items()},
+        **{f"{name}.by_dataset.{common.slug(ds)}": v for ds, v in per.items()},
     }
 
 
@@ -378,7 +369,7 @@ def flex_metrics(
     per = {ds: subset(idx) for ds, idx in _groups(items).items()}
     # the script averages the unrounded subsets, then rounds "Ave"
     out[f"{name}.macro"] = _round3(M.mean(per.values()))
-    return out | {f"{name}.by_dataset.{slug(ds)}": _round3(v) for ds, v in per.items()}
+    return out | {f"{name}.by_dataset.{common.slug(ds)}": _round3(v) for ds, v in per.items()}
 
 
 def _round3(value: float | None) -> float | None:
@@ -386,7 +377,9 @@ def _round3(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def aggregated(agg: str, setting: str, bench: BenchmarkRun, judged: Judged) -> dict[str, float | None]:
+def aggregated(
+    agg: str, setting: str, bench: common.BenchmarkRun, judged: common.Judged
+) -> dict[str, float | None]:
     """One aggregation's metrics of one setting (:data:`AGGREGATIONS`): ``mean`` on the notebook's reading,
     ``vote`` on the parsed scores, ``flex`` on Flex-Judge's (with ``score.pearson_unmapped`` beside the score)."""
     kept, parser = judged.items, bench.opts.parser
@@ -404,7 +397,7 @@ def aggregated(agg: str, setting: str, bench: BenchmarkRun, judged: Judged) -> d
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, MLLMJudgeOptions)
+    bench = common.BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     files = {s: setting_file(s, getattr(opts, f"{s}_file"), opts.data_dir) for s in opts.settings}
     images = image_source(opts.images_dir, list(files.values()), opts.missing_images)
@@ -417,7 +410,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         judged = bench.judge(
             items,
             lambda it, parser=parser: [
-                it.request(SUITE, bench.image(images.load(it.image, it.where)), parser)
+                it.request(NAME, bench.image(images.load(it.image, it.where)), parser)
             ],
             f"mllm_judge {setting}",
             set_counts,
@@ -430,7 +423,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             tied = sum(1 for run in per_seed for s in run if s and len(set(s)) != len(s))
             metrics["batch.tied_scores_rate"] = M.rate(tied, set_counts.get("judgments", 0))
         for agg in opts.aggregation:
-            metrics |= prefixed(agg, aggregated(agg, setting, bench, judged))
+            metrics |= common.prefixed(agg, aggregated(agg, setting, bench, judged))
         counts |= {f"{setting}.{k}": v for k, v in sorted(set_counts.items())}
 
     protocol = {
@@ -458,13 +451,18 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "*_compat metrics treat it as the published evaluators do (C / -1)",
         "aggregation": {a: AGGREGATIONS[a] for a in opts.aggregation},
     }
-    head = opts.aggregation[0]
-    candidates = [
-        f"{head}.{name}.{scope}"
-        for name in ("pair.acc_without_tie", "score.pearson_compat", "batch.norm_levenshtein")
+    return bench.result(metrics, counts, protocol, "448x448 square, aspect ignored", published_sampling=True)
+
+
+PRIMARY = (
+    "*.pair.acc_without_tie.micro",
+    "*.pair.acc_without_tie.macro",
+    "*.pair.acc_with_tie.micro",
+    *(
+        f"*.{name}.{scope}"
+        for name in ("score.pearson_compat", "batch.norm_levenshtein")
         for scope in ("micro", "macro")
-    ]
-    primary = next((c for c in candidates if c in metrics), None)
-    return bench.result(
-        metrics, counts, protocol, primary, "448x448 square, aspect ignored", published_sampling=True
-    )
+    ),
+)
+"""Each setting's headline; the first reported one (the first aggregation's) ranks models."""
+SUITE = Suite(NAME, MLLMJudgeOptions, M.METRICS, PRIMARY, run)

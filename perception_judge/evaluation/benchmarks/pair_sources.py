@@ -11,33 +11,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perception_judge.core.schema import RESPONSE_KINDS
-from perception_judge.evaluation.benchmarks import mllm_judge, vlrewardbench
-from perception_judge.evaluation.benchmarks.common import (
-    BenchmarkDataError,
-    BenchmarkFileMissing,
-    ImageSource,
-    JudgeOptions,
-    OptPath,
-    first_field,
-    read_jsonl,
-    two_texts,
-)
+from perception_judge.evaluation.benchmarks import common, mllm_judge, vlrewardbench
 from perception_judge.evaluation.benchmarks.pairs import PairItem
 
 SOURCE_PATH_OPTIONS: tuple[str, ...] = ("data_dir", "pair_file", "trainset_dir", "pairs_file")
 """The options that name where the pairs are (one per source; :func:`infer_source` picks the source by them)."""
 
 
-class PairSourceOptions(JudgeOptions):
+class PairSourceOptions(common.JudgeOptions):
     """``split``: default ``validation`` (ppjd) or ``test`` (vlrewardbench)."""
 
     source: Literal["mllm_judge", "vlrewardbench", "ppjd", "pairs_jsonl"] | None = None
-    data_dir: OptPath = None
-    pair_file: OptPath = None
-    images_dir: OptPath = None
+    data_dir: common.OptPath = None
+    pair_file: common.OptPath = None
+    images_dir: common.OptPath = None
     split: str | None = None
-    trainset_dir: OptPath = None
-    pairs_file: OptPath = None
+    trainset_dir: common.OptPath = None
+    pairs_file: common.OptPath = None
     missing_images: Literal["error", "skip"] = "error"
 
 
@@ -115,11 +105,11 @@ def _ppjd_items(folder: Path, split: str) -> tuple[list[PairItem], dict[str, Any
     from perception_judge.core.trainset import load_training_set
 
     if not folder.is_dir():
-        raise BenchmarkFileMissing(f"PPJD training set: no such folder {str(folder)!r}", folder)
+        raise common.BenchmarkFileMissing(f"PPJD training set: no such folder {str(folder)!r}", folder)
     try:
         ds = load_training_set(folder, splits=[split])[split]
     except FileNotFoundError as e:
-        raise BenchmarkFileMissing(f"PPJD training set: {e} (split {split!r})", folder) from None
+        raise common.BenchmarkFileMissing(f"PPJD training set: {e} (split {split!r})", folder) from None
     imgs = ds.select_columns(["images"])
     rank = {k: i for i, k in enumerate(RESPONSE_KINDS)}
     seen: set[tuple[str, str, str]] = set()
@@ -147,21 +137,21 @@ def _ppjd_items(folder: Path, split: str) -> tuple[list[PairItem], dict[str, Any
 
 
 def _jsonl_items(path: Path, opts: PairSourceOptions) -> tuple[list[PairItem], dict[str, Any]]:
-    records = read_jsonl(path, "pairs file")
-    images = ImageSource([opts.images_dir or path.parent], opts.missing_images, "pair image")
+    records = common.read_jsonl(path, "pairs file")
+    images = common.ImageSource([opts.images_dir or path.parent], opts.missing_images, "pair image")
     items = []
     for row, rec in enumerate(records, 1):
         where = f"pairs file: {path!s} record {row}"
         responses = rec.get("responses")
-        question = first_field(rec, ("question", "query", "instruction"))
-        if not two_texts(responses):
-            raise BenchmarkDataError(f"{where}: 'responses' must be two strings", path)
+        question = common.first_field(rec, ("question", "query", "instruction"))
+        if not common.two_texts(responses):
+            raise common.BenchmarkDataError(f"{where}: 'responses' must be two strings", path)
         if not isinstance(question, str):
-            raise BenchmarkDataError(f"{where}: no 'question'", path)
+            raise common.BenchmarkDataError(f"{where}: no 'question'", path)
         try:
             preferred = _preferred(rec.get("preferred"))
         except ValueError as e:
-            raise BenchmarkDataError(f"{where}: {e}", path) from None
+            raise common.BenchmarkDataError(f"{where}: {e}", path) from None
         item = PairItem(
             item_id=str(rec.get("id", row)),
             question=question,
@@ -170,7 +160,7 @@ def _jsonl_items(path: Path, opts: PairSourceOptions) -> tuple[list[PairItem], d
             group=str(rec.get("group") or rec.get("category") or ""),
             names=[str(n) if n is not None else None for n in rec.get("names") or [None, None]][:2],
         )
-        if (image := first_field(rec, ("image", "image_path"))) is not None:
+        if (image := common.first_field(rec, ("image", "image_path"))) is not None:
             context = f"{path} record {row}"
             item.load_images = lambda image=image, c=context: [images.load(image, c)]
             item.check_images = functools.partial(images.check, image, context)

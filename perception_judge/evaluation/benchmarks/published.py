@@ -25,6 +25,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+from perception_judge.evaluation.base import PARSERS as PARSER_FNS
+
 TAG = re.compile(r"<answer>(\d+)</answer>")
 BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
 DIGITS = re.compile(r"\d+")
@@ -149,3 +151,5 @@ DESCRIPTIONS = {
     "<answer> block (cut to the ranking's length), Flex-Judge every tag",
 }
 """What each ``parser`` value means, for the suites' protocol records and the report."""
+
+PARSER_FNS.update(published=parse_published, published_prefix=parse_published_prefix)

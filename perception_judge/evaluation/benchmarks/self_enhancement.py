@@ -7,40 +7,48 @@ candidates' name fields do; settings ``pair`` (pairs with exactly one own respon
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from perception_judge.core.options import CommaList
-from perception_judge.evaluation.base import LOWER, JudgeBackend, Metric, SuiteConfig, SuiteResult
+from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks import mllm_judge
+from perception_judge.evaluation.benchmarks import mllm_judge, pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, OptPath, choices, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import (
     PairSourceOptions,
     infer_source,
     load_pair_source,
 )
-from perception_judge.evaluation.benchmarks.pairs import (
-    ORDERS,
-    PairItem,
-    order_scores,
-    pair_requests,
-    response_scores,
-    response_verdict,
-)
 
-SUITE = "self_enhancement"
+NAME = "self_enhancement"
 SETTINGS: tuple[str, ...] = ("pair", "score")
-METRICS: dict[str, Metric] = {
-    "self_preference_abs": LOWER,
-    "gap_vs_human_abs": LOWER,
+METRICS: dict[str, base.Metric] = {
+    **M.METRICS,
+    "self_preference_abs": base.LOWER,
+    "gap_vs_human_abs": base.LOWER,
     **dict.fromkeys(
-        ("self_preference", "mean_score_gap", "acc_gap", "gap", "gap_vs_human"), Metric(ideal=0.0)
+        ("self_preference", "mean_score_gap", "acc_gap", "gap", "gap_vs_human"), base.Metric(None, ideal=0.0)
+    ),
+    **dict.fromkeys(("acc_own_preferred", "acc_other_preferred"), base.Metric()),
+    **dict.fromkeys(
+        ("own_win_rate_human", "own_win_rate_judge", "mean_own", "mean_other", "human_gap"), base.INFO
     ),
 }
 
 
+def _some_name(names: list[str]) -> list[str]:
+    if not {normalize_name(n) for n in names} - {""}:
+        raise ValueError(
+            "needs the judge's own model name as it appears in the candidates' name fields (e.g. --set "
+            "self_enhancement.own_model=gpt4v)"
+        )
+    return names
+
+
 class SelfEnhancementOptions(PairSourceOptions):
-    own_model: CommaList = ()
+    own_model: Annotated[CommaList, AfterValidator(_some_name)] = ()
     settings: choices(SETTINGS) | None = None
     score_file: OptPath = None
 
@@ -54,7 +62,7 @@ def _diff(a: float | None, b: float | None) -> float | None:
 
 
 def pair_metrics(
-    items: list[PairItem], own: list[int], scores: list[dict[str, list[float] | None]]
+    items: list[pairs.PairItem], own: list[int], scores: list[dict[str, list[float] | None]]
 ) -> dict[str, float | None]:
     """One run; ``own[i]``: the index (0/1) of item i's own response, ``scores[i][order]``.
 
@@ -67,11 +75,11 @@ def pair_metrics(
     hits: dict[bool, list[bool]] = {True: [], False: []}
     for it, w, per_order in zip(items, own, scores):
         own_letter = "AB"[w]
-        for order in ORDERS:
-            v = response_verdict(per_order[order], order)
+        for order in pairs.ORDERS:
+            v = pairs.response_verdict(per_order[order], order)
             if v in ("A", "B"):
                 wins.append(v == own_letter)
-            s = response_scores(per_order[order], order)
+            s = pairs.response_scores(per_order[order], order)
             if s is not None:
                 gaps.append(s[w] - s[1 - w])
             if it.preferred in ("A", "B"):
@@ -104,9 +112,11 @@ def score_metrics(
     }
 
 
-def _own_pairs(items: list[PairItem], own: set[str]) -> tuple[list[PairItem], list[int], dict[str, int]]:
+def _own_pairs(
+    items: list[pairs.PairItem], own: set[str]
+) -> tuple[list[pairs.PairItem], list[int], dict[str, int]]:
     """The pairs with exactly one own response, the index of that response, and counts of the others."""
-    kept: list[PairItem] = []
+    kept: list[pairs.PairItem] = []
     own_index: list[int] = []
     counts = {"pairs": len(items), "skipped_no_own": 0, "skipped_both_own": 0}
     for it in items:
@@ -119,88 +129,84 @@ def _own_pairs(items: list[PairItem], own: set[str]) -> tuple[list[PairItem], li
     return kept, own_index, counts
 
 
-def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, SelfEnhancementOptions)
-    opts = bench.opts
-    own = {normalize_name(n) for n in opts.own_model} - {""}
-    if not own:
-        raise ValueError(
-            f"suite {SUITE!r} needs option 'own_model': the judge's own model name as it appears in the "
-            "candidates' name fields (e.g. --set self_enhancement.own_model=gpt4v)"
-        )
-    settings = opts.settings or (list(SETTINGS) if infer_source(opts) == "mllm_judge" else ["pair"])
-    pair_source: dict[str, Any] = {}
-    score_file = None
-    if "pair" in settings:  # read everything before any judging
-        all_pairs, pair_source = load_pair_source(opts, None, SUITE)
-        pairs, own_index, pair_counts = _own_pairs(all_pairs, own)
-        pairs, own_index = pairs[: config.limit], own_index[: config.limit]
-    if "score" in settings:
-        score_file = mllm_judge.setting_file("score", opts.score_file, opts.data_dir)
-        images = mllm_judge.image_source(opts.images_dir, [score_file], opts.missing_images)
-        score_items, score_counts = mllm_judge.checked_items("score", score_file, images, config.limit)
+def _pair_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict]:
+    """The pair setting's metrics and counts, and its source."""
+    all_pairs, source = load_pair_source(bench.opts, None, NAME)
+    kept, own_index, counts = _own_pairs(all_pairs, own)
+    kept, own_index = kept[: bench.config.limit], own_index[: bench.config.limit]
+    fields = ("item_id", "names", "preferred")
+    judged = bench.judge(
+        kept, lambda it: pairs.pair_requests(NAME, it, bench.images(it)), "self_enhancement pair", counts,
+        lambda it: {"setting": "pair"} | {k: getattr(it, k) for k in fields},
+    )  # fmt: skip
+    items, own_j = judged.items, [own_index[i] for i in judged.index]
+    labelled = [(it.preferred, w) for it, w in zip(items, own_j) if it.preferred in ("A", "B")]
+    human_rate = M.mean(p == "AB"[w] for p, w in labelled)
+    mean_runs = bench.mean(lambda seed: pair_metrics(items, own_j, pairs.order_scores(judged, seed)))
+    mean_runs["pair.self_preference"] = _diff(mean_runs.get("pair.own_win_rate_judge"), human_rate)
+    metrics = {"pair.own_win_rate_human": human_rate, **prefixed("mean", mean_runs)}
+    metrics["pair.parse_failure_rate"] = judged.parse_failure_rate
+    return metrics, {f"pair.{k}": v for k, v in sorted(counts.items())}, {"pair_source": source}
 
+
+def _score_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict]:
+    """The score setting's metrics and counts, and its file."""
+    opts = bench.opts
+    file = mllm_judge.setting_file("score", opts.score_file, opts.data_dir)
+    images = mllm_judge.image_source(opts.images_dir, [file], opts.missing_images)
+    items, counts = mllm_judge.checked_items("score", file, images, bench.config.limit)
+    judged = bench.judge(
+        items, lambda it: [it.request(NAME, bench.image(images.load(it.image, it.where)))], "self_enhancement score",
+        counts, lambda it: {"setting": "score", "item_id": it.item_id, "name": it.names[0], "gt": it.gt},
+    )  # fmt: skip
+    items = judged.items
+    is_own = [normalize_name(it.names[0]) in own for it in items]
+    counts["own_items"] = sum(is_own)
+    scores = [[judged.scores(i, "main", seed) for i in range(len(items))] for seed in bench.seeds]
+    by_seed = dict(zip(bench.seeds, scores))
+    metrics = prefixed("mean", bench.mean(lambda seed: score_metrics(items, is_own, by_seed[seed])))
+    h_own, h_other = (M.mean(it.gt for it, o in zip(items, is_own) if o == flag) for flag in (True, False))
+    metrics |= {
+        "score.human_gap": _diff(h_own, h_other),
+        "score.parse_failure_rate": judged.parse_failure_rate,
+    }
+    return metrics, {f"score.{k}": v for k, v in sorted(counts.items())}, {"score_file": str(file)}
+
+
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
+    bench = BenchmarkRun(NAME, backend, config)
+    own = {normalize_name(n) for n in bench.opts.own_model}
+    settings = bench.opts.settings or (
+        list(SETTINGS) if infer_source(bench.opts) == "mllm_judge" else ["pair"]
+    )
     metrics: dict[str, float | None] = {}
     counts: dict[str, int] = {}
-    if "pair" in settings:
-        judged = bench.judge(
-            pairs,
-            lambda it: pair_requests(SUITE, it, bench.images(it)),
-            "self_enhancement pair",
-            pair_counts,
-            lambda it: {"setting": "pair"} | {k: getattr(it, k) for k in ("item_id", "names", "preferred")},
-        )
-        items_j, own_j = judged.items, [own_index[i] for i in judged.index]
-        labelled = [(it.preferred, w) for it, w in zip(items_j, own_j) if it.preferred in ("A", "B")]
-        human_rate = M.mean(p == "AB"[w] for p, w in labelled)
-        mean_runs = bench.mean(lambda seed: pair_metrics(items_j, own_j, order_scores(judged, seed)))
-        mean_runs["pair.self_preference"] = _diff(mean_runs.get("pair.own_win_rate_judge"), human_rate)
-        metrics["pair.own_win_rate_human"] = human_rate
-        metrics |= prefixed("mean", mean_runs)
-        metrics["pair.parse_failure_rate"] = judged.parse_failure_rate
-        counts |= {f"pair.{k}": v for k, v in sorted(pair_counts.items())}
-
-    if "score" in settings:
-        judged_s = bench.judge(
-            score_items,
-            lambda it: [it.request(SUITE, bench.image(images.load(it.image, it.where)))],
-            "self_enhancement score",
-            score_counts,
-            lambda it: {"setting": "score", "item_id": it.item_id, "name": it.names[0], "gt": it.gt},
-        )
-        items_s = judged_s.items
-        is_own = [normalize_name(it.names[0]) in own for it in items_s]
-        score_counts["own_items"] = sum(is_own)
-
-        def score_run(seed: int) -> dict[str, float | None]:
-            return score_metrics(
-                items_s, is_own, [judged_s.scores(i, "main", seed) for i in range(len(items_s))]
-            )
-
-        metrics |= prefixed("mean", bench.mean(score_run))
-        h_own, h_other = (
-            M.mean(it.gt for it, o in zip(items_s, is_own) if o == flag) for flag in (True, False)
-        )
-        metrics["score.human_gap"] = _diff(h_own, h_other)
-        metrics["score.parse_failure_rate"] = judged_s.parse_failure_rate
-        counts |= {f"score.{k}": v for k, v in sorted(score_counts.items())}
-
-    # bias magnitudes, for ranking judges
-    for name in ("mean.pair.self_preference", "mean.score.gap_vs_human"):
-        if name in metrics:
-            metrics[f"{name}_abs"] = abs(metrics[name]) if metrics[name] is not None else None
-    protocol = {
+    protocol: dict[str, Any] = {
         "bias": "self-enhancement (protocol: ours, judge-benchmarks.md §5)",
         "own_model": sorted(own),
         "name_matching": "lower-cased, non-alphanumerics dropped, exact match against own_model aliases",
-        **({"pair_source": pair_source} if pair_source else {}),
-        **({"score_file": str(score_file)} if score_file else {}),
-        "settings": settings,
-        "prompts": {
-            "pair": "perception_judge.core.protocol.build_messages('pair'), both orders",
-            "score": "perception_judge.core.protocol.build_messages('single'), 1-10; ceil(s/2) against the human 1-5",
-        },
-        "ideal": "self_preference 0, acc_gap 0, score.gap_vs_human 0",
     }
-    primary = "mean.pair.self_preference_abs" if "pair" in settings else "mean.score.gap_vs_human_abs"
-    return bench.result(metrics, counts, protocol, primary, "n/a (our protocol)", declared=METRICS)
+    for setting, judge in (("pair", _pair_setting), ("score", _score_setting)):
+        if setting in settings:
+            m, c, source = judge(bench, own)
+            metrics, counts, protocol = metrics | m, counts | c, protocol | source
+    for name in ("mean.pair.self_preference", "mean.score.gap_vs_human"):  # bias magnitudes, to rank judges
+        if name in metrics:
+            metrics[f"{name}_abs"] = abs(metrics[name]) if metrics[name] is not None else None
+    protocol["settings"] = settings
+    protocol["prompts"] = {
+        "pair": "perception_judge.core.protocol.build_messages('pair'), both orders",
+        "score": "perception_judge.core.protocol.build_messages('single'), 1-10; ceil(s/2) against the human 1-5",
+    }
+    protocol["ideal"] = "self_preference 0, acc_gap 0, score.gap_vs_human 0"
+    return bench.result(metrics, counts, protocol, "n/a (our protocol)")
+
+
+PRIMARY = (
+    "mean.pair.self_preference_abs",
+    "mean.score.gap_vs_human_abs",
+    "mean.*.self_preference",
+    "mean.pair.mean_score_gap",
+    "mean.*.gap_vs_human",
+)
+SUITE = base.Suite(NAME, SelfEnhancementOptions, METRICS, PRIMARY, run)

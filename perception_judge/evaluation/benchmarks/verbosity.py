@@ -14,25 +14,21 @@ import re
 from pydantic import Field, model_validator
 
 from perception_judge.core.schema import JudgeRequest, sha256_hex
-from perception_judge.evaluation.base import LOWER, JudgeBackend, Metric, SuiteConfig, SuiteResult
+from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
+from perception_judge.evaluation.benchmarks import pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, Judged, choices, prefixed
 from perception_judge.evaluation.benchmarks.pair_sources import PairSourceOptions, load_pair_source
-from perception_judge.evaluation.benchmarks.pairs import (
-    ORDERS,
-    PairItem,
-    pair_requests,
-    response_scores,
-    response_verdict,
-)
 
-SUITE = "verbosity"
+NAME = "verbosity"
 MODES: tuple[str, ...] = ("self", "flip")
-METRICS: dict[str, Metric] = {
-    "padded_preferred_rate": LOWER,
-    "flip_rate_to_padded": LOWER,
-    "mean_score_shift": Metric(ideal=0.0),
-    "mean_score_shift_worse": Metric(ideal=0.0),
+METRICS: dict[str, base.Metric] = {
+    **M.METRICS,
+    "padded_preferred_rate": base.LOWER,
+    "flip_rate_to_padded": base.LOWER,
+    **dict.fromkeys(("concise_preferred_rate", "acc_unpadded", "acc_worse_padded"), base.Metric()),
+    **dict.fromkeys(("mean_score_shift", "mean_score_shift_worse"), base.Metric(None, ideal=0.0)),
+    **dict.fromkeys(("mean_length_ratio", "tie_rate"), base.INFO),
 }
 
 LEAD_INS: tuple[str, ...] = (
@@ -107,7 +103,7 @@ class VerbosityOptions(PairSourceOptions):
         return self
 
 
-def worse_index(item: PairItem) -> int | None:
+def worse_index(item: pairs.PairItem) -> int | None:
     return {"A": 1, "B": 0}.get(item.preferred or "")
 
 
@@ -118,11 +114,11 @@ def self_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
     verdicts, shifts = [], []
     for i in range(len(judged.items)):
         for r in (0, 1):
-            for order in ORDERS:
+            for order in pairs.ORDERS:
                 scores = judged.scores(i, f"self{r}_{order}", seed)
                 if scores is not None:
-                    verdicts.append(response_verdict(scores, order))
-                    s = response_scores(scores, order)
+                    verdicts.append(pairs.response_verdict(scores, order))
+                    s = pairs.response_scores(scores, order)
                     shifts.append(s[1] - s[0])  # type: ignore[index]
     n = len(verdicts)
     return {
@@ -146,15 +142,15 @@ def flip_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
         w = worse_index(it)
         if w is None:
             continue
-        for order in ORDERS:
+        for order in pairs.ORDERS:
             ob, op = judged.scores(i, f"flip_base_{order}", seed), judged.scores(i, f"flip_pad_{order}", seed)
-            vb, vp = response_verdict(ob, order), response_verdict(op, order)
+            vb, vp = pairs.response_verdict(ob, order), pairs.response_verdict(op, order)
             acc_base.append(float(vb == it.preferred))
             acc_pad.append(float(vp == it.preferred))
             if vb == it.preferred and vp is not None:
                 base_right += 1
                 flips += vp == ("A" if w == 0 else "B")
-            sb, sp = response_scores(ob, order), response_scores(op, order)
+            sb, sp = pairs.response_scores(ob, order), pairs.response_scores(op, order)
             if sb is not None and sp is not None:
                 shifts.append(sp[w] - sb[w])
     return {
@@ -165,33 +161,33 @@ def flip_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
     }
 
 
-def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, VerbosityOptions)
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
+    bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
-    items, source = load_pair_source(opts, config.limit, SUITE)
+    items, source = load_pair_source(opts, config.limit, NAME)
     counts: dict[str, int] = {"pairs": len(items)}
     ratios: list[float] = []
 
-    def pad(item: PairItem, which: int) -> str:
+    def pad(item: pairs.PairItem, which: int) -> str:
         bounds = (opts.pad_ratio_min, opts.pad_ratio_max)
         return pad_response(
             item.responses[which], item.question, f"{item.item_id}:{which}", *bounds, opts.pad_seed
         )
 
-    def build(item: PairItem) -> list[JudgeRequest]:
+    def build(item: pairs.PairItem) -> list[JudgeRequest]:
         images = bench.images(item)
         reqs: list[JudgeRequest] = []
         if "self" in opts.modes:
             for r in (0, 1):
                 padded = pad(item, r)
                 ratios.append(len(padded) / max(1, len(item.responses[r])))
-                reqs += pair_requests(SUITE, item, images, [item.responses[r], padded], tag=f"self{r}_")
+                reqs += pairs.pair_requests(NAME, item, images, [item.responses[r], padded], tag=f"self{r}_")
         w = worse_index(item)
         if "flip" in opts.modes and w is not None:
             padded_pair = list(item.responses)
             padded_pair[w] = pad(item, w)
-            reqs += pair_requests(SUITE, item, images, tag="flip_base_")
-            reqs += pair_requests(SUITE, item, images, padded_pair, tag="flip_pad_")
+            reqs += pairs.pair_requests(NAME, item, images, tag="flip_base_")
+            reqs += pairs.pair_requests(NAME, item, images, padded_pair, tag="flip_pad_")
         return reqs
 
     judged = bench.judge(
@@ -218,5 +214,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "prompt": "perception_judge.core.protocol.build_messages('pair'), two 1-10 scores, both orders",
         "ideal": "self: padded_preferred_rate 0 and mean_score_shift 0; flip: flip_rate_to_padded 0",
     }
-    primary = "mean.flip.flip_rate_to_padded" if "flip" in opts.modes else "mean.self.padded_preferred_rate"
-    return bench.result(metrics, counts, protocol, primary, "n/a (our protocol)", declared=METRICS)
+    return bench.result(metrics, counts, protocol, "n/a (our protocol)")
+
+
+PRIMARY = (
+    "mean.flip.flip_rate_to_padded",
+    "mean.self.padded_preferred_rate",
+    "mean.self.concise_preferred_rate",
+    "mean.*mean_score_shift*",
+)
+SUITE = base.Suite(NAME, VerbosityOptions, METRICS, PRIMARY, run)

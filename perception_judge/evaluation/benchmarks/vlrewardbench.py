@@ -11,33 +11,13 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, SuiteResult, write_samples
+from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult, write_samples
+from perception_judge.evaluation.benchmarks import common, pairs
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.common import (
-    BenchmarkDataError,
-    BenchmarkOptions,
-    BenchmarkRun,
-    DataPath,
-    TableImages,
-    first_field,
-    load_table,
-    prefixed,
-    two_texts,
-)
-from perception_judge.evaluation.benchmarks.pairs import (
-    ORIG,
-    SWAP,
-    PairItem,
-    order_metrics,
-    order_verdicts,
-    pair_requests,
-    voted_acc,
-    voted_verdicts,
-)
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, request_parser
 from perception_judge.evaluation.benchmarks.vlrb_cal import RULE, cal_py_stops, cal_records, official_metrics
 
-SUITE = "vlrewardbench"
+NAME = "vlrewardbench"
 CATEGORIES: tuple[str, ...] = ("general", "hallucination", "reasoning")
 CATEGORY_BY_PREFIX: dict[str, str] = {
     "mathverse": "reasoning",
@@ -52,8 +32,8 @@ CATEGORY_BY_PREFIX: dict[str, str] = {
 _TEXT_COLUMNS = ("id", "query", "question", "response", "responses", "human_ranking", "models", "category")
 
 
-class VLRewardBenchOptions(BenchmarkOptions):
-    data_dir: DataPath
+class VLRewardBenchOptions(common.BenchmarkOptions):
+    data_dir: common.DataPath
     split: str = "test"
 
 
@@ -79,24 +59,28 @@ def preferred_from_ranking(ranking: Any) -> str | None:
 
 def load_items(
     path: Path, split: str, images_dir: Path | None, missing_images: str
-) -> tuple[list[PairItem], dict[str, int], Path]:
+) -> tuple[list[pairs.PairItem], dict[str, int], Path]:
     """The benchmark's pairs (images loaded lazily), counts of the rows left out or adjusted, and the data path."""
-    table = load_table(path, split, "VL-RewardBench")
+    table = common.load_table(path, split, "VL-RewardBench")
     image_col = next((c for c in ("image", "image_path") if c in table.columns), None)
     if image_col is None:
-        raise BenchmarkDataError(f"VL-RewardBench: {str(table.path)!r} has no 'image' column", table.path)
-    images = TableImages(table, [image_col], images_dir, missing_images, "VL-RewardBench image")
-    items: list[PairItem] = []
+        raise common.BenchmarkDataError(
+            f"VL-RewardBench: {str(table.path)!r} has no 'image' column", table.path
+        )
+    images = common.TableImages(table, [image_col], images_dir, missing_images, "VL-RewardBench image")
+    items: list[pairs.PairItem] = []
     counts = {"rows": len(table), "skipped_no_gt": 0, "category_defaulted": 0, "duplicate_ids": 0}
     seen_ids: set[str] = set()
     for i, rec in enumerate(table.view(_TEXT_COLUMNS)):
         where = f"{table.path} row {i}"
-        question = first_field(rec, ("query", "question"))
-        responses = first_field(rec, ("response", "responses"))
+        question = common.first_field(rec, ("query", "question"))
+        responses = common.first_field(rec, ("response", "responses"))
         if not isinstance(question, str):
-            raise BenchmarkDataError(f"VL-RewardBench: {where}: no 'query' text", table.path)
-        if not two_texts(responses):
-            raise BenchmarkDataError(f"VL-RewardBench: {where}: 'response' must hold two strings", table.path)
+            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: no 'query' text", table.path)
+        if not common.two_texts(responses):
+            raise common.BenchmarkDataError(
+                f"VL-RewardBench: {where}: 'response' must hold two strings", table.path
+            )
         preferred = preferred_from_ranking(rec.get("human_ranking"))
         if preferred is None:
             counts["skipped_no_gt"] += 1
@@ -112,7 +96,7 @@ def load_items(
             item_id = f"{item_id}#row{i}"
         seen_ids.add(item_id)
         items.append(
-            PairItem(
+            pairs.PairItem(
                 item_id=item_id,
                 question=question,
                 responses=list(responses),
@@ -128,7 +112,7 @@ def load_items(
 
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    bench = BenchmarkRun(SUITE, backend, config, VLRewardBenchOptions)
+    bench = common.BenchmarkRun(NAME, backend, config)
     opts = bench.opts
     items, counts, path = load_items(opts.data_dir, opts.split, opts.images_dir, opts.missing_images)
     items = items[: config.limit]  # a None limit keeps everything
@@ -136,30 +120,32 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         item.check_images()
     judged = bench.judge(
         items,
-        lambda it: pair_requests(SUITE, it, bench.images(it), parser=request_parser(opts.parser)),
+        lambda it: pairs.pair_requests(NAME, it, bench.images(it), parser=request_parser(opts.parser)),
         "vlrewardbench",
         counts,
         lambda it: {"item_id": it.item_id, "category": it.group, "preferred": it.preferred},
     )
     kept = judged.items
-    per_seed = {s: order_verdicts(judged, s) for s in bench.seeds}
-    voted = voted_verdicts(list(per_seed.values()), len(kept))
+    per_seed = {s: pairs.order_verdicts(judged, s) for s in bench.seeds}
+    voted = pairs.voted_verdicts(list(per_seed.values()), len(kept))
 
     def seed_metrics(seed: int) -> dict[str, float | None]:
         verdicts = per_seed[seed]
         return {
-            **order_metrics(kept, verdicts),
-            "order_consistency": M.consistency_rate((v[ORIG], v[SWAP]) for v in verdicts),
+            **pairs.order_metrics(kept, verdicts),
+            "order_consistency": M.consistency_rate((v[pairs.ORIG], v[pairs.SWAP]) for v in verdicts),
         }
 
     metrics: dict[str, float | None] = {"parse_failure_rate": judged.parse_failure_rate}
     for agg in opts.aggregation:
-        metrics |= prefixed(agg, bench.mean(seed_metrics) if agg == "mean" else voted_acc(kept, voted))
+        metrics |= common.prefixed(
+            agg, bench.mean(seed_metrics) if agg == "mean" else pairs.voted_acc(kept, voted)
+        )
     records = cal_records(kept, per_seed)
-    cal_path = Path(config.out_dir) / f"{SUITE}.cal.jsonl"
+    cal_path = Path(config.out_dir) / f"{NAME}.cal.jsonl"
     write_samples(cal_path, records)
     official, undefined = official_metrics(records)
-    metrics |= prefixed("official", official)
+    metrics |= common.prefixed("official", official)
     protocol = {
         "benchmark": "VL-RewardBench (MMInstruction/VL-RewardBench)",
         "path": str(path),
@@ -180,8 +166,14 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             "judgements)",
             "category": "cal.py's own source rule on the id (case-sensitive prefix), not the 'category' field",
         },
-        "undefined_metrics": prefixed("official", undefined),
+        "undefined_metrics": common.prefixed("official", undefined),
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, response order swapped at random (p=0.5), "
         "image not resized",
     }
-    return bench.result(metrics, counts, protocol, f"{opts.aggregation[0]}.acc", "not resized")
+    return bench.result(metrics, counts, protocol, "not resized")
+
+
+PRIMARY = ("*.acc", "*.acc.macro", "official.acc.by_category.*", "official.n")
+"""Accuracy and its macro over the three groups (each aggregation's, then cal.py's) and cal.py's groups; the first
+aggregation's accuracy ranks models."""
+SUITE = Suite(NAME, VLRewardBenchOptions, M.METRICS, PRIMARY, run)

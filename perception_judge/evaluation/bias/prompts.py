@@ -17,6 +17,7 @@ from typing import Any
 
 from perception_judge.core.protocol import THINK_CLOSE, THINK_OPEN, build_messages, system_prompt, user_text
 from perception_judge.core.schema import MAX_SCORE, MIN_SCORE, sha256_hex
+from perception_judge.evaluation.base import PARSERS
 
 SCORE_MARKER = "### Score:"
 
@@ -141,3 +142,6 @@ def is_out_of_range(scores: list[float] | None, error: str | None) -> bool:
     if scores is not None and any(not MIN_SCORE <= s <= MAX_SCORE for s in scores):
         return True
     return bool(error) and "outside" in error
+
+
+PARSERS.update(mmjb=parse_mmjb, mmjb_strict=parse_mmjb_strict)

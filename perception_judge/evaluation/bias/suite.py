@@ -16,21 +16,14 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator
 
 from perception_judge.core.io import atomic_write_json
 from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, content_key
-from perception_judge.evaluation.base import (
-    JudgeBackend,
-    Judgement,
-    SuiteConfig,
-    SuiteResult,
-    is_backend_error,
-    judge_items,
-    parse_result,
-    write_samples,
-)
+from perception_judge.evaluation import base
 from perception_judge.evaluation.bias import metrics as M
 from perception_judge.evaluation.bias.items import builtin_base_items, synth_base_items
 from perception_judge.evaluation.bias.loader import META_FIELDS, load_official
@@ -42,7 +35,7 @@ from perception_judge.evaluation.bias.prompts import (
     score_messages,
     upstream_extract_score,
 )
-from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, select
+from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, get_bias, select
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +53,9 @@ class BiasOptions(Options):
     n_items: int = 24  # synth: base items to generate
     n_per_type: int | None = 4  # pairs per bias type of a generated set (None = every eligible item)
     data_seed: int = 0  # seeds the base set and the perturbations (the judge seeds are SuiteConfig.seeds)
-    bias_types: CommaList | None = None
+    bias_types: Annotated[CommaList, AfterValidator(lambda v: [get_bias(t).bias_type for t in v])] | None = (
+        None
+    )
     prompt: Literal["single", "mmjb"] = "single"
     parser: Literal["compat", "strict"] = "compat"  # of the mmjb prompt
     mmjb_template_file: str | Path | None = None  # the exact upstream template, for prompt parity
@@ -74,9 +69,13 @@ class BiasOptions(Options):
     pairs: Any = None  # source "pairs": a list of BiasPair
 
 
-def options_with_defaults(options: dict[str, Any]) -> dict[str, Any]:
-    """The options with their defaults filled in; an unknown key or a bad value raises ``OptionError``."""
-    return dict(BiasOptions.parse(options, "bias", "bias-suite option(s)"))
+METRICS: dict[str, base.Metric] = {
+    **{b.bias_type: base.Metric(ideal=1.0) for b in BIASES},
+    **{c: base.Metric(ideal=1.0) for c in CATEGORIES},
+    "overall": base.Metric(ideal=1.0),
+    **dict.fromkeys(("inter_run_var", "inter_sample_var", "parse_failure_rate"), base.LOWER),
+}
+"""BD and BC lie in [0, 1], higher is better (1: the judge follows the evidence exactly)."""
 
 
 def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPair], dict[str, Any]]:
@@ -215,7 +214,7 @@ def _scored(pair: BiasPair, u: JudgeResult, b: JudgeResult) -> M.ScoredPair:
         return float(r.scores[0]) if r.scores else None
 
     def abstained(r: JudgeResult) -> bool:
-        return not r.scores and bool(r.text.strip()) and not is_backend_error(r)
+        return not r.scores and bool(r.text.strip()) and not base.is_backend_error(r)
 
     oor = is_out_of_range(u.scores, u.error) or is_out_of_range(b.scores, b.error)
     return M.ScoredPair(
@@ -223,37 +222,52 @@ def _scored(pair: BiasPair, u: JudgeResult, b: JudgeResult) -> M.ScoredPair:
     )
 
 
+def _sample_line(
+    pair: BiasPair, u: JudgeResult, b: JudgeResult, seed: int, abstention: str
+) -> dict[str, Any]:
+    """The ``samples.jsonl`` line of one pair and seed."""
+    sp = _scored(pair, u, b)
+    value, status = M.pair_value(sp, abstention)
+    line = {"seed": seed, "id": pair.pair_id, "bias_type": pair.bias_type, "category": pair.category}
+    line |= {"unbiased_score": sp.unbiased, "biased_score": sp.biased, "value": value, "status": status}
+    line |= {"out_of_range": sp.out_of_range, "unbiased_error": u.error, "biased_error": b.error}
+    line |= {"unbiased_text": u.text, "biased_text": b.text}
+    line |= {"unbiased_query": pair.unbiased.query, "biased_query": pair.biased.query}
+    return line | {"meta": {k: v for k, v in pair.meta.items() if isinstance(v, str | int | float | list)}}
+
+
 def judge_seed(
-    backend: JudgeBackend,
-    pairs: list[BiasPair],
-    requests: dict[tuple[Any, str], JudgeRequest],
-    seed: int,
-    config: SuiteConfig,
-    opts: BiasOptions,
-    model_key: str,
-    provenance: dict[str, Any],
+    backend: base.JudgeBackend, prep: dict[str, Any], seed: int, config: base.SuiteConfig
 ) -> tuple[list[M.ScoredPair], list[dict[str, Any]], dict[str, int]]:
-    """Judge every pair once with one seed (the completed sides of an earlier run are re-parsed with the current
-    parser); writes the per-sample files as chunks finish, and all of them at the end."""
-    out_dir = Path(config.out_dir)
+    """Judge every pair once with one seed (``prep``: :func:`_prepare`'s; the completed sides of an earlier run are
+    re-parsed with the current parser); writes the per-sample files as chunks finish, and all of them at the end."""
+    opts: BiasOptions = config.options
+    out_dir, pairs, requests, model_key = (
+        Path(config.out_dir),
+        prep["pairs"],
+        prep["requests"],
+        prep["model_key"],
+    )
     results: dict[tuple[Any, str], JudgeResult] = {}
     todo: list[tuple[BiasPair, str]] = []
     for pair in pairs:
         path = sample_file(out_dir, seed, pair.pair_id)
-        stored = _stored_texts(path, model_key, provenance["resume_key"]) if opts.resume else {}
+        stored = _stored_texts(path, model_key, prep["provenance"]["resume_key"]) if opts.resume else {}
         for side in SIDES:
             if side in stored:
                 req = requests[pair.pair_id, side]
-                results[pair.pair_id, side] = parse_result(req, stored[side], stored.get(f"{side}_reasoning"))
+                results[pair.pair_id, side] = base.parse_result(
+                    req, stored[side], stored.get(f"{side}_reasoning")
+                )
             else:
                 todo.append((pair, side))
 
     def write(pair: BiasPair) -> None:
         sides = {s: results.get((pair.pair_id, s)) for s in SIDES}
-        rec = _record(pair, seed, model_key, sides, provenance, opts.abstention)
+        rec = _record(pair, seed, model_key, sides, prep["provenance"], opts.abstention)
         atomic_write_json(sample_file(out_dir, seed, pair.pair_id), rec, fsync=False)
 
-    def finished(chunk: list[Judgement]) -> None:
+    def finished(chunk: list[base.Judgement]) -> None:
         touched = {}
         for j in chunk:
             pair, side = todo[j.item]
@@ -263,144 +277,134 @@ def judge_seed(
             write(pair)
 
     counts: dict[str, int] = {}
-    judge_items(
-        backend,
-        todo,
-        lambda todo_side: [requests[todo_side[0].pair_id, todo_side[1]]],
-        seeds=[seed],
-        sampling=config.sampling,
-        chunk_size=max(1, opts.chunk_size),
-        desc=f"bias seed {seed}",
-        counts=counts,
+    base.judge_items(
+        backend, todo, lambda todo_side: [requests[todo_side[0].pair_id, todo_side[1]]], seeds=[seed],
+        sampling=config.sampling, chunk_size=max(1, opts.chunk_size), desc=f"bias seed {seed}", counts=counts,
         on_chunk=finished,
-    )
+    )  # fmt: skip
     scored, lines = [], []
     for pair in pairs:
         u, b = results[pair.pair_id, "unbiased"], results[pair.pair_id, "biased"]
-        sp = _scored(pair, u, b)
-        value, status = M.pair_value(sp, opts.abstention)
-        scored.append(sp)
-        lines.append(
-            {
-                "seed": seed,
-                "id": pair.pair_id,
-                "bias_type": pair.bias_type,
-                "category": pair.category,
-                "unbiased_score": sp.unbiased,
-                "biased_score": sp.biased,
-                "value": value,
-                "status": status,
-                "out_of_range": sp.out_of_range,
-                "unbiased_error": u.error,
-                "biased_error": b.error,
-                "unbiased_text": u.text,
-                "biased_text": b.text,
-                "unbiased_query": pair.unbiased.query,
-                "biased_query": pair.biased.query,
-                "meta": {k: v for k, v in pair.meta.items() if isinstance(v, str | int | float | list)},
-            }
-        )
+        scored.append(_scored(pair, u, b))
+        lines.append(_sample_line(pair, u, b, seed, opts.abstention))
         write(pair)  # every sample once more, resumed ones included: the folder is complete and consistent
     n_errors = counts.get("backend_errors", 0)
     stats = {"n_calls": len(todo), "n_resumed": 2 * len(pairs) - len(todo), "n_backend_errors": n_errors}
     return scored, lines, stats
 
 
-def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
-    """Run the compositional-bias suite; see the module docstring for the outputs."""
-    opts = BiasOptions.parse(config.options, "bias", "bias-suite option(s)")
+def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, Any]:
+    """The pairs, their requests and what every per-sample file records of the run."""
+    opts: BiasOptions = config.options
     parser = {"compat": "mmjb", "strict": "mmjb_strict"}[opts.parser] if opts.prompt == "mmjb" else "protocol"
     template = load_template(opts.mmjb_template_file)
     p_hash = prompt_hash(opts.prompt, template)
     described = backend.describe()
     model_key = str(opts.model_key or described.get("label") or described.get("model") or backend.name)
-    model_key = os.path.basename(model_key.rstrip("/")) or model_key
+    pairs, source_info = load_pairs(opts, config.limit)
+    sampling_wo_seed = {k: v for k, v in dataclasses.asdict(config.sampling).items() if k != "seed"}
+    return {
+        "pairs": pairs,
+        "source_info": source_info,
+        "model_key": os.path.basename(model_key.rstrip("/")) or model_key,
+        "requests": {
+            (p.pair_id, side): side_request(p, side, opts.prompt, parser, template)
+            for p in pairs
+            for side in SIDES
+        },
+        "provenance": {
+            "prompt": opts.prompt,
+            "prompt_hash": p_hash,
+            "parser": parser,
+            # stored completions are reused only for the same prompt, decoding and judge
+            "resume_key": content_key(p_hash, sampling_wo_seed, described),
+        },
+    }
+
+
+def _metrics(combined: dict[str, Any], types: list[str], n_runs: int, scored: list[M.ScoredPair]) -> dict:
+    metrics: dict[str, float | None] = {t: combined["per_bias"][t]["mean"] for t in types}
+    metrics |= {c: combined["category_avg"][c]["mean"] for c in CATEGORIES}
+    metrics["overall"] = combined["overall"]["mean"]
+    if n_runs > 1:
+        metrics |= {f"{t}_std": combined["per_bias"][t]["std"] for t in types}
+        metrics["overall_std"] = combined["overall"]["std"]
+        metrics["inter_run_var"] = combined["inter_run_var"]
+    metrics["inter_sample_var"] = combined["inter_sample_var"]
+    n_no_score = sum((sp.unbiased is None) + (sp.biased is None) for sp in scored)
+    metrics["parse_failure_rate"] = n_no_score / (2 * len(scored)) if scored else None
+    return metrics
+
+
+def _undefined(
+    metrics: dict[str, float | None], per_bias_counts: dict[str, dict[str, int]]
+) -> dict[str, str]:
+    """Why a value is missing (the report's n/a): no pair with both scores, or every pair skipped (y <= 1)."""
+    why = {
+        t: "no scorable pair" if c["samples"] == 0 else "every pair skipped (y <= 1)"
+        for t, c in per_bias_counts.items()
+    }
+    return {
+        m: why.get(m, "no scorable pair")
+        for m in (*per_bias_counts, *CATEGORIES, "overall")
+        if metrics.get(m) is None
+    }
+
+
+def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
+    """Run the compositional-bias suite; see the module docstring for the outputs."""
+    opts: BiasOptions = config.options
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    pairs, source_info = load_pairs(opts, config.limit)
-    requests = {
-        (p.pair_id, side): side_request(p, side, opts.prompt, parser, template)
-        for p in pairs
-        for side in SIDES
-    }
+    prep = _prepare(backend, config)
+    source_info, model_key = prep["source_info"], prep["model_key"]
     types = [b.bias_type for b in select(opts.bias_types)]
-    sampling_wo_seed = {k: v for k, v in dataclasses.asdict(config.sampling).items() if k != "seed"}
-    provenance = {
-        "prompt": opts.prompt,
-        "prompt_hash": p_hash,
-        "parser": parser,
-        # stored completions are reused only for the same prompt, decoding and judge
-        "resume_key": content_key(p_hash, sampling_wo_seed, described),
-    }
-
     reports: list[M.BiasReport] = []
     per_seed: dict[str, Any] = {}
     all_lines: list[dict[str, Any]] = []
     all_scored: list[M.ScoredPair] = []
     stats_total: Counter[str] = Counter()
     for seed in config.seeds:
-        scored, lines, stats = judge_seed(backend, pairs, requests, seed, config, opts, model_key, provenance)
-        rep = M.compute_report(scored, opts.abstention, opts.empty, types)
-        reports.append(rep)
+        scored, lines, stats = judge_seed(backend, prep, seed, config)
+        reports.append(rep := M.compute_report(scored, opts.abstention, opts.empty, types))
         per_seed[str(seed)] = {**rep.to_dict(model_key), "counts": rep.counts()}
         all_lines += lines
         all_scored += scored
         stats_total.update(stats)
-
     combined = M.combine_runs(reports)
-    metrics: dict[str, float | None] = {t: combined["per_bias"][t]["mean"] for t in types}
-    metrics |= {c: combined["category_avg"][c]["mean"] for c in CATEGORIES}
-    metrics["overall"] = combined["overall"]["mean"]
-    if len(reports) > 1:
-        metrics |= {f"{t}_std": combined["per_bias"][t]["std"] for t in types}
-        metrics["overall_std"] = combined["overall"]["std"]
-        metrics["inter_run_var"] = combined["inter_run_var"]
-    metrics["inter_sample_var"] = combined["inter_sample_var"]
-    n_no_score = sum((sp.unbiased is None) + (sp.biased is None) for sp in all_scored)
-    metrics["parse_failure_rate"] = n_no_score / (2 * len(all_scored)) if all_scored else None
-
+    metrics = _metrics(combined, types, len(reports), all_scored)
     counts = {"n_runs": len(reports), **{k: sum(r.counts()[k] for r in reports) for k in M.COUNT_KEYS}}
     counts.update(stats_total)
     if "load_report" in source_info:
         counts["n_missing_image"] = source_info["load_report"]["n_missing_image"]
-
     samples_path = out_dir / "samples.jsonl"
-    write_samples(samples_path, all_lines)
+    base.write_samples(samples_path, all_lines)
     report_blob = {"model_key": model_key, "per_seed": per_seed, "combined": combined}
     atomic_write_json(out_dir / "bias_report.json", report_blob, fsync=False)
-
+    per_bias_counts = {
+        t: {k: sum(getattr(r.per_bias[t], k) for r in reports) for k in M.COUNT_KEYS} for t in types
+    }
     protocol = {
         "suite": "bias",
-        "prompt": opts.prompt,
-        "prompt_hash": p_hash,
-        "parser": parser,
+        **{k: v for k, v in prep["provenance"].items() if k != "resume_key"},
         "think_stripping": "text after the last </think> is parsed; an unclosed block is a parse failure"
-        if parser != "mmjb"
+        if prep["provenance"]["parser"] != "mmjb"
         else "a closed <think>...</think> block is stripped before the upstream parser runs",
-        "abstention": opts.abstention,
-        "empty": opts.empty,
-        "seeds": list(config.seeds),
-        "sampling": dataclasses.asdict(config.sampling),
-        "backend": described,
+        **opts.model_dump(include={"abstention", "empty"}),
         "model_key": model_key,
         "data": {k: v for k, v in source_info.items() if k != "load_report"},
-        "data_seed": opts.data_seed,
-        "n_per_type": opts.n_per_type,
+        **opts.model_dump(include={"data_seed", "n_per_type"}),
         "bias_types": types,
         "aggregation": "per bias: mean of BD_i / BC_i over used pairs; category: unweighted mean of its biases; "
         "overall: unweighted mean of the per-bias values; seeds: mean, sample std; inter_run_var = var of the "
         "run-level overall (ddof=1), inter_sample_var = mean over runs of the population variance of the "
         "per-sample values",
-        "primary_metric": "overall",
-        "higher_is_better": True,
         "metric_kinds": {b.bias_type: b.metric for b in BIASES if b.bias_type in types},
+        "undefined_metrics": _undefined(metrics, per_bias_counts),
     }
     extra = {
         "per_seed": per_seed,
-        "per_bias_counts": {
-            t: {k: sum(getattr(r.per_bias[t], k) for r in reports) for k in M.COUNT_KEYS} for t in types
-        },
+        "per_bias_counts": per_bias_counts,
         "by_difficulty": M.breakdown(all_scored, "difficulty", opts.abstention, types),
         "by_domain": M.breakdown(all_scored, "domain_type", opts.abstention, types),
         "upstream_judgements_dir": str(out_dir / "judgements"),
@@ -408,4 +412,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     }
     if "load_report" in source_info:
         extra["load_report"] = source_info["load_report"]
-    return SuiteResult("bias", metrics, protocol, counts, str(samples_path), extra)
+    return base.SuiteResult("bias", metrics, protocol, counts, str(samples_path), extra)
+
+
+SUITE = base.Suite(
+    "bias", BiasOptions, METRICS, ("overall", *CATEGORIES, *(b.bias_type for b in BIASES)), run
+)

@@ -1,0 +1,41 @@
+"""The suite registry: every suite's record (:class:`~perception_judge.evaluation.base.Suite`) by name.
+
+A suite is one file plus one registration: its module defines ``SUITE = Suite(name, OptionsModel, METRICS,
+PRIMARY, run)``; registering it is adding that record to :data:`SUITES` below. The plan, the sweep, ``eval list``
+and the report read the records (options, metric declarations, headline metrics), never the modules' internals.
+"""
+
+from __future__ import annotations
+
+from perception_judge.evaluation import perception
+from perception_judge.evaluation.base import Suite
+from perception_judge.evaluation.benchmarks import (
+    mjbench,
+    mllm_judge,
+    position,
+    self_enhancement,
+    verbosity,
+    vlrewardbench,
+)
+from perception_judge.evaluation.bias import suite as bias
+
+SUITES: dict[str, Suite] = {
+    s.name: s
+    for s in (
+        bias.SUITE,
+        perception.SUITE,
+        perception.MISMATCHED,
+        mllm_judge.SUITE,
+        vlrewardbench.SUITE,
+        mjbench.SUITE,
+        position.SUITE,
+        verbosity.SUITE,
+        self_enhancement.SUITE,
+    )
+}
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise KeyError(f"unknown suite {name!r}; available: {', '.join(SUITES)}")
+    return SUITES[name]

@@ -1,0 +1,272 @@
+"""The evaluation plan: every setting typed and checked before any model loads, resolved once in one order (run file,
+config file, --set, flags), the token budget of the training run, the cell fingerprint on typed options, and an
+output folder that cannot be written refused in one line."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_eval_sweep import _plan, dummy_run
+
+from perception_judge.cli import build_parser, main
+from perception_judge.evaluation import sweep as S
+from perception_judge.evaluation.backends.hf import HFBackend
+from perception_judge.evaluation.backends.scripted import ScriptedBackend
+from perception_judge.evaluation.cli import COMMAND, build_plan
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Fail the test if any judge is built."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a judge was built")
+
+    monkeypatch.setattr(HFBackend, "__init__", refuse)
+    monkeypatch.setattr(ScriptedBackend, "__init__", refuse)
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        (["--set", "bias.n_per_typ=2"], ["bias.n_per_typ: unknown option", "n_per_type"]),
+        (["--set", "perception.protocol=pair"], ["perception.protocol: unknown option", "protocols"]),
+        (["--set", "perception.protocols=[pair,trio]"], ["perception.protocols", "pair, batch, single"]),
+        (["--set", "bias.prompt=fancy"], ["bias.prompt", "'single' or 'mmjb'"]),
+        (["--set", "bias.bias_types=text_dominance,colour"], ["bias.bias_types", "texture_insertion"]),
+        (
+            ["--suites", "mjbench", "--set", "mjbench.data_dir=d", "--set", "mjbench.splits=[]"],
+            ["mjbench.splits"],
+        ),
+        (["--suites", "mjbench"], ["mjbench.data_dir", "required"]),
+        (["--suites", "bias,nope"], ["unknown suite 'nope'", "self_enhancement"]),
+        (["--set", "backend.batch_size=0"], ["backend.batch_size", "greater than or equal to 1"]),
+        (["--dtype", "fp8"], ["backend.dtype", "'bfloat16'"]),
+        (
+            ["--set", "backend.kind=vllm", "--set", "backend.device=cpu"],
+            ["backend.device: unknown option", "known"],
+        ),
+        (["--set", "sampling.top_p=2"], ["sampling.top_p", "less than or equal to 1"]),
+        (
+            ["--set", "backend.pixel_policy.mode=square"],
+            ["backend.pixel_policy.mode", "'fixed', 'smart' or 'none'"],
+        ),
+        (
+            ["--set", "backend.pixel_policy.size=50"],
+            ["backend.pixel_policy", "not a multiple of the patch factor 28"],
+        ),
+        (["--set", "backend.think_prefix=always"], ["backend.think_prefix", "'auto' or 'off'"]),
+    ],
+)
+def test_a_bad_option_exits_2_before_any_model_loads(tmp_path, capsys, no_model_loads, flags, names):
+    """Issue 31: a misspelled suite option was found only once the judge had loaded (each cell recorded as failed,
+    exit 1, a report written; a sweep loaded every checkpoint to fail each cell). Now the plan refuses it: exit 2,
+    one line naming WHERE.KEY and what it allows, nothing written, no model built."""
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
+    t0 = time.time()
+    assert main(["eval", "sweep", str(run_dir), *flags, "-q"]) == 2
+    assert time.time() - t0 < 5
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("perception-judge eval sweep: error: "), err
+    for name in names:
+        assert name in err[0]
+    assert not (run_dir / "eval").exists()
+
+
+def test_a_bad_option_exits_2_in_under_5_seconds_from_the_shell(tmp_path):
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "perception_judge.cli",
+        "eval",
+        "sweep",
+        str(run_dir),
+        "--set",
+        "bias.n_per_typ=2",
+    ]
+    t0 = time.time()
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert time.time() - t0 < 5 and done.returncode == 2
+    assert "bias.n_per_typ: unknown option" in done.stderr and not (run_dir / "eval").exists()
+
+
+def test_writing_a_default_out_does_not_rerun_finished_cells(tmp_path):
+    """Issue 31: the fingerprint hashed the raw options, so writing a default out explicitly re-ran finished cells;
+    it hashes the typed, defaults-filled options now."""
+    run_dir = dummy_run(tmp_path / "run", steps=(5,), final=False)
+    out = tmp_path / "eval"
+    first, _ = S.sweep(run_dir, _plan(out, seeds=(0,)), progress=False, report=False)
+    assert first.done == 2
+    defaults = {
+        "bias": {
+            "source": "builtin",
+            "n_per_type": 1,
+            "prompt": "single",
+            "data_seed": 0,
+            "empty": "upstream",
+        }
+    }
+    spelled_out = _plan(
+        out, seeds=(0,), options=defaults, sampling={"top_k": 20, "temperature": 1.0}, limit=None
+    )
+    again, _ = S.sweep(run_dir, spelled_out, progress=False, report=False)
+    assert again.skipped == 2 and again.done == 0
+    changed = _plan(out, seeds=(0,), options={"bias": {"source": "builtin", "n_per_type": 2}})
+    assert S.sweep(run_dir, changed, progress=False, report=False)[0].done == 2
+
+
+def _args(*argv: str):
+    return build_parser("eval", COMMAND).parse_args(list(argv))
+
+
+def _build(args, run=None, out=None):
+    return build_plan(args, run)
+
+
+def test_settings_resolve_in_one_order_run_file_config_set_flags(tmp_path):
+    """The pixel policy, the think prefix and the sampling, each from the run file, then the config file, then
+    --set, then the flags; one typed backend spec holds them."""
+    run = S.read_run(dummy_run(tmp_path / "run", steps=(1,), final=False))  # fixed 56, think prefix off
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("backend: {kind: scripted, pixel_policy: {size: 112}}\nsampling: {temperature: 0.5}\n")
+    out = str(tmp_path / "o")
+    plan = _build(_args("sweep", "r", "--out", out), run)
+    assert (plan.backend.pixel_policy.size, plan.backend.think_prefix) == (56, "off")  # the run file
+    plan = _build(_args("sweep", "r", "--out", out, "--config", str(cfg)), run)
+    assert (
+        plan.backend.pixel_policy.size == 112 and plan.backend.sampling.temperature == 0.5
+    )  # the config file
+    assert plan.backend.pixel_policy.factor == 28 and plan.backend.think_prefix == "off"  # the rest kept
+    flags = ("--set", "backend.pixel_policy.size=168", "--set", "sampling.temperature=0.7")
+    plan = _build(_args("sweep", "r", "--out", out, "--config", str(cfg), *flags), run)
+    assert plan.backend.pixel_policy.size == 168 and plan.backend.sampling.temperature == 0.7  # --set
+    more = ("--pixel-size", "224", "--temperature", "0", "--think-prefix", "auto")
+    plan = _build(_args("sweep", "r", "--out", out, "--config", str(cfg), *flags, *more), run)
+    assert plan.backend.pixel_policy.size == 224 and plan.backend.sampling.temperature == 0  # the flags
+    assert plan.backend.think_prefix == "auto" and plan.backend.kind == "scripted"
+    assert plan.to_dict()["backend"]["pixel_policy"]["size"] == 224  # plan.json: one home for each setting
+
+
+def _run_with_budget(tmp_path: Path, budget: int) -> S.RunInfo:
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
+    info = json.loads((run_dir / S.RUN_FILE).read_text())
+    (run_dir / S.RUN_FILE).write_text(json.dumps({**info, "args": {"max_completion_length": budget}}))
+    return S.read_run(run_dir)
+
+
+def test_the_token_budget_follows_the_training_run(tmp_path, caplog):
+    """Issue 28 item 6: perception_protocol.yaml allowed 4,096 new tokens where training allows 24,576 / 32,768, so a
+    thinking judge's long answer was scored as a parse failure. The budget follows the run's max_completion_length
+    unless the job sets one; a smaller one is a warning, in the plan and on stderr."""
+    run = _run_with_budget(tmp_path, 24576)
+    config = REPO / "eval/configs/perception_protocol.yaml"
+    out = str(tmp_path / "o")
+    plan = _build(_args("sweep", "r", "--config", str(config), "--out", out), run)
+    assert plan.backend.sampling.max_new_tokens == 24576 and not plan.warnings
+    vllm = plan.backend.options
+    assert vllm.max_model_len is None or vllm.max_model_len > 24576  # room for the prompt and the answer
+    short = _build(
+        _args("sweep", "r", "--config", str(config), "--out", out, "--max-new-tokens", "4096"), run
+    )
+    assert short.backend.sampling.max_new_tokens == 4096
+    assert "below the 24576 tokens the run trained with" in short.warnings[0]
+    assert short.warnings[0] in caplog.text
+    assert short.to_dict()["warnings"] == list(short.warnings)
+    longer = _build(_args("sweep", "r", "--out", out, "--max-new-tokens", "32768"), run)
+    assert longer.backend.sampling.max_new_tokens == 32768 and not longer.warnings
+
+
+def test_a_read_only_run_folder_fails_in_one_line_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    """Issue 29 item 11: `eval sweep` of a read-only run folder without --out ended in an OSError [Errno 30]
+    traceback. Every write under the run folder fails with EROFS here (tests run as root, which ignores permission
+    bits); the sweep stops with one line naming the folder and --out, and builds no judge."""
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
+    real_mkdir, real_open = os.mkdir, os.open
+
+    def read_only(real):
+        def call(path, *args, **kwargs):
+            if str(path).startswith(str(run_dir)):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+            return real(path, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "mkdir", read_only(real_mkdir))
+    monkeypatch.setattr(os, "open", read_only(real_open))
+    monkeypatch.setattr(ScriptedBackend, "__init__", lambda *a, **k: pytest.fail("a judge was built"))
+    assert main(["eval", "sweep", str(run_dir), "--backend", "scripted", "--suites", "bias", "-q"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"cannot write the evaluation to '{run_dir / 'eval'}' (Read-only file system)" in line
+    assert "--out" in line
+    other = tmp_path / "elsewhere"
+    args = ["eval", "sweep", str(run_dir), "--backend", "scripted", "--suites", "bias", "--out", str(other)]
+    monkeypatch.undo()
+    assert main([*args, "--set", "bias.source=builtin", "--set", "bias.n_per_type=1", "-q"]) == 0
+
+
+@pytest.fixture
+def read_only_mount(tmp_path):
+    """A real read-only file system (a tmpfs remounted read-only) holding a run folder; skipped where this process
+    may not mount one."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
+    try:
+        dummy_run(disk / "run", steps=(1,), final=False)
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True, capture_output=True)
+        yield disk / "run"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_real_read_only_run_folder_fails_in_one_line(read_only_mount):
+    cmd = [sys.executable, "-m", "perception_judge.cli", "eval", "sweep", str(read_only_mount), "-q"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"'{read_only_mount / 'eval'}' (Read-only file system): pass --out DIR" in line
+
+
+def test_server_credentials_never_reach_the_evaluation_records(tmp_path, capsys):
+    """Issue 29 item 9: credentials in a server URL (http://user:secret@host/v1, ?api_key=...) must not reach
+    plan.json, cells/*.json, report.json or report.md (nor the terminal): a judge served with them, and a server that
+    fails whose errors name the URL."""
+    fake = pytest.importorskip("perception_judge.testing.fake_openai")
+    with fake.FakeOpenAIServer(model="judge", seed=1) as srv:
+        good = srv.base_url.replace("http://", "http://judge:hunter2@")
+        bad = "http://admin:hunter3@127.0.0.1:9/v1?api_key=hunter4"
+        for name, url in (("good", good), ("bad", bad)):
+            argv = ["eval", "run", "--backend", "openai", "--base-url", url, "--model", f"{name}=judge",
+                    "--suites", "bias", "--set", "bias.source=builtin", "--set", "bias.n_per_type=1",
+                    "--set", "backend.max_retries=0", "--set", "backend.api_key=sk-test0123456789abcdefgh",
+                    "--out", str(tmp_path / name)]  # fmt: skip
+            assert main(argv) == (0 if name == "good" else 1)
+    cell = json.loads(next((tmp_path / "good" / "cells").glob("*.json")).read_text())
+    assert cell["status"] == "done" and "<redacted>@127.0.0.1" in json.dumps(
+        cell["result"]["protocol"]["backend"]
+    )
+    failed = json.loads(next((tmp_path / "bad" / "cells").glob("*.json")).read_text())
+    assert failed["status"] == "failed"
+    written = [
+        p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".md", ".csv", ".jsonl")
+    ]
+    assert {p.name for p in written} >= {"plan.json", "report.json", "report.md", "results.json"}
+    captured = capsys.readouterr()
+    for text in [p.read_text() for p in written] + [captured.out, captured.err]:
+        for secret in ("hunter2", "hunter3", "hunter4", "sk-test0123456789abcdefgh"):
+            assert secret not in text
