@@ -23,7 +23,9 @@ PROMPT_TAIL = {
     "qwen2_5_vl": [IM_START, 77091, 198, 13708, 766, 397],  # "<th" "ink" ">\n": ordinary text in Qwen2.5
     "qwen3_vl": [IM_START, 77091, 198, 151667, 198],  # <think> is one token in Qwen3
 }
-POLICY = {"qwen2_5_vl": (56, 28), "qwen3_vl": (64, 32)}  # (image size, patch factor)
+# (image size, patch factor); the real Qwen3-VL processor's least area is 65,536 pixels, so its fixed size is 256 (a
+# smaller one it would resize, which the trainer refuses)
+POLICY = {"qwen2_5_vl": (56, 28), "qwen3_vl": (256, 32)}
 
 
 @pytest.fixture(params=ARCHS)
