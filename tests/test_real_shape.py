@@ -181,7 +181,7 @@ def _short_prompt_set(folder: Path, image_size: int) -> Path:
     """Four pair rows of the toy set with their prompts in the ``tiny`` style: on CPU trl scores every position
     (prompt included) over Qwen's 151,936 rows, so a short prompt keeps the GRPO step to seconds."""
     from perception_judge.core.trainset import rows_to_dataset, split_path
-    from perception_judge.train.toyset import toy_rows
+    from perception_judge.tiny.toyset import toy_rows
 
     rows = toy_rows(4, protocols=("pair",), image_size=image_size)
     for row in rows:
@@ -254,7 +254,7 @@ def test_a_taught_verdict_comes_back_through_the_hf_backend(arch, tmp_path):
     from perception_judge.core.images import PixelPolicy
     from perception_judge.core.schema import Sampling
     from perception_judge.evaluation.backends.hf import HFBackend
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     folder = make_tiny_model(arch, tmp_path / "judge", seed=0, tokenizer="qwen")
     processor = AutoProcessor.from_pretrained(folder)

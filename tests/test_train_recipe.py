@@ -52,7 +52,7 @@ def test_tiny_recipe_parses_with_overrides():
     assert r.script.dataset_name == "other/folder"
     assert r.training.output_dir == "x"
     assert r.training.max_steps == 2
-    assert r.judge.tiny_model_arch == "qwen2_5_vl"
+    assert r.judge.model_provider_options["arch"] == "qwen2_5_vl"
     assert r.judge.reward_funcs == ["judge", "format", "digit_fraction"]
     assert r.training.reward_weights == [1.0, 0.2, 0.1]
     assert r.training.save_steps == 2 and r.training.max_steps <= 6
@@ -125,7 +125,10 @@ def test_unknown_command_line_flag_is_named(tmp_path):
         ("image_size: 0", "image"),
         ("protocol_mix: {batch: 1, triple: 1}", "triple"),
         ("protocol_mix: {batch: 0}", "protocol_mix"),
-        ("tiny_model_arch: llama", "tiny_model_arch"),
+        (
+            "model_provider: perception_judge.tiny.models:ensure_tiny_model\nmodel_provider_options: {arch: llama}",
+            "arch",
+        ),
         ("report_to: slack", "report_to"),
         ("temperature: 0", "temperature"),
         ("vllm_mode: remote", "vllm_mode"),

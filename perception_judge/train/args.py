@@ -53,24 +53,35 @@ class JudgeArguments:
     lora_exclude_modules: str | None = HfArg(default=r".*visual.*", help="Modules LoRA never adapts (regex).")
     base_adapter: str | None = HfArg(default=None, help="LoRA adapter merged into the base before training.")
     merged_base_dir: str | None = HfArg(default=None, help="Where the merge goes (<output_dir>/merged_base).")
-    tiny_model_arch: str | None = HfArg(default=None, help="Build a tiny model of this arch if missing.")
-    tiny_model_seed: int = HfArg(default=0, help="Seed of the generated tiny model.")
-    tiny_model_warm_start_steps: int = HfArg(default=0, help="Format warm-start steps of a new tiny model.")
+    model_provider: str | None = HfArg(
+        default=None,
+        help="`package.module:function` called as function(model_name_or_path, **model_provider_options) before "
+        "the model loads, once every input is checked: builds or fetches the model there (docs/training.md).",
+    )
+    model_provider_options: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "model_provider's keyword options: a mapping, or `key=value,...`."}
+    )
     recipe_num_processes: int | None = HfArg(default=None, help="Process count the batch geometry assumes.")
     sample_log_steps: int = HfArg(default=0, help="Write completion samples every N steps (0: never).")
     num_samples_to_log: int = HfArg(default=4, help="Completions per sample dump.")
 
 
-def protocol_mix_dict(value: Any) -> dict[str, float] | None:
-    """Normalise ``protocol_mix`` (mapping, ``"batch=0.6,pair=0.4"`` or None) to a mapping of floats."""
-    if value is None or value == "" or value == {}:
-        return None
-    mix = value
+def mapping(value: Any, key: str, default: str = "1") -> dict[str, Any]:
+    """A mapping-valued recipe key as a dict: a mapping, ``"a=1,b=2"`` (the command-line form; a bare ``a`` gets
+    ``default``) or None / empty (``{}``)."""
     if isinstance(value, str):
         parts = [part.partition("=") for part in value.split(",") if part.strip()]
-        mix = {name.strip(): weight.strip() if sep else "1" for name, sep, weight in parts}
-    if not isinstance(mix, dict):
-        raise ValueError(f"protocol_mix must be a mapping or 'name=weight,...', got {value!r}")
+        value = {name.strip(): item.strip() if sep else default for name, sep, item in parts}
+    if not isinstance(value, dict | None):
+        raise ValueError(f"{key} must be a mapping or 'name=value,...', got {value!r}")
+    return dict(value or {})
+
+
+def protocol_mix_dict(value: Any) -> dict[str, float] | None:
+    """Normalise ``protocol_mix`` (mapping, ``"batch=0.6,pair=0.4"`` or None) to a mapping of floats."""
+    mix = mapping(value, "protocol_mix")
+    if not mix:
+        return None
     out: dict[str, float] = {}
     for name, weight in mix.items():
         try:

@@ -60,13 +60,19 @@ class SplitReport:
         return "; ".join(parts)
 
 
+def patch_factor(config: Any) -> int:
+    """The pixel factor (patch size × spatial merge) of a Qwen-VL config: 28 for Qwen2.5-VL, 32 for Qwen3-VL."""
+    vision = getattr(config, "vision_config", None)
+    if vision is None:
+        return 28
+    return int(getattr(vision, "patch_size", 14)) * int(getattr(vision, "spatial_merge_size", 2))
+
+
 def pixel_policy_for(judge_args: Any, model_config: Any = None, processor: Any = None) -> PixelPolicy:
     """The run's pixel policy; ``image_factor: 0`` takes patch × merge from the model config (28 / 32), an unset
     ``image_min_pixels`` the model processor's least area. A policy whose images the processor would resize (a
     fixed side or smart bounds outside the processor's area bounds) is refused: the processor resizes silently
     and every image-token count the run computes would be wrong."""
-    from perception_judge.tiny_models import patch_factor
-
     j = judge_args
     factor = j.image_factor or (patch_factor(model_config) if model_config is not None else 28)
     bounds = processor_pixel_bounds(processor) if processor is not None else None

@@ -37,8 +37,7 @@ RESUME_LATEST = ("latest", "last", "true", "True", "auto")
 NUMERIC_RANGES = {
     "(0, inf)": "learning_rate repetition_penalty epsilon epsilon_high num_train_epochs logging_steps save_steps "
     "eval_steps",
-    "[0, inf)": "weight_decay max_grad_norm warmup_steps top_k beta image_factor tiny_model_warm_start_steps "
-    "sample_log_steps num_samples_to_log",
+    "[0, inf)": "weight_decay max_grad_norm warmup_steps top_k beta image_factor sample_log_steps num_samples_to_log",
     "[1, inf)": "per_device_train_batch_size per_device_eval_batch_size gradient_accumulation_steps num_iterations "
     "save_total_limit max_prompt_tokens max_train_samples max_eval_samples recipe_num_processes lora_r",
     "[2, inf)": "num_generations",
@@ -298,7 +297,7 @@ def _importable(module: str) -> bool:
 
 def validate(recipe: Recipe, check_environment: bool = True) -> None:
     """Cross-field checks of a parsed recipe (no model, no data touched)."""
-    from perception_judge.tiny_models import ARCHS
+    from perception_judge.train.models import provider_options
     from perception_judge.train.rewards import check_reward_names, reward_weight_map
 
     s, t, m, j = recipe.script, recipe.training, recipe.model, recipe.judge
@@ -329,8 +328,11 @@ def validate(recipe: Recipe, check_environment: bool = True) -> None:
         )
     except ValueError as e:
         raise RecipeError(f"image_mode / image_size / image_*_pixels: {e}") from None
-    if j.tiny_model_arch is not None:
-        _choice("tiny_model_arch", j.tiny_model_arch, ARCHS)
+    try:  # the command line's options update the recipe's
+        options = recipe.config.get("model_provider_options")
+        j.model_provider_options = provider_options(j.model_provider, j.model_provider_options, options)
+    except ValueError as e:
+        raise RecipeError(f"model_provider / model_provider_options: {e}") from None
     for key, choices in LATE_CHOICES.items():
         _choice(key, getattr(t, key), choices)
     if t.max_completion_length is None or t.max_completion_length < 1:

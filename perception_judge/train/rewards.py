@@ -47,16 +47,16 @@ DIAGNOSTIC_REWARDS: dict[str, Callable[..., list[float]]] = {
 }
 
 
-def import_callable(path: str) -> Callable[..., Any]:
-    """Import ``package.module:function`` or ``package.module.function``."""
+def import_callable(path: str, what: str = "reward") -> Callable[..., Any]:
+    """Import ``package.module:function`` or ``package.module.function`` (``what``: how errors name it)."""
     try:
         fn = pkgutil.resolve_name(path)
     except (ImportError, ValueError) as e:
-        raise ValueError(f"reward {path!r}: cannot import it: {e}") from None
+        raise ValueError(f"{what} {path!r}: cannot import it: {e}") from None
     except AttributeError as e:
-        raise ValueError(f"reward {path!r}: {e}") from None
+        raise ValueError(f"{what} {path!r}: {e}") from None
     if not callable(fn):
-        raise ValueError(f"reward {path!r} is not callable")
+        raise ValueError(f"{what} {path!r} is not callable")
     return fn
 
 
