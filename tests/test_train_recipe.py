@@ -141,6 +141,27 @@ def test_invalid_values_fail_naming_the_key(tmp_path, line, pattern):
         parse_recipe([path], check_environment=False)
 
 
+@pytest.mark.parametrize(
+    ("line", "pattern"),
+    [
+        ("reward_tau: 50", r"reward_tau must be in \(1, 10\], got 50\b.*none is 'correct'"),
+        ("reward_tau: .nan", r"reward_tau must be in \(1, 10\], got nan"),
+        ("reward_tau: 1", r"reward_tau must be in \(1, 10\], got 1\b.*no verdict is 'incorrect'"),
+        ("reward_weights: [1.0, .inf]", r"reward_weights must be finite, got inf"),
+        ("reward_weights: [.nan, 1.0]", r"reward_weights must be finite, got nan"),
+        ("reward_weights: [0, 0.0]", r"reward_weights \[0, 0\.0\] are all 0"),
+    ],
+)
+def test_reward_options_that_make_a_reward_constant_or_unreachable_are_refused(tmp_path, line, pattern):
+    """With tau 50 no correct verdict earns reward, with NaN none at all; weights must be finite, one non-zero."""
+    with pytest.raises(RecipeError, match=pattern):
+        parse_recipe([_recipe(tmp_path, BASE + line + "\n")], check_environment=False)
+    with pytest.raises(RecipeError, match=r"reward_tau must be in \(1, 10\], got nan"):
+        parse_recipe([_recipe(tmp_path, BASE), "--reward_tau", "nan"], check_environment=False)
+    for tau in ("1.5", "10"):  # both verdicts reachable on the 1-10 scale
+        assert parse_recipe([_recipe(tmp_path, BASE), "--reward_tau", tau], check_environment=False)
+
+
 def test_batch_geometry_error_names_the_numbers():
     values = dict(per_device_train_batch_size=3, gradient_accumulation_steps=1, num_generations=2)
     with pytest.raises(RecipeError, match=r"3 × 1 × 1 = 3.*num_generations=2"):

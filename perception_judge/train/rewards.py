@@ -97,4 +97,8 @@ def reward_weight_map(names: Sequence[str], weights: Sequence[float] | None) -> 
             f"reward_weights has {len(weights)} values for {len(names)} reward_funcs ({', '.join(names)}); "
             "give one weight per reward"
         )
+    if not any(weights):
+        raise ValueError(
+            f"reward_weights {list(weights)} are all 0: no reward would train; make one non-zero"
+        )
     return {n: float(w) for n, w in zip(names, weights)}
