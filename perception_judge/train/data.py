@@ -109,11 +109,23 @@ def _undecoded_images(ds: Any) -> Any:
     return ds.select_columns([COL_IMAGES]).cast_column(COL_IMAGES, List(Image(decode=False)))[COL_IMAGES]
 
 
-def check_rows(ds: Any, split: str) -> None:
-    """Fail on the first malformed row: protocol, ground truth, image count vs placeholders."""
+def _image_problem(cell: dict[str, Any]) -> str | None:
+    """Why one undecoded image cell cannot be read (None when its header and checksums are sound)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]) as im:
+            im.verify()  # PNG: every chunk's CRC; a zeroed stretch of an uncompressed parquet page lands here
+    except Exception as e:  # PIL raises many types for a damaged image
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def check_rows(ds: Any, split: str, source: str = "") -> None:
+    """Fail on the first malformed row: protocol, ground truth, image count vs placeholders, unreadable image."""
     columns = [ds[column] for column in (COL_PROMPT, COL_PROTOCOL, COL_GROUND_TRUTH, COL_RECORD_KEY)]
     for i, (prompt, protocol, truth, key, images) in enumerate(zip(*columns, _undecoded_images(ds))):
-        where = f"{split} row {i} ({key})"
+        where = f"{source}: {split} row {i} ({key})" if source else f"{split} row {i} ({key})"
         try:
             validate_ground_truth(protocol, truth)
         except ValueError as e:
@@ -123,6 +135,9 @@ def check_rows(ds: Any, split: str) -> None:
             raise DataError(
                 f"{where}: {n_placeholders} image placeholder(s) in the prompt but {n_images} image(s)"
             )
+        for k, problem in enumerate(map(_image_problem, images or []), 1):
+            if problem:
+                raise DataError(f"{where}: image {k} is damaged ({problem})")
 
 
 def protocol_mix_indices(
@@ -223,7 +238,6 @@ def prepare_split(
 
     limit = judge_args.max_prompt_tokens
     report = SplitReport(split=split, rows_in=len(ds), protocols_in=dict(Counter(ds[COL_PROTOCOL])))
-    check_rows(ds, split)
     try:
         mix = protocol_mix_dict(judge_args.protocol_mix)
         keep = protocol_mix_indices(ds[COL_PROTOCOL], mix, seed, strict=split == "train")
@@ -275,6 +289,32 @@ class JudgeData:
         return seconds
 
 
+def read_training_set(folder: str, splits: tuple[str, ...] = ()) -> Any:
+    """The exported training set in ``folder`` read whole, the rows of ``splits`` checked (:func:`check_rows`);
+    every problem a :class:`DataError` naming the file: no folder or split file, another schema, a damaged file
+    (datasets' own error names none), a malformed row or image."""
+    import pyarrow.parquet as pq
+
+    from perception_judge.core.trainset import SPLITS, load_training_set, split_path
+
+    try:
+        dsd = load_training_set(folder)
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(str(e)) from None
+    except Exception as e:  # datasets.exceptions.DatasetGenerationError
+        for path in [split_path(folder, split) for split in SPLITS if split_path(folder, split).is_file()]:
+            try:
+                pq.read_table(path)
+            except Exception as damage:  # pyarrow raises several types for a damaged file
+                raise DataError(
+                    f"{path}: a damaged parquet file ({type(damage).__name__}: {damage})"
+                ) from None
+        raise DataError(f"{folder}: the training set cannot be read ({type(e).__name__}: {e})") from None
+    for split in [s for s in splits if s in dsd]:
+        check_rows(dsd[split], split, str(split_path(folder, split)))
+    return dsd
+
+
 def load_judge_data(
     script_args: Any,
     judge_args: Any,
@@ -282,16 +322,14 @@ def load_judge_data(
     policy: PixelPolicy,
     seed: int = 0,
     with_validation: bool = True,
+    dataset: Any = None,
 ) -> JudgeData:
-    """Load, check and filter the training set named by ``dataset_name``; apply the pixel policy lazily."""
-    from perception_judge.core.trainset import load_training_set
-
+    """Check and filter the training set named by ``dataset_name`` (``dataset``: already read and its rows checked
+    by :func:`read_training_set`); apply the pixel policy lazily."""
     name = script_args.dataset_name
     train_split, test_split = script_args.dataset_train_split, script_args.dataset_test_split
-    try:
-        dsd = load_training_set(name)
-    except (FileNotFoundError, ValueError) as e:
-        raise DataError(str(e)) from None
+    used = (train_split, test_split) if with_validation else (train_split,)
+    dsd = dataset if dataset is not None else read_training_set(name, used)
     if train_split not in dsd:
         raise DataError(f"{name}: no {train_split!r} split (found {', '.join(dsd) or 'none'})")
 

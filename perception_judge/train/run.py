@@ -20,7 +20,7 @@ from perception_judge.core.protocol import prepare_processor, template_opens_thi
 from perception_judge.core.runinfo import RUN_FILE, list_checkpoints, update_run_info, write_run_info
 from perception_judge.train import models
 from perception_judge.train.card import final_metrics, versions, write_model_card
-from perception_judge.train.data import DataError, load_judge_data, pixel_policy_for
+from perception_judge.train.data import DataError, load_judge_data, pixel_policy_for, read_training_set
 from perception_judge.train.recipe import RESUME_LATEST, Recipe, RecipeError, parse_recipe, report_to_list
 from perception_judge.train.rewards import build_rewards, reward_weight_map
 
@@ -96,6 +96,40 @@ class Run:
 _RESOLVE = object()  # build_run's default: resolve resume_from_checkpoint itself
 
 
+def _local_problem(path: str | None, marker: str) -> str | None:
+    """Why ``path`` is not a local folder holding ``marker``; None when it is, or when it can be a hub id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not path:
+        return None
+    if not Path(path).exists():
+        try:
+            validate_repo_id(path)
+        except HFValidationError:
+            return f"{path!r} does not exist"
+        return None
+    return None if (Path(path) / marker).is_file() else f"{path!r} holds no {marker}"
+
+
+def check_inputs(recipe: Recipe) -> Any:
+    """Every input the recipe names, checked before any model is built or loaded (by the model provider, a
+    base-adapter merge or the trainer): the base adapter and the model when they are local folders (the model only
+    without a model provider, which builds or fetches it), then the training set, read whole (folder, split files,
+    columns, the rows of the splits it uses, their images; a damaged file is named). ``train`` resolves the resume
+    checkpoint before. Returns the training set."""
+    m, j = recipe.model, recipe.judge
+    folders = {"base_adapter": (j.base_adapter, "adapter_config.json")}
+    if not j.model_provider:
+        folders["model_name_or_path"] = (m.model_name_or_path, "config.json")
+    for key, (path, marker) in folders.items():
+        if problem := _local_problem(path, marker):
+            raise RecipeError(f"{key}: {problem}")
+    s, t = recipe.script, recipe.training
+    eval_on = str(getattr(t.eval_strategy, "value", t.eval_strategy)) != "no"
+    splits = (s.dataset_train_split, s.dataset_test_split) if eval_on else (s.dataset_train_split,)
+    return read_training_set(s.dataset_name, splits)
+
+
 def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) -> Run:
     """Resolve the model, load processor and data, check everything, then load the model and build the trainer."""
     from accelerate import PartialState
@@ -115,8 +149,9 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
     output_dir = t.output_dir
     if resume is _RESOLVE:  # train() passes the checkpoint it already resolved
         resume = resolve_resume(t.resume_from_checkpoint, output_dir)
+    dataset = check_inputs(recipe)
 
-    # 1. model folder (tiny build / base-adapter merge), processor, config: no weights loaded yet. The checkpoints
+    # 1. model folder (model provider / base-adapter merge), processor, config: no weights loaded yet. The checkpoints
     # get a processor of their own with the chat template training renders with (its <think> prefill included),
     # so a trained judge served by vLLM / an OpenAI-compatible server gets the same prompt as in training.
     model_path = models.resolve_model_path(m, j, output_dir, t.trust_remote_code)
@@ -132,7 +167,7 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
 
     # 2. data: row checks, protocol mix, overlong prompts, pixel policy
     eval_on = str(getattr(t.eval_strategy, "value", t.eval_strategy)) != "no"
-    data = load_judge_data(s, j, processor, policy, seed=t.seed, with_validation=eval_on)
+    data = load_judge_data(s, j, processor, policy, seed=t.seed, with_validation=eval_on, dataset=dataset)
     for rep in data.reports.values():
         say(rep.summary())
     if warning := data.lengths.resize_warning():
@@ -257,6 +292,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train(parse_recipe(argv))
     except (RecipeError, DataError) as e:
-        print(f"train_grpo.py: error: {e}", file=sys.stderr)
+        print(f"train_grpo.py: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
     return 0
