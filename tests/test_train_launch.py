@@ -100,20 +100,8 @@ def _reload_and_generate(folder: Path, data_dir: Path, size: int, base: Path | N
     assert out.shape[1] > inputs["input_ids"].shape[1]
 
 
-def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path):
-    model_dir = tmp_path / "tiny-model"  # built by the recipe's model_provider
-    run_a = tmp_path / "run_a"
-    common = [
-        "--dataset_name", str(toy_set),
-        "--model_name_or_path", str(model_dir),
-        "--save_steps", "2",
-        "--eval_steps", "2",
-        "--max_steps", "4",
-        "--sample_log_steps", "2",
-    ]  # fmt: skip
-    launch([*common, "--output_dir", str(run_a)])
-
-    # the run folder the evaluation sweep reads
+def _check_run_folder(run_a: Path, model_dir: Path) -> list[dict]:
+    """The run folder the evaluation sweep reads; every reward and timing logged. Returns the training logs."""
     info = json.loads((run_a / "perception_judge_run.json").read_text())
     assert info["status"] == "finished" and info["tuning"] == "full" and info["model_type"] == "qwen2_5_vl"
     assert info["base_model"] == str(model_dir.resolve()) and info["think_prefix"] == "auto"
@@ -150,6 +138,23 @@ def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path)
     assert len((run_a / "validation_metrics.jsonl").read_text().splitlines()) == 2
     sample = json.loads((run_a / "samples" / "step-000002.jsonl").read_text().splitlines()[0])
     assert set(sample["rewards"]) == set(REWARDS) and (run_a / "samples" / sample["images"][0]).is_file()
+    return train_logs
+
+
+def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path):
+    model_dir = tmp_path / "tiny-model"  # built by the recipe's model_provider
+    run_a = tmp_path / "run_a"
+    common = [
+        "--dataset_name", str(toy_set),
+        "--model_name_or_path", str(model_dir),
+        "--save_steps", "2",
+        "--eval_steps", "2",
+        "--max_steps", "4",
+        "--sample_log_steps", "2",
+    ]  # fmt: skip
+    launch([*common, "--output_dir", str(run_a)])
+
+    train_logs = _check_run_folder(run_a, model_dir)
 
     # parameters changed (all of them: the dense reward gives every group a non-zero advantage)
     before, after = weights(model_dir / "model.safetensors"), weights(run_a / "model.safetensors")
