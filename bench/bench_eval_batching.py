@@ -70,7 +70,7 @@ def main() -> int:
     from perception_judge.core.protocol import build_messages
     from perception_judge.core.schema import JudgeRequest, Sampling
     from perception_judge.evaluation.backends.hf import HFBackend
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     requests = [
         JudgeRequest(

@@ -1,4 +1,4 @@
-"""The learnability check of the tiny substrate (``perception_judge.evaluation.learnability``), as benchmark ratios.
+"""The learnability check of the tiny substrate (``perception_judge.tiny.learnability``), as benchmark ratios.
 
 Supervised training on the PPJD verdict target on the demo's tiny judge (2000 steps of 32 fresh tiny-world records),
 then held-out r_c-vs-r_rp pair accuracy on images it never saw (target >= 0.95) and the same with every image
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from perception_judge.evaluation.learnability import CONTROL_CEILING, TARGET_ACCURACY, run_check
+from perception_judge.tiny.learnability import CONTROL_CEILING, TARGET_ACCURACY, run_check
 
 
 def main() -> None:

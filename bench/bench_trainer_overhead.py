@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         plain_trl(*args.plain, steps=args.steps)
         return 0
 
-    from perception_judge.tiny_models import make_tiny_model
-    from perception_judge.train.toyset import write_toy_training_set
+    from perception_judge.tiny.models import make_tiny_model
+    from perception_judge.tiny.toyset import write_toy_training_set
 
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as tmp:
         data = str(write_toy_training_set(Path(tmp) / "data", n_train=64, n_validation=0))

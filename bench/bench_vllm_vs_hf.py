@@ -69,7 +69,7 @@ def main() -> int:
     from perception_judge.core.schema import JudgeRequest, Sampling
     from perception_judge.evaluation.backends.hf import HFBackend
     from perception_judge.evaluation.backends.vllm import VLLMBackend
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         images = []

@@ -385,7 +385,7 @@ def _start_server(args: argparse.Namespace, folder: Path) -> Any:
 def _dataset(args: argparse.Namespace, n_processes: int) -> Any:
     from perception_judge.core.images import PixelPolicy
     from perception_judge.core.trainset import rows_to_dataset
-    from perception_judge.train.toyset import toy_rows
+    from perception_judge.tiny.toyset import toy_rows
 
     policy = PixelPolicy(mode="fixed", size=args.image_size, factor=28)
     n_rows = max(8, args.per_device_batch * n_processes * (args.warmup + args.steps))

@@ -30,7 +30,7 @@ class Command:
 # name -> (module:attribute of a Command, one-line help). Listed in pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
     "make-tiny-model": (
-        "perception_judge.tiny_models_cli:COMMAND",
+        "perception_judge.tiny.cli:COMMAND",
         "build a tiny Qwen-VL judge folder offline (random weights, optional format warm start)",
     ),
     "synth": (
@@ -62,7 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "print a judge's chat template with the think prefill, for a server's --chat-template",
     ),
     "demo": (
-        "perception_judge.demo:COMMAND",
+        "perception_judge.tiny.demo:COMMAND",
         "the whole loop at toy scale, offline, under runs/demo/ (what `make demo` runs)",
     ),
 }

@@ -75,7 +75,7 @@ def memorize_completion(model_dir, prompts, images, completion, lr=5e-3, max_ste
 @pytest.fixture(scope="session")
 def tiny_qwen25(tmp_path_factory):
     """Folder of a tiny Qwen2.5-VL judge (template opens no think block)."""
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     return make_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("tiny_qwen25"), seed=0)
 
@@ -83,7 +83,7 @@ def tiny_qwen25(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_qwen3(tmp_path_factory):
     """Folder of a tiny Qwen3-VL judge (template behaves like the -Thinking models)."""
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     return make_tiny_model("qwen3_vl", tmp_path_factory.mktemp("tiny_qwen3"), seed=0)
 
@@ -92,7 +92,7 @@ def tiny_qwen3(tmp_path_factory):
 def real_qwen25(tmp_path_factory):
     """Folder of a tiny Qwen2.5-VL judge with Qwen's real tokenizer, Qwen2.5-VL-Instruct template, ids and processor
     settings (``make_tiny_model(..., tokenizer="qwen")``)."""
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     return make_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("real_qwen25"), seed=0, tokenizer="qwen")
 
@@ -100,7 +100,7 @@ def real_qwen25(tmp_path_factory):
 @pytest.fixture(scope="session")
 def real_qwen3(tmp_path_factory):
     """Folder of a tiny Qwen3-VL judge with Qwen3's real tokenizer and the Qwen3-VL-Thinking template."""
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     return make_tiny_model("qwen3_vl", tmp_path_factory.mktemp("real_qwen3"), seed=0, tokenizer="qwen")
 

@@ -1,5 +1,6 @@
-"""The layout docs/architecture.md describes: no import cycle, the core imports nothing of the stages, and below the
-command-line entry points the parts stand on at most four levels of imports."""
+"""The layout docs/architecture.md describes: no import cycle, the core imports nothing of the stages, below the
+command-line entry points the parts stand on at most four levels of imports, and no production module imports the
+toy wing (``perception_judge.tiny``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perception_judge"
-ENTRY_POINTS = ("cli", "demo", "__main__", "tiny_models_cli")
+ENTRY_POINTS = ("cli", "demo", "__main__")
+PRODUCTION = ("core", "synth", "rewards", "llm_client", "ppjd", "train", "evaluation")
+QWEN_SCAFFOLDING = (
+    "perception_judge.tiny",
+    "perception_judge.tiny.qwen_vocab",
+    "perception_judge.tiny.qwen_vl",
+)
 MAX_LEVELS = 4
 
 
@@ -117,16 +124,33 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_the_tiny_scaffolding_imports_only_the_core(graph):
-    """``perception_judge.tiny`` (Qwen's tokenizer and templates) stands on the core alone, so any stage can use it."""
+    """Qwen's tokenizer and templates (``perception_judge.tiny``, ``tiny.qwen_vocab``, ``tiny.qwen_vl``) stand on the
+    core alone."""
     _, edges = graph
-    for module, targets in edges.items():
-        if module.startswith("perception_judge.tiny") and not module.startswith(
-            "perception_judge.tiny_models"
-        ):
-            outside = sorted(
-                t for t in targets if not t.startswith(("perception_judge.core", "perception_judge.tiny"))
-            )
-            assert not outside, f"{module} imports {outside}"
+    for module in QWEN_SCAFFOLDING:
+        outside = sorted(
+            t
+            for t in edges[module]
+            if not t.startswith("perception_judge.core") and t not in QWEN_SCAFFOLDING
+        )
+        assert not outside, f"{module} imports {outside}"
+
+
+def test_production_modules_do_not_import_the_toy_wing(graph):
+    """The toy wing (``perception_judge.tiny``: tiny models, their supervised runs, toy sets, fixtures, the
+    learnability check, the demo) stands above the stages; nothing of the production code imports it (a recipe names
+    its model provider by a dotted path, and the top-level ``cli`` registers its commands by name)."""
+    _, edges = graph
+    production = tuple(f"perception_judge.{part}" for part in PRODUCTION)
+    found = {
+        module: sorted(
+            t for t in targets if t == "perception_judge.tiny" or t.startswith("perception_judge.tiny.")
+        )
+        for module, targets in edges.items()
+        if module in production or module.startswith(tuple(f"{p}." for p in production))
+    }
+    assert not {m: t for m, t in found.items() if t}, found
+    assert "perception_judge.train.models" in found and "perception_judge.evaluation.base" in found
 
 
 def test_every_data_file_of_the_package_is_package_data():

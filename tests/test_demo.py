@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perception_judge.demo import DemoError, check_or_claim, settings
+from perception_judge.tiny.demo import DemoError, check_or_claim, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -251,7 +251,7 @@ def test_sigkill_mid_sweep_then_rerun_skips_finished_cells(tmp_path):
 
 def test_cli_eval_run_compares_judges_and_report_rerender(tmp_path, capsys):
     from perception_judge.cli import main
-    from perception_judge.evaluation.fixtures import make_validation_set
+    from perception_judge.tiny.toyset import make_validation_set
 
     ts = make_validation_set(tmp_path / "ts", n=2)
     cfg = tmp_path / "job.yaml"
@@ -385,7 +385,7 @@ def test_position_and_verbosity_pairs_default_to_the_run_train_set(tmp_path):
 
 
 def test_sweep_runs_position_on_the_run_train_set(tmp_path):
-    from perception_judge.train.toyset import write_toy_training_set
+    from perception_judge.tiny.toyset import write_toy_training_set
 
     ts = write_toy_training_set(tmp_path / "ts", n_train=2, n_validation=3)
     run_dir = dummy_run(tmp_path / "run", steps=(10,), final=False, train_set=str(ts))
@@ -401,7 +401,7 @@ def test_sweep_runs_position_on_the_run_train_set(tmp_path):
 @pytest.mark.parametrize("tuning", ["full", "lora"])
 def test_hf_sweep_end_to_end_on_tiny_runs(tmp_path, tiny_qwen25, tuning):
     from perception_judge.cli import main
-    from perception_judge.evaluation.fixtures import make_fake_run, make_validation_set
+    from perception_judge.tiny.toyset import make_fake_run, make_validation_set
 
     ts = make_validation_set(tmp_path / "ts", n=2)
     run_dir = make_fake_run(tmp_path / "run", tiny_qwen25, tuning=tuning, steps=(1, 2), train_set=ts)

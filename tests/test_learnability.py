@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perception_judge.evaluation.learnability import CONTROL_CEILING, TARGET_ACCURACY, run_check
+from perception_judge.tiny.learnability import CONTROL_CEILING, TARGET_ACCURACY, run_check
 
 
 @pytest.mark.slow

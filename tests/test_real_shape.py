@@ -23,7 +23,9 @@ PROMPT_TAIL = {
     "qwen2_5_vl": [IM_START, 77091, 198, 13708, 766, 397],  # "<th" "ink" ">\n": ordinary text in Qwen2.5
     "qwen3_vl": [IM_START, 77091, 198, 151667, 198],  # <think> is one token in Qwen3
 }
-POLICY = {"qwen2_5_vl": (56, 28), "qwen3_vl": (64, 32)}  # (image size, patch factor)
+# (image size, patch factor); the real Qwen3-VL processor's least area is 65,536 pixels, so its fixed size is 256 (a
+# smaller one it would resize, which the trainer refuses)
+POLICY = {"qwen2_5_vl": (56, 28), "qwen3_vl": (256, 32)}
 
 
 @pytest.fixture(params=ARCHS)
@@ -179,7 +181,7 @@ def _short_prompt_set(folder: Path, image_size: int) -> Path:
     """Four pair rows of the toy set with their prompts in the ``tiny`` style: on CPU trl scores every position
     (prompt included) over Qwen's 151,936 rows, so a short prompt keeps the GRPO step to seconds."""
     from perception_judge.core.trainset import rows_to_dataset, split_path
-    from perception_judge.train.toyset import toy_rows
+    from perception_judge.tiny.toyset import toy_rows
 
     rows = toy_rows(4, protocols=("pair",), image_size=image_size)
     for row in rows:
@@ -252,7 +254,7 @@ def test_a_taught_verdict_comes_back_through_the_hf_backend(arch, tmp_path):
     from perception_judge.core.images import PixelPolicy
     from perception_judge.core.schema import Sampling
     from perception_judge.evaluation.backends.hf import HFBackend
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     folder = make_tiny_model(arch, tmp_path / "judge", seed=0, tokenizer="qwen")
     processor = AutoProcessor.from_pretrained(folder)

@@ -10,7 +10,7 @@ from PIL import Image
 
 from perception_judge.cli import main as cli_main
 from perception_judge.core import protocol
-from perception_judge.tiny_models import make_tiny_model
+from perception_judge.tiny.models import make_tiny_model
 
 
 def _load(folder):
@@ -104,7 +104,7 @@ def test_format_warm_start_learns_the_format_and_is_built_atomically(tmp_path):
     """ensure_tiny_model (what the tiny recipe calls) builds, warm-starts and renames into place."""
     import json
 
-    from perception_judge.train.models import ensure_tiny_model
+    from perception_judge.tiny.models import ensure_tiny_model
 
     target = tmp_path / "judge"
     assert ensure_tiny_model(str(target), "qwen2_5_vl", seed=0, warm_start_steps=40)
@@ -129,7 +129,7 @@ def test_think_sources_draw_their_values_where_they_say():
     from collections import Counter
 
     from perception_judge import synth
-    from perception_judge.tiny_models import FIRST_SLOT_BIAS, _tiny_example, tiny_records
+    from perception_judge.tiny.supervised import FIRST_SLOT_BIAS, _tiny_example, tiny_records
 
     records = tiny_records(60, seed=3)
     rng = random.Random(0)

@@ -202,9 +202,9 @@ def test_trainer_prompt_equals_shared_renderer(arch, tiny_qwen25, tiny_qwen3, tm
     from trl.data_utils import apply_chat_template, prepare_multimodal_messages
 
     from perception_judge.core.protocol import render_generation_prompt
+    from perception_judge.tiny.toyset import write_toy_training_set
     from perception_judge.train.recipe import parse_recipe
     from perception_judge.train.run import build_run
-    from perception_judge.train.toyset import write_toy_training_set
 
     model_dir, size = (tiny_qwen25, 56) if arch == "qwen2_5_vl" else (tiny_qwen3, 64)
     data_dir = write_toy_training_set(tmp_path / "data", n_train=6, n_validation=0, image_size=50)
@@ -243,9 +243,9 @@ def test_trainer_prompt_equals_shared_renderer(arch, tiny_qwen25, tiny_qwen3, tm
 
 def test_mixed_image_and_text_only_batch_trains(tiny_qwen25, tmp_path):
     """trl 1.16 passed text-only rows of a mixed batch to the processor as None and crashed; the trainer fixes it."""
+    from perception_judge.tiny.toyset import write_toy_training_set
     from perception_judge.train.recipe import parse_recipe
     from perception_judge.train.run import build_run
-    from perception_judge.train.toyset import write_toy_training_set
 
     data_dir = write_toy_training_set(tmp_path / "data", n_train=4, n_validation=0, text_only_every=2)
     recipe = parse_recipe(
@@ -331,9 +331,9 @@ def test_generate_fields_match_the_installed_trl():
 def test_image_less_micro_batches_train_in_one_process(tiny_qwen25, tmp_path):
     """With gradient accumulation a generation batch is scored and trained in chunks; a chunk of text-only rows
     got a 0-row ``pixel_values`` and crashed the model (``torch.cat(): expected a non-empty list``)."""
+    from perception_judge.tiny.toyset import write_toy_training_set
     from perception_judge.train.recipe import parse_recipe
     from perception_judge.train.run import build_run
-    from perception_judge.train.toyset import write_toy_training_set
 
     data_dir = write_toy_training_set(tmp_path / "data", n_train=8, n_validation=0, text_only_pattern="ITTI")
     recipe = parse_recipe(
@@ -376,9 +376,9 @@ def test_tensorboard_gets_samples_with_images(tiny_qwen25, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from perception_judge.tiny.toyset import write_toy_training_set
     from perception_judge.train.recipe import parse_recipe
     from perception_judge.train.run import build_run
-    from perception_judge.train.toyset import write_toy_training_set
 
     data_dir = write_toy_training_set(tmp_path / "data", n_train=4, n_validation=0)
     out = tmp_path / "out"
@@ -411,9 +411,9 @@ def test_base_adapter_merge_and_frozen_vision_tower_in_a_built_run(tiny_qwen25, 
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText
 
+    from perception_judge.tiny.toyset import write_toy_training_set
     from perception_judge.train.recipe import parse_recipe
     from perception_judge.train.run import build_run
-    from perception_judge.train.toyset import write_toy_training_set
 
     adapter = tmp_path / "flex-adapter"
     get_peft_model(

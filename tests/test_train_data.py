@@ -10,6 +10,7 @@ import pytest
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.protocol import build_messages, prepare_processor
 from perception_judge.core.trainset import rows_to_dataset, split_path
+from perception_judge.tiny.toyset import toy_rows, write_toy_training_set
 from perception_judge.train.args import JudgeArguments
 from perception_judge.train.data import (
     DataError,
@@ -18,7 +19,6 @@ from perception_judge.train.data import (
     pixel_policy_for,
     protocol_mix_indices,
 )
-from perception_judge.train.toyset import toy_rows, write_toy_training_set
 
 
 @pytest.fixture(scope="module")

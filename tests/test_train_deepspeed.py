@@ -46,8 +46,7 @@ def test_deepspeed_zero(stage, arch, size, peft, toy_set, tmp_path):
     args = [
         "--dataset_name", str(toy_set),
         "--model_name_or_path", str(model_dir),
-        "--tiny_model_arch", arch,
-        "--tiny_model_warm_start_steps", "0",
+        "--model_provider_options", f"arch={arch},warm_start_steps=0",
         "--max_completion_length", "16",
         "--image_size", str(size),
         "--max_steps", "2",

@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 REWARDS = ("judge", "format", "digit_fraction")
 # Mechanics tests keep the generated model's random weights (no format warm start) and short completions.
-FAST = ["--tiny_model_warm_start_steps", "0", "--max_completion_length", "16"]
+FAST = ["--model_provider_options", "warm_start_steps=0", "--max_completion_length", "16"]
 
 
 def free_port() -> int:
@@ -69,7 +69,7 @@ def weights(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def toy_set(tmp_path_factory):
-    from perception_judge.train.toyset import write_toy_training_set
+    from perception_judge.tiny.toyset import write_toy_training_set
 
     # every 4th item is text-only, as in real exports: batches mix image and text-only prompts
     return write_toy_training_set(
@@ -100,20 +100,8 @@ def _reload_and_generate(folder: Path, data_dir: Path, size: int, base: Path | N
     assert out.shape[1] > inputs["input_ids"].shape[1]
 
 
-def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path):
-    model_dir = tmp_path / "tiny-model"  # built by the recipe's tiny_model_arch
-    run_a = tmp_path / "run_a"
-    common = [
-        "--dataset_name", str(toy_set),
-        "--model_name_or_path", str(model_dir),
-        "--save_steps", "2",
-        "--eval_steps", "2",
-        "--max_steps", "4",
-        "--sample_log_steps", "2",
-    ]  # fmt: skip
-    launch([*common, "--output_dir", str(run_a)])
-
-    # the run folder the evaluation sweep reads
+def _check_run_folder(run_a: Path, model_dir: Path) -> list[dict]:
+    """The run folder the evaluation sweep reads; every reward and timing logged. Returns the training logs."""
     info = json.loads((run_a / "perception_judge_run.json").read_text())
     assert info["status"] == "finished" and info["tuning"] == "full" and info["model_type"] == "qwen2_5_vl"
     assert info["base_model"] == str(model_dir.resolve()) and info["think_prefix"] == "auto"
@@ -150,6 +138,23 @@ def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path)
     assert len((run_a / "validation_metrics.jsonl").read_text().splitlines()) == 2
     sample = json.loads((run_a / "samples" / "step-000002.jsonl").read_text().splitlines()[0])
     assert set(sample["rewards"]) == set(REWARDS) and (run_a / "samples" / sample["images"][0]).is_file()
+    return train_logs
+
+
+def test_full_finetune_checkpoints_reload_and_resume_is_exact(toy_set, tmp_path):
+    model_dir = tmp_path / "tiny-model"  # built by the recipe's model_provider
+    run_a = tmp_path / "run_a"
+    common = [
+        "--dataset_name", str(toy_set),
+        "--model_name_or_path", str(model_dir),
+        "--save_steps", "2",
+        "--eval_steps", "2",
+        "--max_steps", "4",
+        "--sample_log_steps", "2",
+    ]  # fmt: skip
+    launch([*common, "--output_dir", str(run_a)])
+
+    train_logs = _check_run_folder(run_a, model_dir)
 
     # parameters changed (all of them: the dense reward gives every group a non-zero advantage)
     before, after = weights(model_dir / "model.safetensors"), weights(run_a / "model.safetensors")
@@ -197,7 +202,7 @@ def test_lora_on_two_gloo_processes(toy_set, tmp_path):
         [
             "--dataset_name", str(toy_set),
             "--model_name_or_path", str(model_dir),
-            "--tiny_model_arch", "qwen3_vl",
+            "--model_provider_options", "arch=qwen3_vl,warm_start_steps=0",
             "--image_size", "64",
             "--use_peft", "true",
             "--lora_r", "4",
@@ -249,7 +254,7 @@ def mixed_rows(folder: Path, pattern: str = "IITTTTII") -> Path:
     """A training set whose rows follow ``pattern`` (I: with its image, T: text-only). Unshuffled, with 2 prompts
     per rank per step on 2 ranks, ``IITTTTII`` gives rank 1 a text-only generation round in step 1 and rank 0 one
     in step 2, while the other rank has images."""
-    from perception_judge.train.toyset import write_toy_training_set
+    from perception_judge.tiny.toyset import write_toy_training_set
 
     return write_toy_training_set(folder, n_train=16, n_validation=0, text_only_pattern=pattern)
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_verifiable_reward_rises(tmp_path):
-    from perception_judge.train.toyset import write_toy_training_set
+    from perception_judge.tiny.toyset import write_toy_training_set
 
     data = write_toy_training_set(tmp_path / "data", n_train=64, n_validation=0)
     out = tmp_path / "run"
@@ -28,7 +28,7 @@ def test_verifiable_reward_rises(tmp_path):
         sys.executable, str(ROOT / "train_grpo.py"), str(ROOT / "recipes" / "tiny.yaml"),
         "--dataset_name", str(data),
         "--model_name_or_path", str(tmp_path / "tiny"),
-        "--tiny_model_warm_start_steps", "0",
+        "--model_provider_options", "warm_start_steps=0",
         "--max_completion_length", "16",
         "--output_dir", str(out),
         "--reward_funcs", "digit_fraction",

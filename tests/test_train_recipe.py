@@ -52,7 +52,7 @@ def test_tiny_recipe_parses_with_overrides():
     assert r.script.dataset_name == "other/folder"
     assert r.training.output_dir == "x"
     assert r.training.max_steps == 2
-    assert r.judge.tiny_model_arch == "qwen2_5_vl"
+    assert r.judge.model_provider_options["arch"] == "qwen2_5_vl"
     assert r.judge.reward_funcs == ["judge", "format", "digit_fraction"]
     assert r.training.reward_weights == [1.0, 0.2, 0.1]
     assert r.training.save_steps == 2 and r.training.max_steps <= 6
@@ -125,7 +125,10 @@ def test_unknown_command_line_flag_is_named(tmp_path):
         ("image_size: 0", "image"),
         ("protocol_mix: {batch: 1, triple: 1}", "triple"),
         ("protocol_mix: {batch: 0}", "protocol_mix"),
-        ("tiny_model_arch: llama", "tiny_model_arch"),
+        (
+            "model_provider: perception_judge.tiny.models:ensure_tiny_model\nmodel_provider_options: {arch: llama}",
+            "arch",
+        ),
         ("report_to: slack", "report_to"),
         ("temperature: 0", "temperature"),
         ("vllm_mode: remote", "vllm_mode"),
@@ -136,6 +139,27 @@ def test_invalid_values_fail_naming_the_key(tmp_path, line, pattern):
     path = _recipe(tmp_path, BASE + line + "\n")
     with pytest.raises(RecipeError, match=pattern):
         parse_recipe([path], check_environment=False)
+
+
+@pytest.mark.parametrize(
+    ("line", "pattern"),
+    [
+        ("reward_tau: 50", r"reward_tau must be in \(1, 10\], got 50\b.*none is 'correct'"),
+        ("reward_tau: .nan", r"reward_tau must be in \(1, 10\], got nan"),
+        ("reward_tau: 1", r"reward_tau must be in \(1, 10\], got 1\b.*no verdict is 'incorrect'"),
+        ("reward_weights: [1.0, .inf]", r"reward_weights must be finite, got inf"),
+        ("reward_weights: [.nan, 1.0]", r"reward_weights must be finite, got nan"),
+        ("reward_weights: [0, 0.0]", r"reward_weights \[0, 0\.0\] are all 0"),
+    ],
+)
+def test_reward_options_that_make_a_reward_constant_or_unreachable_are_refused(tmp_path, line, pattern):
+    """With tau 50 no correct verdict earns reward, with NaN none at all; weights must be finite, one non-zero."""
+    with pytest.raises(RecipeError, match=pattern):
+        parse_recipe([_recipe(tmp_path, BASE + line + "\n")], check_environment=False)
+    with pytest.raises(RecipeError, match=r"reward_tau must be in \(1, 10\], got nan"):
+        parse_recipe([_recipe(tmp_path, BASE), "--reward_tau", "nan"], check_environment=False)
+    for tau in ("1.5", "10"):  # both verdicts reachable on the 1-10 scale
+        assert parse_recipe([_recipe(tmp_path, BASE), "--reward_tau", tau], check_environment=False)
 
 
 def test_batch_geometry_error_names_the_numbers():

@@ -60,7 +60,8 @@ def vllm_installed():
 
 @pytest.fixture(scope="module")
 def judge_dir(vllm_installed, tmp_path_factory):
-    from perception_judge.tiny_models import make_tiny_model, supervised_tiny_judge
+    from perception_judge.tiny.models import make_tiny_model
+    from perception_judge.tiny.supervised import supervised_tiny_judge
 
     d = make_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("judge"), seed=0)
     supervised_tiny_judge(d, 200, think_source="truth", seed=0)
@@ -85,7 +86,7 @@ def requests_(tmp_path_factory):
     """16 tiny-world pair and batch judge requests (tiny prompt style) with their images on disk."""
     from perception_judge.core.protocol import build_messages
     from perception_judge.core.schema import JudgeRequest
-    from perception_judge.tiny_models import tiny_records
+    from perception_judge.tiny.supervised import tiny_records
 
     d = tmp_path_factory.mktemp("images")
     out = []

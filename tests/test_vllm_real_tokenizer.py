@@ -58,7 +58,7 @@ def judge(request, vllm_installed, tmp_path_factory):
     from transformers import AutoProcessor
 
     from perception_judge.core.images import PixelPolicy
-    from perception_judge.tiny_models import make_tiny_model
+    from perception_judge.tiny.models import make_tiny_model
 
     arch = request.param
     folder = make_tiny_model(arch, tmp_path_factory.mktemp(f"real-{arch}"), seed=0, tokenizer="qwen")

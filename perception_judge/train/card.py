@@ -16,43 +16,14 @@ from typing import Any
 from perception_judge.core.io import atomic_write_text
 
 VERSIONED = (
-    "perception-judge",
-    "torch",
-    "transformers",
-    "trl",
-    "peft",
-    "accelerate",
-    "datasets",
-    "vllm",
-    "deepspeed",
-)
+    "perception-judge", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "deepspeed",
+)  # fmt: skip
 KEY_ARGS = (  # the settings the card's recipe table shows
-    "learning_rate",
-    "lr_scheduler_type",
-    "weight_decay",
-    "max_grad_norm",
-    "num_generations",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "steps_per_generation",
-    "max_completion_length",
-    "temperature",
-    "top_p",
-    "top_k",
-    "beta",
-    "loss_type",
-    "epsilon",
-    "scale_rewards",
-    "num_train_epochs",
-    "max_steps",
-    "seed",
-    "use_vllm",
-    "vllm_mode",
-    "bf16",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-)
+    "learning_rate", "lr_scheduler_type", "weight_decay", "max_grad_norm", "num_generations",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "max_completion_length",
+    "temperature", "top_p", "top_k", "beta", "loss_type", "epsilon", "scale_rewards", "num_train_epochs", "max_steps",
+    "seed", "use_vllm", "vllm_mode", "bf16", "lora_r", "lora_alpha", "lora_dropout",
+)  # fmt: skip
 METRIC_ORDER = ("reward", "reward_std", "frac_reward_zero_std", "eval_reward", "train_loss", "kl", "entropy")
 
 

@@ -60,13 +60,19 @@ class SplitReport:
         return "; ".join(parts)
 
 
+def patch_factor(config: Any) -> int:
+    """The pixel factor (patch size × spatial merge) of a Qwen-VL config: 28 for Qwen2.5-VL, 32 for Qwen3-VL."""
+    vision = getattr(config, "vision_config", None)
+    if vision is None:
+        return 28
+    return int(getattr(vision, "patch_size", 14)) * int(getattr(vision, "spatial_merge_size", 2))
+
+
 def pixel_policy_for(judge_args: Any, model_config: Any = None, processor: Any = None) -> PixelPolicy:
     """The run's pixel policy; ``image_factor: 0`` takes patch × merge from the model config (28 / 32), an unset
     ``image_min_pixels`` the model processor's least area. A policy whose images the processor would resize (a
     fixed side or smart bounds outside the processor's area bounds) is refused: the processor resizes silently
     and every image-token count the run computes would be wrong."""
-    from perception_judge.tiny_models import patch_factor
-
     j = judge_args
     factor = j.image_factor or (patch_factor(model_config) if model_config is not None else 28)
     bounds = processor_pixel_bounds(processor) if processor is not None else None
@@ -103,11 +109,23 @@ def _undecoded_images(ds: Any) -> Any:
     return ds.select_columns([COL_IMAGES]).cast_column(COL_IMAGES, List(Image(decode=False)))[COL_IMAGES]
 
 
-def check_rows(ds: Any, split: str) -> None:
-    """Fail on the first malformed row: protocol, ground truth, image count vs placeholders."""
+def _image_problem(cell: dict[str, Any]) -> str | None:
+    """Why one undecoded image cell cannot be read (None when its header and checksums are sound)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]) as im:
+            im.verify()  # PNG: every chunk's CRC; a zeroed stretch of an uncompressed parquet page lands here
+    except Exception as e:  # PIL raises many types for a damaged image
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def check_rows(ds: Any, split: str, source: str = "") -> None:
+    """Fail on the first malformed row: protocol, ground truth, image count vs placeholders, unreadable image."""
     columns = [ds[column] for column in (COL_PROMPT, COL_PROTOCOL, COL_GROUND_TRUTH, COL_RECORD_KEY)]
     for i, (prompt, protocol, truth, key, images) in enumerate(zip(*columns, _undecoded_images(ds))):
-        where = f"{split} row {i} ({key})"
+        where = f"{source}: {split} row {i} ({key})" if source else f"{split} row {i} ({key})"
         try:
             validate_ground_truth(protocol, truth)
         except ValueError as e:
@@ -117,6 +135,9 @@ def check_rows(ds: Any, split: str) -> None:
             raise DataError(
                 f"{where}: {n_placeholders} image placeholder(s) in the prompt but {n_images} image(s)"
             )
+        for k, problem in enumerate(map(_image_problem, images or []), 1):
+            if problem:
+                raise DataError(f"{where}: image {k} is damaged ({problem})")
 
 
 def protocol_mix_indices(
@@ -217,7 +238,6 @@ def prepare_split(
 
     limit = judge_args.max_prompt_tokens
     report = SplitReport(split=split, rows_in=len(ds), protocols_in=dict(Counter(ds[COL_PROTOCOL])))
-    check_rows(ds, split)
     try:
         mix = protocol_mix_dict(judge_args.protocol_mix)
         keep = protocol_mix_indices(ds[COL_PROTOCOL], mix, seed, strict=split == "train")
@@ -269,6 +289,32 @@ class JudgeData:
         return seconds
 
 
+def read_training_set(folder: str, splits: tuple[str, ...] = ()) -> Any:
+    """The exported training set in ``folder`` read whole, the rows of ``splits`` checked (:func:`check_rows`);
+    every problem a :class:`DataError` naming the file: no folder or split file, another schema, a damaged file
+    (datasets' own error names none), a malformed row or image."""
+    import pyarrow.parquet as pq
+
+    from perception_judge.core.trainset import SPLITS, load_training_set, split_path
+
+    try:
+        dsd = load_training_set(folder)
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(str(e)) from None
+    except Exception as e:  # datasets.exceptions.DatasetGenerationError
+        for path in [split_path(folder, split) for split in SPLITS if split_path(folder, split).is_file()]:
+            try:
+                pq.read_table(path)
+            except Exception as damage:  # pyarrow raises several types for a damaged file
+                raise DataError(
+                    f"{path}: a damaged parquet file ({type(damage).__name__}: {damage})"
+                ) from None
+        raise DataError(f"{folder}: the training set cannot be read ({type(e).__name__}: {e})") from None
+    for split in [s for s in splits if s in dsd]:
+        check_rows(dsd[split], split, str(split_path(folder, split)))
+    return dsd
+
+
 def load_judge_data(
     script_args: Any,
     judge_args: Any,
@@ -276,16 +322,14 @@ def load_judge_data(
     policy: PixelPolicy,
     seed: int = 0,
     with_validation: bool = True,
+    dataset: Any = None,
 ) -> JudgeData:
-    """Load, check and filter the training set named by ``dataset_name``; apply the pixel policy lazily."""
-    from perception_judge.core.trainset import load_training_set
-
+    """Check and filter the training set named by ``dataset_name`` (``dataset``: already read and its rows checked
+    by :func:`read_training_set`); apply the pixel policy lazily."""
     name = script_args.dataset_name
     train_split, test_split = script_args.dataset_train_split, script_args.dataset_test_split
-    try:
-        dsd = load_training_set(name)
-    except (FileNotFoundError, ValueError) as e:
-        raise DataError(str(e)) from None
+    used = (train_split, test_split) if with_validation else (train_split,)
+    dsd = dataset if dataset is not None else read_training_set(name, used)
     if train_split not in dsd:
         raise DataError(f"{name}: no {train_split!r} split (found {', '.join(dsd) or 'none'})")
 

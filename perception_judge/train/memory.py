@@ -1,24 +1,10 @@
 """GPU memory of a GRPO recipe, per GPU, from the model's shapes: does it fit before anything is launched?
 
-The arithmetic (docs/training.md, "Memory on 80 GB GPUs"), in GiB per GPU for ``world`` GPUs under ZeRO-3:
-
-* training state: ``16 B x trainable + 2 B x frozen`` parameters / world (bf16 weights and gradients, fp32 master
-  weights and two Adam moments, all sharded; LoRA: the base frozen, the adapter trainable);
-* reference model (``beta > 0``, not LoRA, whose reference is the base with the adapter off): ``2 B x P / world``;
-* ZeRO-3 working set: the gathered parameters in flight, DeepSpeed's defaults ``stage3_max_live_parameters`` 1e9 +
-  ``stage3_prefetch_bucket_size`` 5e8 in bf16, capped by the model itself: ``min(3 GiB, 2 B x P)``;
-* activations of one micro-batch of ``b`` sequences of ``L = max_prompt_tokens + max_completion_length`` tokens
-  (``T = b x L``) with gradient checkpointing: every layer's input ``layers x T x H x 2 B``, one layer recomputed
-  with its gradients ``T x (4H + 2 kv + 3I) x 2 B x 2``, and one tile of trl's fused LM head, ``min(b x completion,
-  32768) x V x 6 B`` (bf16 logits and their fp32 log-softmax; an upper bound: on GPUs trl's Triton kernel holds less);
-* the colocated vLLM engine: ``vllm_gpu_memory_utilization x GPU`` while it is awake; with
-  ``vllm_enable_sleep_mode`` trl puts it to sleep (level 2: weights and KV cache freed) for the update, and it keeps
-  ``SLEEP_RESIDUAL_GIB`` (CUDA graphs, allocator).
-
-Training peaks at ``state + reference + working set + activations + engine (asleep or not)``, generation at ``state +
-reference + engine``; the peak must stay under the GPU's memory less ``RESERVED_GIB`` (CUDA context, NCCL buffers,
-fragmentation). Every sequence at its maximum length is the worst case; real micro-batches are padded to their
-longest completion only.
+The arithmetic, in GiB per GPU under ZeRO-3, is docs/training.md "Memory on 80 GB GPUs" (each term a function of
+:func:`estimate`): training state, reference model, ZeRO-3 working set, the activations of one micro-batch with
+gradient checkpointing (trl's fused LM head tile included), the colocated vLLM engine, awake or asleep. Training
+peaks at their sum, generation without the activations; the peak must stay under the GPU's memory less
+``RESERVED_GIB``. Every sequence at its maximum length is the worst case.
 """
 
 from __future__ import annotations

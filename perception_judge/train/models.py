@@ -1,4 +1,5 @@
-"""Models for the trainer: resolve the base (tiny build, base-adapter merge), LoRA, vision-tower freezing, weights.
+"""Models for the trainer: resolve the base (the recipe's model provider, base-adapter merge), LoRA, vision-tower
+freezing, weights.
 
 LoRA excludes the vision tower by default (``lora_exclude_modules``), as the published 32B run did.
 """
@@ -9,7 +10,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,37 +37,60 @@ def _must_isolate() -> bool:
     return is_deepspeed_zero3_enabled() or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
 
 
-def run_cli_isolated(args: list[str]) -> None:
-    """Run ``perception-judge ARGS`` in a fresh Python process (no distributed or DeepSpeed state)."""
+def run_isolated(args: list[str]) -> None:
+    """Run ``python ARGS`` in a fresh process (no distributed or DeepSpeed state)."""
     env = {k: v for k, v in os.environ.items() if not _LAUNCHER_VARIABLE.match(k)}
-    cmd = [sys.executable, "-m", "perception_judge.cli", *args]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"perception-judge {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"python {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
 
 
-def ensure_tiny_model(path: str, arch: str, seed: int = 0, warm_start_steps: int = 0) -> bool:
-    """Build the tiny model at ``path`` unless it has a ``config.json``; True if it built one (``warm_start_steps``:
-    also teach it the output format). It is built in a sibling folder and renamed into place, so a crash never
-    leaves a half-built model that a re-run would take for a finished one."""
-    from perception_judge.tiny_models import make_tiny_model, warm_start_format
+def provider_options(provider: str | None, options: Any, recipe_options: Any = None) -> dict[str, Any]:
+    """A recipe's ``model_provider_options`` (a mapping, or ``key=value,...`` from the command line, which updates
+    the recipe's ``recipe_options``) checked against ``provider``: it imports and takes them (its keyword
+    parameters); returns them converted to the annotated types (``"0"`` to an int, a ``Literal`` checked)."""
+    import inspect
+    import typing
 
-    target = Path(path)
-    if (target / "config.json").is_file():
-        return False
-    staging = target.with_name(f".{target.name}.building-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    if _must_isolate():
-        args = ["make-tiny-model", "--arch", arch, "--out", str(staging), "--seed", str(seed)]
-        run_cli_isolated([*args, "--warm-start-steps", str(warm_start_steps)])
-    else:
-        make_tiny_model(arch, staging, seed=seed)
-        if warm_start_steps:
-            warm_start_format(staging, steps=warm_start_steps, seed=seed)
-    if target.exists():  # an empty or partial folder without config.json
-        shutil.rmtree(target)
-    os.replace(staging, target)
-    return True
+    from pydantic import TypeAdapter, ValidationError
+
+    from perception_judge.train.args import mapping
+    from perception_judge.train.rewards import import_callable
+
+    out = mapping(options, "model_provider_options")
+    if isinstance(options, str):
+        out = {**mapping(recipe_options, "model_provider_options"), **out}
+    if not provider:
+        if out:
+            raise ValueError(f"{out} given without a model_provider")
+        return {}
+    function = import_callable(provider, "model_provider")
+    try:
+        inspect.signature(function).bind("path", **out)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
+    hints = typing.get_type_hints(function, include_extras=True)
+    for name in [n for n in out if n in hints]:
+        try:
+            out[name] = TypeAdapter(hints[name]).validate_python(out[name])
+        except ValidationError as e:
+            raise ValueError(f"{name}: {e.errors()[0]['msg']}, got {out[name]!r}") from None
+    return out
+
+
+def provide_model(provider: str, path: str, options: dict[str, Any]) -> None:
+    """Call the recipe's model provider, ``provider(path, **options)`` (it builds or fetches the model at ``path``
+    and returns at once when it is there): on the main process first, then on the others; in a fresh process
+    where building a model on one rank would deadlock (:func:`_must_isolate`)."""
+    from accelerate import PartialState
+
+    from perception_judge.train.rewards import import_callable
+
+    with PartialState().main_process_first():
+        if _must_isolate():
+            run_isolated(["-m", "perception_judge.train.models", provider, path, json.dumps(options)])
+        else:
+            import_callable(provider, "model_provider")(path, **options)
 
 
 def merge_lora(
@@ -116,7 +139,9 @@ def merged_base(
             )
         elif _must_isolate():
             args = ["merge-lora", "--base", base, "--adapter", adapter, "--out", str(out), "--dtype", dtype]
-            run_cli_isolated([*args, "--trust-remote-code"] if trust_remote_code else args)
+            run_isolated(
+                ["-m", "perception_judge.cli", *args, *(["--trust-remote-code"] if trust_remote_code else [])]
+            )
         else:
             merge_lora(base, adapter, out, dtype=dtype, trust_remote_code=trust_remote_code)
     return out
@@ -125,13 +150,11 @@ def merged_base(
 def resolve_model_path(
     model_args: Any, judge_args: Any, output_dir: str, trust_remote_code: bool = False
 ) -> str:
-    """The folder (or hub id) the run loads: builds a tiny model or merges a base adapter when asked to."""
-    from accelerate import PartialState
-
+    """The folder (or hub id) the run loads: the recipe's model provider runs first, then a base adapter is merged
+    when the recipe names one."""
     path, j = model_args.model_name_or_path, judge_args
-    if j.tiny_model_arch:
-        with PartialState().main_process_first():
-            ensure_tiny_model(path, j.tiny_model_arch, j.tiny_model_seed, j.tiny_model_warm_start_steps)
+    if j.model_provider:
+        provide_model(j.model_provider, path, j.model_provider_options or {})
     if j.base_adapter:
         out = j.merged_base_dir or os.path.join(output_dir, "merged_base")
         dtype = model_args.dtype or "bfloat16"
@@ -225,19 +248,10 @@ def _install_placeholder_hooks(module: Any) -> None:
 
 
 def keep_vision_tower_in_step(model: Any) -> int:
-    """Make every forward pass of ``model`` run its vision tower, including text-only ones; returns how many
-    vision-language modules got the hooks (0 for a text-only model). Idempotent.
-
-    A batch of text-only rows skips the tower (and an image-less chunk of a mixed batch, whose ``pixel_values``
-    has 0 rows, crashes in it). In a multi-process run that desynchronises the ranks: under ZeRO-3 every
-    sub-module's forward gathers its parameter shards with a collective, so one rank gathering the tower while
-    another does not aborts ("Received data size doesn't match", a hang on NCCL); under ZeRO-2 / DDP the tower's
-    gradients are reduced on one rank only. The hooks run the tower on a placeholder image of ``merge x merge``
-    zero patches through the model's own image code with a mask that places its features at no token: the output
-    is unchanged, every rank runs the same modules in the same order, forward and backward, and every tower
-    parameter gets a (zero) gradient. Decoding steps (a
-    non-empty KV cache) are left alone. docs/training.md, "Mixed image and text-only rows", says why this and not
-    modality-grouped batches."""
+    """Make every forward pass of ``model`` run its vision tower, text-only ones too (decoding steps aside): a
+    placeholder image whose features land at no token, so the output is unchanged while every rank runs the same
+    modules (ZeRO-3 gathers each module's shards with a collective). Returns how many vision-language modules got
+    the hooks (0 for a text-only model); idempotent. docs/training.md, "Mixed image and text-only rows"."""
     modules = _vision_models(model)
     for module in modules:
         if not getattr(module, "_pj_keeps_vision_tower", False):
@@ -275,3 +289,9 @@ def load_weights_into(model: Any, folder: str | os.PathLike[str]) -> None:
             f"checkpoint {str(folder)!r} does not match the model: missing {result.missing_keys[:5]}, "
             f"unexpected {result.unexpected_keys[:5]}"
         )
+
+
+if __name__ == "__main__":  # provide_model in a fresh process: PROVIDER PATH OPTIONS_JSON
+    from perception_judge.train.rewards import import_callable
+
+    import_callable(sys.argv[1], "model_provider")(sys.argv[2], **json.loads(sys.argv[3]))

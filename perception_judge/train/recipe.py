@@ -19,9 +19,10 @@ from typing import Any
 
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.schema import PROTOCOLS
-from perception_judge.train.args import JudgeArguments, protocol_mix_dict
+from perception_judge.train.args import JudgeArguments, Range, declared_ranges, protocol_mix_dict
 
-# GRPOConfig fields that trl types as free text and checks only inside the first training step (or never)
+# GRPOConfig fields that trl types as free text and checks only inside the first training step (or never): the
+# parser gets them as choices
 LATE_CHOICES = {
     "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
     "scale_rewards": ("group", "batch", "none"),
@@ -32,18 +33,26 @@ LATE_CHOICES = {
 TRACKERS = ("wandb", "tensorboard", "trackio", "mlflow")  # each is also the package's import name
 RESUME_LATEST = ("latest", "last", "true", "True", "auto")
 
-# Checked before any model loads, so a typo in a recipe never costs a model load (transformers accepts most of
-# these silently); ``max_steps`` is -1 (use epochs) or >= 1.
-NUMERIC_RANGES = {
-    "(0, inf)": "learning_rate repetition_penalty epsilon epsilon_high num_train_epochs logging_steps save_steps "
-    "eval_steps",
-    "[0, inf)": "weight_decay max_grad_norm warmup_steps top_k beta image_factor tiny_model_warm_start_steps "
-    "sample_log_steps num_samples_to_log",
-    "[1, inf)": "per_device_train_batch_size per_device_eval_batch_size gradient_accumulation_steps num_iterations "
-    "save_total_limit max_prompt_tokens max_train_samples max_eval_samples recipe_num_processes lora_r",
-    "[2, inf)": "num_generations",
-    "[0, 1]": "warmup_ratio min_p",
-    "(0, 1]": "top_p",
+# The ranges of trl's numeric fields the project checks (its own fields declare theirs, train.args), before any model
+# loads: transformers accepts most of these silently, or fails inside the first step.
+TRL_RANGES: dict[str, Range] = {
+    **{
+        key: Range(interval)
+        for interval, keys in {
+            "(0, inf)": "learning_rate repetition_penalty epsilon epsilon_high num_train_epochs logging_steps "
+            "save_steps eval_steps",
+            "[0, inf)": "weight_decay max_grad_norm warmup_steps top_k beta",
+            "[1, inf)": "per_device_train_batch_size per_device_eval_batch_size gradient_accumulation_steps "
+            "num_iterations save_total_limit lora_r max_completion_length",
+            "[2, inf)": "num_generations",
+            "[0, 1]": "warmup_ratio min_p",
+            "(0, 1]": "top_p",
+        }.items()
+        for key in keys.split()
+    },
+    "temperature": Range("(0, inf)", why="GRPO needs sampled groups; validation samples too"),
+    "max_steps": Range("[1, inf)", also=(-1,), text=">= 1 (or -1 to train num_train_epochs)"),
+    "reward_weights": Range("(-inf, inf)", text="finite"),
 }
 
 
@@ -81,6 +90,8 @@ def make_parser() -> Any:
 
     parser = _RecipeParser((ScriptArguments, GRPOConfig, ModelConfig, JudgeArguments), prog="train_grpo.py")
     parser.set_defaults(dataset_test_split="validation")  # the split `perception-judge export` writes
+    for key, choices in LATE_CHOICES.items():
+        _actions(parser)[key].choices = choices
     return parser
 
 
@@ -231,19 +242,11 @@ def check_batch_geometry(values: dict[str, Any], num_processes: int, label: str 
 
 
 def _check_ranges(values: dict[str, Any]) -> None:
-    """Every numeric setting within its interval in :data:`NUMERIC_RANGES`, naming the key and the interval."""
-    for interval, keys in NUMERIC_RANGES.items():
-        lo, hi = (float(x) for x in interval[1:-1].split(","))
-        for key in keys.split():
-            v = values.get(key)
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                continue
-            above = lo < v or (interval[0] == "[" and v == lo)
-            if not above or not (v < hi or (interval[-1] == "]" and v == hi)):
-                raise RecipeError(f"{key} must be in {interval}, got {v!r}")
-    max_steps = values.get("max_steps")
-    if isinstance(max_steps, int) and max_steps != -1 and max_steps < 1:
-        raise RecipeError(f"max_steps must be >= 1 (or -1 to train num_train_epochs), got {max_steps}")
+    """Every numeric setting within its :class:`~.args.Range` (trl's in :data:`TRL_RANGES`, the project's declared
+    with their fields), naming the key and the range."""
+    for key, limits in {**TRL_RANGES, **declared_ranges(JudgeArguments)}.items():
+        if problem := limits.problem(key, values.get(key)):
+            raise RecipeError(problem)
 
 
 def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) -> Recipe:
@@ -279,11 +282,6 @@ def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) 
     return recipe
 
 
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise RecipeError(f"{key}: invalid value {value!r}; choose one of {', '.join(choices)}")
-
-
 def report_to_list(report_to: Any) -> list[str]:
     """Trackers as a list; ``"wandb,tensorboard"`` (the command-line form for several) is split."""
     items = [report_to] if isinstance(report_to, str) else [str(r) for r in report_to or []]
@@ -296,53 +294,40 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def validate(recipe: Recipe, check_environment: bool = True) -> None:
-    """Cross-field checks of a parsed recipe (no model, no data touched)."""
-    from perception_judge.tiny_models import ARCHS
+def _check_judge(recipe: Recipe) -> None:
+    """The project's keys that need more than a range: rewards, protocol mix, pixel policy, model provider."""
+    from perception_judge.train.models import provider_options
     from perception_judge.train.rewards import check_reward_names, reward_weight_map
 
-    s, t, m, j = recipe.script, recipe.training, recipe.model, recipe.judge
-    if not s.dataset_name:
-        raise RecipeError(
-            "dataset_name: the training-set folder (written by `perception-judge export`) is required"
-        )
-    if not m.model_name_or_path:
-        raise RecipeError("model_name_or_path is required")
+    j = recipe.judge
     try:
         check_reward_names(j.reward_funcs)
-        reward_weight_map(j.reward_funcs, t.reward_weights)
+        reward_weight_map(j.reward_funcs, recipe.training.reward_weights)
     except ValueError as e:
         raise RecipeError(f"reward_funcs / reward_weights: {e}") from None
     try:
         mix = protocol_mix_dict(j.protocol_mix) or {}
+        PixelPolicy(
+            j.image_mode, j.image_size, j.image_min_pixels or 1, j.image_max_pixels, j.image_factor or 1
+        )
     except ValueError as e:
-        raise RecipeError(str(e)) from None
+        key = "protocol_mix" if "protocol_mix" in str(e) else "image_mode / image_size / image_*_pixels"
+        raise RecipeError(f"{key}: {e}") from None
     if bad := [p for p in mix if p not in PROTOCOLS]:
         raise RecipeError(f"protocol_mix: unknown protocol(s) {bad}; known: {', '.join(PROTOCOLS)}")
-    try:
-        PixelPolicy(
-            j.image_mode,
-            j.image_size,
-            j.image_min_pixels or 1,
-            j.image_max_pixels,
-            factor=j.image_factor or 1,
-        )
+    try:  # the command line's options update the recipe's
+        options = recipe.config.get("model_provider_options")
+        j.model_provider_options = provider_options(j.model_provider, j.model_provider_options, options)
     except ValueError as e:
-        raise RecipeError(f"image_mode / image_size / image_*_pixels: {e}") from None
-    if j.tiny_model_arch is not None:
-        _choice("tiny_model_arch", j.tiny_model_arch, ARCHS)
-    for key, choices in LATE_CHOICES.items():
-        _choice(key, getattr(t, key), choices)
-    if t.max_completion_length is None or t.max_completion_length < 1:
-        raise RecipeError(
-            f"max_completion_length must be a positive integer, got {t.max_completion_length!r} (trl's default "
-            "of 512 is far too short for judge reasoning: set it explicitly)"
-        )
-    if not t.temperature > 0:
-        raise RecipeError(
-            f"temperature must be > 0, got {t.temperature}: GRPO needs sampled groups, and validation samples "
-            "with the same settings"
-        )
+        raise RecipeError(f"model_provider / model_provider_options: {e}") from None
+
+
+def _check_training(recipe: Recipe) -> None:
+    """trl settings that break a judge run: greedy decoding, dropped columns, vLLM colocate with mixed image
+    sizes, unknown attention kernels and trackers."""
+    t, m, j = recipe.training, recipe.model, recipe.judge
+    if t.max_completion_length is None:
+        raise RecipeError("max_completion_length: set it (trl's default of 512 is far too short for judges)")
     gen_kwargs = t.generation_kwargs if isinstance(t.generation_kwargs, dict) else {}
     if gen_kwargs.get("do_sample") is False or gen_kwargs.get("temperature") == 0:
         raise RecipeError(
@@ -350,49 +335,56 @@ def validate(recipe: Recipe, check_environment: bool = True) -> None:
             "in a group and zero advantages; remove it"
         )
     if t.remove_unused_columns:
-        raise RecipeError(
-            "remove_unused_columns must stay false: the rewards read the protocol and ground_truth columns"
-        )
+        raise RecipeError("remove_unused_columns must stay false: the rewards read protocol and ground_truth")
     if t.use_vllm and t.vllm_mode == "colocate" and j.image_mode != "fixed":
         raise RecipeError(
-            f"image_mode={j.image_mode!r} with vLLM colocate mode: trl 1.16 sends processor-expanded prompt ids "
-            "with the images and mixed image sizes corrupt rollouts (trl#6401). Use image_mode: fixed, or "
-            "vllm_mode: server"
+            f"image_mode={j.image_mode!r} with vLLM colocate mode: mixed image sizes corrupt rollouts (trl#6401); use "
+            "image_mode: fixed, or vllm_mode: server"
         )
     if m.attn_implementation and not m.attn_implementation.startswith("kernels-community/"):
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-        attention = ("eager", *ALL_ATTENTION_FUNCTIONS.valid_keys())
-        _choice("attn_implementation", m.attn_implementation, attention)
+        if m.attn_implementation not in (kernels := ("eager", *ALL_ATTENTION_FUNCTIONS.valid_keys())):
+            raise RecipeError(f"attn_implementation: {m.attn_implementation!r} is none of {kernels}")
     if m.use_peft and j.freeze_vision_tower and not j.lora_exclude_modules:
         recipe.warnings.append("freeze_vision_tower with LoRA: the vision tower is frozen anyway")
-
     trackers = report_to_list(t.report_to)
     if t.report_to and any("," in str(r) for r in t.report_to):  # transformers takes a list, not "a,b"
         t.report_to = [name for name in trackers if name != "none"]
-    for name in [n for n in trackers if n not in ("none", "all")]:
-        if name not in TRACKERS:
+    if unknown := [n for n in trackers if n not in ("none", "all", *TRACKERS)]:
+        raise RecipeError(f"report_to: unknown tracker {unknown[0]!r}; use {', '.join(TRACKERS)} or none")
+
+
+def _check_environment(recipe: Recipe) -> None:
+    """The packages and devices the recipe asks for are there."""
+    t, m = recipe.training, recipe.model
+    for name in [n for n in report_to_list(t.report_to) if n in TRACKERS]:
+        if not _importable(name):
             raise RecipeError(
-                f"report_to: unknown tracker {name!r}; use wandb, trackio, tensorboard, mlflow or none"
+                f"report_to: {name} is not installed (`pip install {name}`), or set report_to: none"
             )
-        if check_environment and not _importable(name):
-            raise RecipeError(
-                f"report_to: {name} is not installed; `pip install -e '.[track]'` (wandb, tensorboard) or "
-                f"`pip install {name}`, or set report_to: none"
-            )
-    if not check_environment:  # packages and devices; `train` checks resume_from_checkpoint first thing
-        return
     if t.use_vllm and not _importable("vllm"):
         raise RecipeError("use_vllm: vLLM is not installed; `pip install -e '.[gpu]'` or set use_vllm: false")
     if m.attn_implementation in ("flash_attention_2", "flash_attention_3") and not _importable("flash_attn"):
         raise RecipeError(
-            f"attn_implementation: {m.attn_implementation} needs the flash-attn package; install it or use sdpa"
+            f"attn_implementation: {m.attn_implementation} needs the flash-attn package (or use sdpa)"
         )
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" and not t.use_cpu:
         import torch
 
-        if not torch.cuda.is_available():
-            raise RecipeError(
-                "DeepSpeed without a GPU needs use_cpu: true (otherwise accelerate sees a single process and "
-                "DeepSpeed's batch-size check fails)"
-            )
+        if not torch.cuda.is_available():  # accelerate would see one process; DeepSpeed's batch check fails
+            raise RecipeError("DeepSpeed without a GPU needs use_cpu: true")
+
+
+def validate(recipe: Recipe, check_environment: bool = True) -> None:
+    """Cross-field checks of a parsed recipe (no model, no data touched; the ranges are checked before)."""
+    if not recipe.script.dataset_name:
+        raise RecipeError(
+            "dataset_name (the training-set folder `perception-judge export` writes) is required"
+        )
+    if not recipe.model.model_name_or_path:
+        raise RecipeError("model_name_or_path is required")
+    _check_judge(recipe)
+    _check_training(recipe)
+    if check_environment:
+        _check_environment(recipe)

@@ -47,16 +47,16 @@ DIAGNOSTIC_REWARDS: dict[str, Callable[..., list[float]]] = {
 }
 
 
-def import_callable(path: str) -> Callable[..., Any]:
-    """Import ``package.module:function`` or ``package.module.function``."""
+def import_callable(path: str, what: str = "reward") -> Callable[..., Any]:
+    """Import ``package.module:function`` or ``package.module.function`` (``what``: how errors name it)."""
     try:
         fn = pkgutil.resolve_name(path)
     except (ImportError, ValueError) as e:
-        raise ValueError(f"reward {path!r}: cannot import it: {e}") from None
+        raise ValueError(f"{what} {path!r}: cannot import it: {e}") from None
     except AttributeError as e:
-        raise ValueError(f"reward {path!r}: {e}") from None
+        raise ValueError(f"{what} {path!r}: {e}") from None
     if not callable(fn):
-        raise ValueError(f"reward {path!r} is not callable")
+        raise ValueError(f"{what} {path!r} is not callable")
     return fn
 
 
@@ -96,5 +96,9 @@ def reward_weight_map(names: Sequence[str], weights: Sequence[float] | None) -> 
         raise ValueError(
             f"reward_weights has {len(weights)} values for {len(names)} reward_funcs ({', '.join(names)}); "
             "give one weight per reward"
+        )
+    if not any(weights):
+        raise ValueError(
+            f"reward_weights {list(weights)} are all 0: no reward would train; make one non-zero"
         )
     return {n: float(w) for n, w in zip(names, weights)}

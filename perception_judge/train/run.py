@@ -20,7 +20,7 @@ from perception_judge.core.protocol import prepare_processor, template_opens_thi
 from perception_judge.core.runinfo import RUN_FILE, list_checkpoints, update_run_info, write_run_info
 from perception_judge.train import models
 from perception_judge.train.card import final_metrics, versions, write_model_card
-from perception_judge.train.data import DataError, load_judge_data, pixel_policy_for
+from perception_judge.train.data import DataError, load_judge_data, pixel_policy_for, read_training_set
 from perception_judge.train.recipe import RESUME_LATEST, Recipe, RecipeError, parse_recipe, report_to_list
 from perception_judge.train.rewards import build_rewards, reward_weight_map
 
@@ -96,43 +96,81 @@ class Run:
 _RESOLVE = object()  # build_run's default: resolve resume_from_checkpoint itself
 
 
-def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) -> Run:
-    """Resolve the model, load processor and data, check everything, then load the model and build the trainer."""
-    from accelerate import PartialState
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+def _local_problem(path: str | None, marker: str) -> str | None:
+    """Why ``path`` is not a local folder holding ``marker``; None when it is, or when it can be a hub id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    from perception_judge.train.trainer import CompletionSamplesCallback, JudgeGRPOTrainer, RunFolderCallback
+    if not path:
+        return None
+    if not Path(path).exists():
+        try:
+            validate_repo_id(path)
+        except HFValidationError:
+            return f"{path!r} does not exist"
+        return None
+    return None if (Path(path) / marker).is_file() else f"{path!r} holds no {marker}"
 
-    t, m, j, s = recipe.training, recipe.model, recipe.judge, recipe.script
-    state = PartialState()
-    for w in recipe.warnings:
-        say(f"warning: {w}")
-    if j.recipe_num_processes and state.num_processes != j.recipe_num_processes:
-        say(
-            f"warning: the recipe assumes {j.recipe_num_processes} processes, this run has {state.num_processes}: "
-            f"{t.generation_batch_size // t.num_generations} prompts per generation round"
-        )
-    output_dir = t.output_dir
-    if resume is _RESOLVE:  # train() passes the checkpoint it already resolved
-        resume = resolve_resume(t.resume_from_checkpoint, output_dir)
 
-    # 1. model folder (tiny build / base-adapter merge), processor, config: no weights loaded yet. The checkpoints
-    # get a processor of their own with the chat template training renders with (its <think> prefill included),
-    # so a trained judge served by vLLM / an OpenAI-compatible server gets the same prompt as in training.
-    model_path = models.resolve_model_path(m, j, output_dir, t.trust_remote_code)
-    hub = {"revision": m.model_revision, "trust_remote_code": t.trust_remote_code}
-    sides = {"padding_side": "left", "truncation_side": "left"}
-    processor, shipped_processor = (
-        prepare_processor(AutoProcessor.from_pretrained(model_path, **sides, **hub), j.think_prefix)
-        for _ in range(2)
-    )
-    think_open = template_opens_think(processor)
-    config = AutoConfig.from_pretrained(model_path, **hub)
-    policy = pixel_policy_for(j, config, processor)
-
-    # 2. data: row checks, protocol mix, overlong prompts, pixel policy
+def check_inputs(recipe: Recipe) -> Any:
+    """Every input the recipe names, checked before any model is built or loaded (by the model provider, a
+    base-adapter merge or the trainer): the base adapter and the model when they are local folders (the model only
+    without a model provider, which builds or fetches it), then the training set, read whole (folder, split files,
+    columns, the rows of the splits it uses, their images; a damaged file is named). ``train`` resolves the resume
+    checkpoint before. Returns the training set."""
+    m, j = recipe.model, recipe.judge
+    folders = {"base_adapter": (j.base_adapter, "adapter_config.json")}
+    if not j.model_provider:
+        folders["model_name_or_path"] = (m.model_name_or_path, "config.json")
+    for key, (path, marker) in folders.items():
+        if problem := _local_problem(path, marker):
+            raise RecipeError(f"{key}: {problem}")
+    s, t = recipe.script, recipe.training
     eval_on = str(getattr(t.eval_strategy, "value", t.eval_strategy)) != "no"
-    data = load_judge_data(s, j, processor, policy, seed=t.seed, with_validation=eval_on)
+    splits = (s.dataset_train_split, s.dataset_test_split) if eval_on else (s.dataset_train_split,)
+    return read_training_set(s.dataset_name, splits)
+
+
+def _run_info(recipe: Recipe, run: Run, config: Any, policy: Any, think_open: bool) -> dict[str, Any]:
+    """What ``perception_judge_run.json`` records of a run when it starts."""
+    t, m, j, s = recipe.training, recipe.model, recipe.judge, recipe.script
+    return {
+        "format": 1,
+        "status": "running",
+        "started_at": now(),
+        "output_dir": str(Path(t.output_dir).resolve()),
+        "recipe": str(Path(recipe.path).resolve()) if recipe.path else None,
+        "overrides": recipe.overrides,
+        "train_set": str(Path(s.dataset_name).resolve()) if Path(s.dataset_name).exists() else s.dataset_name,
+        "base_adapter": j.base_adapter,
+        "think_prefix": j.think_prefix,
+        "args": recipe.flat_args(),
+        "final_metrics": None,
+        "versions": versions(),
+        "base_model": models.record_path(run.model_path),
+        "model_type": config.model_type,
+        "tuning": "lora" if m.use_peft else "full",
+        "pixel_policy": policy.to_dict(),
+        "rewards": reward_weight_map(j.reward_funcs, t.reward_weights),
+        "reward_options": {"ties": j.reward_ties, "tau": j.reward_tau, "think_open": think_open},
+        "data": run.data.report_dict(),
+        "world_size": run.state.num_processes,
+        "trackers": report_to_list(t.report_to),
+        "validation": {
+            "enabled": run.data.validation is not None,
+            "sampling": {"do_sample": True, "temperature": t.temperature, "top_p": t.top_p, "top_k": t.top_k},
+            "num_generations": t.num_generations_eval or t.num_generations,
+        },
+        "resumed_from": run.resume,
+    }
+
+
+def _load_data(recipe: Recipe, dataset: Any, processor: Any, policy: Any) -> Any:
+    """Row checks, protocol mix, overlong prompts, pixel policy; validation off when no row is left for it."""
+    t = recipe.training
+    eval_on = str(getattr(t.eval_strategy, "value", t.eval_strategy)) != "no"
+    data = load_judge_data(
+        recipe.script, recipe.judge, processor, policy, seed=t.seed, with_validation=eval_on, dataset=dataset
+    )
     for rep in data.reports.values():
         say(rep.summary())
     if warning := data.lengths.resize_warning():
@@ -142,81 +180,101 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
 
         say("warning: no validation rows: validation is switched off")
         t.eval_strategy, t.do_eval, t.eval_on_start = IntervalStrategy.NO, False, False
+    return data
 
-    # 3. rewards and the run file
-    rewards = build_rewards(j.reward_funcs, j.reward_ties, j.reward_tau, think_open)
-    weights = reward_weight_map(j.reward_funcs, t.reward_weights)
-    info: dict[str, Any] = {
-        "format": 1,
-        "status": "running",
-        "started_at": now(),
-        "output_dir": str(Path(output_dir).resolve()),
-        "recipe": str(Path(recipe.path).resolve()) if recipe.path else None,
-        "overrides": recipe.overrides,
-        "train_set": str(Path(s.dataset_name).resolve()) if Path(s.dataset_name).exists() else s.dataset_name,
-        "base_adapter": j.base_adapter,
-        "think_prefix": j.think_prefix,
-        "args": recipe.flat_args(),
-        "final_metrics": None,
-        "versions": versions(),
-        "base_model": models.record_path(model_path),
-        "model_type": config.model_type,
-        "tuning": "lora" if m.use_peft else "full",
-        "pixel_policy": policy.to_dict(),
-        "rewards": weights,
-        "reward_options": {"ties": j.reward_ties, "tau": j.reward_tau, "think_open": think_open},
-        "data": data.report_dict(),
-        "world_size": state.num_processes,
-        "trackers": report_to_list(t.report_to),
-        "validation": {
-            "enabled": data.validation is not None,
-            "sampling": {"do_sample": True, "temperature": t.temperature, "top_p": t.top_p, "top_k": t.top_k},
-            "num_generations": t.num_generations_eval or t.num_generations,
-        },
-        "resumed_from": resume,
-    }
-    if write_files and state.is_main_process:
-        if resume and (Path(output_dir) / RUN_FILE).is_file():  # continue the run's record
-            kept = {k: v for k, v in info.items() if k != "started_at"}
-            update_run_info(output_dir, **kept, resumed_at=now())
-        else:
-            write_run_info(output_dir, info)
 
-    # 4. model and trainer
+def _trainer(recipe: Recipe, run: Run, processor: Any, shipped_processor: Any, write_files: bool) -> Any:
+    """Load the model and build the trainer with its callbacks."""
+    from transformers import AutoModelForImageTextToText
+
+    from perception_judge.train.trainer import CompletionSamplesCallback, JudgeGRPOTrainer, RunFolderCallback
+
+    t, m, j = recipe.training, recipe.model, recipe.judge
+    hub = {"revision": m.model_revision, "trust_remote_code": t.trust_remote_code}
     attn = {"attn_implementation": m.attn_implementation} if m.attn_implementation else {}
-    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=m.dtype or "auto", **hub, **attn)
+    model = AutoModelForImageTextToText.from_pretrained(
+        run.model_path, dtype=m.dtype or "auto", **hub, **attn
+    )
     if j.freeze_vision_tower and not m.use_peft:
         say(f"vision tower frozen ({models.freeze_vision_tower(model)} tensors)")
     callbacks = [
-        CompletionSamplesCallback(j.sample_log_steps, j.num_samples_to_log, output_dir),
-        RunFolderCallback(output_dir, run_file=write_files),
+        CompletionSamplesCallback(j.sample_log_steps, j.num_samples_to_log, t.output_dir),
+        RunFolderCallback(t.output_dir, run_file=write_files),
     ]
     trainer = JudgeGRPOTrainer(
         model=model,
-        reward_funcs=rewards,
+        reward_funcs=build_rewards(
+            j.reward_funcs, j.reward_ties, j.reward_tau, run.info["reward_options"]["think_open"]
+        ),
         args=t,
-        train_dataset=data.train,
-        eval_dataset=data.validation,
+        train_dataset=run.data.train,
+        eval_dataset=run.data.validation,
         processing_class=processor,
         peft_config=models.build_lora_config(m, j) if m.use_peft else None,
         callbacks=callbacks,
         save_processor=shipped_processor,
-        card_writer=lambda tr: write_model_card(output_dir, info, final_metrics(tr.state.log_history)),
-        data_timer=data.pop_transform_seconds,
+        card_writer=lambda tr: write_model_card(t.output_dir, run.info, final_metrics(tr.state.log_history)),
+        data_timer=run.data.pop_transform_seconds,
     )
     for callback in callbacks:
         callback.bind(trainer)
-    count = trainer.model.num_parameters
+    return trainer
+
+
+def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) -> Run:
+    """Check every input, resolve the model (provider, base-adapter merge), load processor and data, check them,
+    then load the model and build the trainer."""
+    from accelerate import PartialState
+    from transformers import AutoConfig, AutoProcessor
+
+    t, m, j = recipe.training, recipe.model, recipe.judge
+    state = PartialState()
+    for w in recipe.warnings:
+        say(f"warning: {w}")
+    if j.recipe_num_processes and state.num_processes != j.recipe_num_processes:
+        say(
+            f"warning: the recipe assumes {j.recipe_num_processes} processes, this run has {state.num_processes}: "
+            f"{t.generation_batch_size // t.num_generations} prompts per generation round"
+        )
+    if resume is _RESOLVE:  # train() passes the checkpoint it already resolved
+        resume = resolve_resume(t.resume_from_checkpoint, t.output_dir)
+    dataset = check_inputs(recipe)
+
+    # the model folder (provider, base-adapter merge), processor, config: no weights loaded yet. The checkpoints get
+    # a processor of their own with the chat template training renders with (its <think> prefill included), so a
+    # trained judge served by vLLM / an OpenAI-compatible server gets the same prompt as in training.
+    model_path = models.resolve_model_path(m, j, t.output_dir, t.trust_remote_code)
+    run = Run(trainer=None, info={}, data=None, model_path=model_path, resume=resume, state=state)
+    hub = {"revision": m.model_revision, "trust_remote_code": t.trust_remote_code}
+    sides = {"padding_side": "left", "truncation_side": "left"}
+    processor, shipped_processor = (
+        prepare_processor(AutoProcessor.from_pretrained(run.model_path, **sides, **hub), j.think_prefix)
+        for _ in range(2)
+    )
+    think_open = template_opens_think(processor)
+    config = AutoConfig.from_pretrained(run.model_path, **hub)
+    policy = pixel_policy_for(j, config, processor)
+    run.data = _load_data(recipe, dataset, processor, policy)
+    run.info = _run_info(recipe, run, config, policy, think_open)
+    if write_files and state.is_main_process:
+        if resume and (Path(t.output_dir) / RUN_FILE).is_file():  # continue the run's record
+            kept = {k: v for k, v in run.info.items() if k != "started_at"}
+            update_run_info(t.output_dir, **kept, resumed_at=now())
+        else:
+            write_run_info(t.output_dir, run.info)
+
+    run.trainer = _trainer(recipe, run, processor, shipped_processor, write_files)
+    count = run.trainer.model.num_parameters
     params = {"total": count(), "trainable": count(only_trainable=True)}
     say(
-        f"model {model_path} ({config.model_type}, {'LoRA' if m.use_peft else 'full'}): "
+        f"model {run.model_path} ({config.model_type}, {'LoRA' if m.use_peft else 'full'}): "
         f"{params['trainable']:,} of {params['total']:,} parameters trainable; {state.num_processes} process(es); "
-        f"prompt opens <think>: {think_open}; rewards {weights}"
+        f"prompt opens <think>: {think_open}; rewards {run.info['rewards']}"
     )
-    info["parameters"] = params
+    run.info["parameters"] = params
     if write_files and state.is_main_process:
-        update_run_info(output_dir, parameters=params)
-    return Run(trainer, info, data, model_path, resume, state)
+        update_run_info(t.output_dir, parameters=params)
+    return run
 
 
 def train(recipe: Recipe) -> dict[str, Any]:
@@ -257,6 +315,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train(parse_recipe(argv))
     except (RecipeError, DataError) as e:
-        print(f"train_grpo.py: error: {e}", file=sys.stderr)
+        print(f"train_grpo.py: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
     return 0

@@ -1,7 +1,7 @@
 """The learnability check of the tiny substrate: can supervised training on the PPJD verdict target teach the demo's
 tiny judge to use the image at all? It is the upper bound of what GRPO can reach on the same model and data.
 
-The demo's tiny judge (:func:`perception_judge.tiny_models.make_tiny_model`) is trained with the true perceived
+The demo's tiny judge (:func:`perception_judge.tiny.models.make_tiny_model`) is trained with the true perceived
 value as the think and the verdict that follows from it, fresh images every step; held-out records of another seed
 are then scored greedily through the ``hf`` backend with the perception suite's requests and metrics, once with the
 real images and once with every image replaced by another record's (``image_control="mismatched"``). Pass:
@@ -26,7 +26,7 @@ CONTROL_CEILING = 0.6
 def heldout_records(n: int, seed: int) -> list[Any]:
     """``n`` tiny-world records as perception-suite records (images at the tiny judge's 56 px)."""
     from perception_judge.evaluation.perception import Record
-    from perception_judge.tiny_models import tiny_records
+    from perception_judge.tiny.supervised import tiny_records
 
     return [Record(r["key"], r["question"], [r["image"]], r["responses"]) for r in tiny_records(n, seed)]
 
@@ -85,7 +85,8 @@ def run_check(
     """Run the check; returns the measurements and ``passed``. ``keep_model`` saves the supervised judge there.
     ``threads``: torch threads while it runs (one is as fast for this model, and the float reduction order, hence
     the draw, then does not depend on the machine's core count)."""
-    from perception_judge.tiny_models import make_tiny_model, supervised_tiny_judge
+    from perception_judge.tiny.models import make_tiny_model
+    from perception_judge.tiny.supervised import supervised_tiny_judge
 
     with _torch_threads(threads), tempfile.TemporaryDirectory(prefix="pj-learnability-") as tmp:
         model_dir = make_tiny_model(arch, Path(work_dir or tmp) / "model", seed=seed)
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     p = argparse.ArgumentParser(
-        prog="python -m perception_judge.evaluation.learnability",
+        prog="python -m perception_judge.tiny.learnability",
         description="The learnability check of the tiny substrate: supervised training on the PPJD verdict target, "
         "then held-out pair accuracy with real and with mismatched images (see the module docstring).",
     )

@@ -209,7 +209,7 @@ def write_demo_summary(out: str | Path) -> dict[str, Any] | None:
     if learn.is_file():
         r = json.loads(learn.read_text())
         summary["supervised_upper_bound"] = {
-            "what": "supervised training on the PPJD verdict target (perception_judge.evaluation.learnability), held-out tiny "
+            "what": "supervised training on the PPJD verdict target (perception_judge.tiny.learnability), held-out tiny "
             "records of another seed, greedy",
             "steps": r["train"]["steps"],
             "c_vs_rp": _metric_block(r["heldout"], "pair_acc_c_vs_rp"),

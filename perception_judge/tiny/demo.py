@@ -31,7 +31,7 @@ from perception_judge.cli import Command
 from perception_judge.core.runinfo import RUN_FILE, read_run_info
 from perception_judge.core.schema import sha256_hex
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
 ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
@@ -161,7 +161,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
         "train": (out / "train" / RUN_FILE).is_file()
         and read_run_info(out / "train").get("status") == "finished",
     }
-    flags: dict[str, int] = {}
+    flags: dict[str, int | str] = {}
     if args.train_steps:
         every = max(1, args.train_steps // 4)
         flags = {
@@ -170,8 +170,8 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             "eval_steps": every,
             "logging_steps": min(10, every),
         }
-    if args.warm_start_steps is not None:
-        flags["tiny_model_warm_start_steps"] = args.warm_start_steps
+    if args.warm_start_steps is not None:  # updates the recipe's model_provider_options
+        flags["model_provider_options"] = f"warm_start_steps={args.warm_start_steps}"
     extra = [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
     stages = [
         Stage(
@@ -198,7 +198,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             Stage(
                 "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
                 "4a/5 learnability check: done before, skipped" if done["learn"] else None,
-                [sys.executable, "-m", "perception_judge.evaluation.learnability", "--steps",
+                [sys.executable, "-m", "perception_judge.tiny.learnability", "--steps",
                  str(args.learnability_steps), *seed, "--out", f"{rel}/learnability.json", "--no-progress",
                  "--keep-model", f"{rel}/supervised-model"],
                 (0, 1),
@@ -239,14 +239,10 @@ def main_demo(args: argparse.Namespace) -> int:
         print(f"demo: {e}", file=sys.stderr)
         return 2
     rel = os.path.relpath(out, ROOT)
-    env = dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        PYTHONUNBUFFERED="1",
+    offline = dict.fromkeys(
+        ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "PYTHONUNBUFFERED"), "1"
     )
+    env = dict(os.environ, **offline, TOKENIZERS_PARALLELISM="false")
     env.setdefault("WANDB_MODE", "disabled")
     # One thread: the tiny judge trains as fast as with two, and the float reduction order (hence the GRPO trajectory)
     # no longer depends on the machine's core count.
@@ -262,7 +258,7 @@ def main_demo(args: argparse.Namespace) -> int:
                 run_stage(stage.title, stage.cmd, log, env, stage.ok_codes)
             else:
                 print(f"\n==> {stage.skipped}")
-        from perception_judge.demo_summary import write_demo_summary
+        from perception_judge.tiny.demo_summary import write_demo_summary
 
         summary = write_demo_summary(out)
     except DemoError as e:
@@ -304,7 +300,7 @@ def _summary_lines(out: Path) -> list[str]:
 def _learning_lines(summary: dict[str, Any] | None) -> list[str]:
     if not summary:
         return []
-    from perception_judge.demo_summary import fmt_block
+    from perception_judge.tiny.demo_summary import fmt_block
 
     lines = [
         "held-out pair accuracy (chance 0.5; ties count 1/2), r_c vs r_rp | r_c vs r_rp+r | mismatched images:"

