@@ -169,3 +169,28 @@ def test_every_data_file_of_the_package_is_package_data():
     assert "tiny/templates/qwen3_vl_thinking.jinja" in data
     missing = [f for f in data if not any(fnmatch(f, g) or fnmatch(f, g.removeprefix("**/")) for g in globs)]
     assert not missing, f"not covered by package-data {globs}: {missing}"
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(source: str, limit: int) -> list[tuple[str, int]]:
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_no_function_is_longer_than_80_lines():
+    """Long functions built from closures were the hardest code to follow: every function (its decorators aside,
+    its docstring included) fits in 80 lines."""
+    found = {
+        str(path.relative_to(PACKAGE)): long
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (long := _long_functions(path.read_text(encoding="utf-8"), MAX_FUNCTION_LINES))
+    }
+    assert not found, found
+    body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert _long_functions(f"def f():\n{body}\n", MAX_FUNCTION_LINES) == [("f", MAX_FUNCTION_LINES + 1)]
