@@ -34,27 +34,15 @@ PRESETS: dict[str, dict[str, str]] = {
 }
 
 TABLE_SUFFIXES = (".jsonl", ".parquet")
-BENCHMARK_ONLY = (
-    {
-        "prompt_source",
-        "response_a",
-        "response_b",
-        "chosen",
-    },  # facebookresearch/MMRB2 benchmark/{task}.json pairs
-    {
-        "pair_id",
-        "response_a_text",
-        "response_b_text",
-        "chosen",
-    },  # its hub copy, rl-research/multimodal-rewardbench-2
+BENCHMARK_ONLY = (  # MMRB2's pairs (benchmark/{task}.json) and its hub copy (rl-research/multimodal-rewardbench-2)
+    {"prompt_source", "response_a", "response_b", "chosen"},
+    {"pair_id", "response_a_text", "response_b_text", "chosen"},
 )
-"""The columns of MMRB2 (Multimodal RewardBench 2), whose licence (CC BY-NC 4.0, "intended for benchmarking
-purposes only. This dataset should not be used for training models") rules out PPJD records built from it."""
 
 
 def refuse_benchmark_only(path: Path) -> None:
-    """Raise ``ValueError`` naming the licence when a source file holds MMRB2 pairs (its parquet columns or its
-    first JSONL row's keys): evaluate on it (the ``mmrb2`` suite), never train on it."""
+    """MMRB2's licence (CC BY-NC 4.0: "benchmarking purposes only ... should not be used for training models")
+    rules out training records built from it: a file whose columns (parquet) or first row (JSONL) are its pairs'."""
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -63,13 +51,12 @@ def refuse_benchmark_only(path: Path) -> None:
         else:
             with open(path, "rb") as fh:
                 columns = set(json.loads(next((line for line in fh if line.strip()), b"{}")))
-    except (OSError, ValueError, TypeError, ImportError):  # unreadable: the rows report it
+    except (OSError, ValueError, TypeError):  # unreadable: its rows report it
         return
     if any(signature <= columns for signature in BENCHMARK_ONLY):
         raise ValueError(
-            f"{str(path)!r} holds MMRB2 (Multimodal RewardBench 2) pairs; its licence (CC BY-NC 4.0) allows "
-            "benchmarking only and says the data should not be used for training models, so build-ppjd refuses "
-            "it. Evaluate on it instead: perception-judge eval run --suites mmrb2 --set mmrb2.data_dir=..."
+            f"{str(path)!r} holds MMRB2 pairs: their licence (CC BY-NC 4.0) allows benchmarking only and says the "
+            "data should not be used for training models; evaluate on it (eval run --suites mmrb2) instead"
         )
 
 
