@@ -88,9 +88,12 @@ def test_project_protocol_on_both_layouts(layouts, layout, tmp_path):
         seen.append(req)
         return preference_judge(req, sampling)
 
-    res = SUITE(backend(judge), config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout])))
+    res = SUITE(
+        backend(judge), config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout]), aggregation="all")
+    )
     m = res.metrics
     assert m["mean.acc"] == approx((17 / 20 + 15 / 20) / 2)
+    assert m["vote.acc"] == approx(7 / 10)  # over seeds x orders: the FLIP and the position-biased pairs tie
     assert res.extra["per_seed"]["seed0"]["acc"] == approx(17 / 20)
     assert m["mean.acc_both_orders"] == approx((8 / 10 + 7 / 10) / 2)
     assert m["mean.acc.by_category.vqa"] == approx((1 + 4 / 6) / 2)  # RealworldQA flips on seed 1

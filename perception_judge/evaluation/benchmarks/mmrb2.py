@@ -133,7 +133,10 @@ def _part(p: Any) -> bool:
     return isinstance(p, list) and len(p) == 2 and p[0] in ("text", "image") and isinstance(p[1], str)
 
 
-def load_items(opts: MMRB2Options, limit: int | None) -> tuple[list[Any], dict[str, int], Path]:
+Pair = preference.ContentPair
+
+
+def load_items(opts: MMRB2Options, limit: int | None) -> tuple[list[Pair], dict[str, int], Path]:
     """The first ``limit`` pairs of each task (every file read first), images under the folder (a bare name also
     under ``images/``, ``input_images/``); counted out: no ``prompt_content``, no A / B ``chosen``."""
     folder = opts.data_dir / "benchmark" if (opts.data_dir / "benchmark").is_dir() else opts.data_dir
@@ -148,16 +151,17 @@ def load_items(opts: MMRB2Options, limit: int | None) -> tuple[list[Any], dict[s
                 counts[f"{task}.skipped_no_{'gt' if 'prompt_content' in rec else 'prompt'}"] += 1
                 continue
             where, answers = f"{path} pair {i}", (rec.get("response_a"), rec.get("response_b"))
-            parts = [rec["prompt_content"], *((r or {}).get("response_content") for r in answers)]
+            parts = [
+                rec["prompt_content"],
+                *(r.get("response_content") if isinstance(r, dict) else r for r in answers),
+            ]
             if not all(isinstance(p, list) and all(map(_part, p)) for p in parts):
                 msg = "prompt_content and response_content must be lists of ['text' | 'image', str]"
                 raise common.BenchmarkDataError(f"MMRB2: {where}: {msg}", path)
             refs, pid = [v for p in parts for k, v in p if k == "image"], rec.get("id", i)
             load = lambda refs=refs, w=where: [source.load(r, w) for r in refs]  # noqa: E731
             check = lambda refs=refs, w=where: [source.check(r, w) for r in refs]  # noqa: E731
-            kept.append(
-                preference.ContentPair(f"{task}:{pid}", parts, rec["chosen"], task, {"id": pid}, load, check)
-            )
+            kept.append(Pair(f"{task}:{pid}", parts, rec["chosen"], task, {"id": pid}, load, check))
         items += kept[:limit]
     return items, counts, folder
 
@@ -165,11 +169,8 @@ def load_items(opts: MMRB2Options, limit: int | None) -> tuple[list[Any], dict[s
 def published_messages(item: preference.ContentPair, parts: list[Any]) -> list[dict[str, Any]]:
     """The published request (``api_pairwise_evaluator.py`` lines 101-109): the task's judge prompt, then the
     prompt's and the two responses' parts in order, each group after its label."""
-    labels = (
-        [judge_prompt(TASKS[item.group]), "[ORIGINAL PROMPT TO MODEL:]"],
-        ["[RESPONSE A:]"],
-        ["[RESPONSE B:]"],
-    )
+    head = [judge_prompt(TASKS[item.group]), "[ORIGINAL PROMPT TO MODEL:]"]
+    labels = head, ["[RESPONSE A:]"], ["[RESPONSE B:]"]
     return preference.user_turn([p for ls, ps in zip(labels, parts) for p in [["text", t] for t in ls] + ps])
 
 
