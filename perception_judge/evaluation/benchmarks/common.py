@@ -127,8 +127,8 @@ def require_file(path: Path, what: str) -> Path:
 
 def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str, Any]]:
     """Records of a JSONL file (blank lines skipped) or of a JSON file holding a list of objects (or ``{"data":
-    [...]}`` / ``{"pairs": [...]}``). Read with :mod:`json`, not ``datasets``: benchmark records mix types across rows, and a bad line
-    must be named."""
+    [...]}``, ``{"pairs": [...]}``). Read with :mod:`json`, not ``datasets``: benchmark records mix types across
+    rows, and a bad line must be named."""
     path = require_file(Path(path), what)
     try:
         text = path.read_text(encoding="utf-8")
