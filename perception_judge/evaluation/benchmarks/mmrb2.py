@@ -76,7 +76,7 @@ class NeedsJsonRepair(Exception):
     """Not JSON: only ``json_repair`` (not installed) reads it as the published evaluator does."""
 
 
-def _unfenced(text: str) -> str:  # api_pairwise_evaluator.py lines 68-70
+def _unfenced(text: str) -> str:  # api_pairwise_evaluator.py lines 69-70
     return re.sub(r"\n?```\s*$", "", re.sub(r"^```(?:json)?\s*\n?", "", text.strip()).strip())
 
 
