@@ -278,3 +278,235 @@ def oracle(request: JudgeRequest, sampling: Sampling) -> str:
     """The colour judge for two-image requests (MJ-Bench), else the marker judge; importable by name
     (``scripted:benchmark_fixtures:oracle``) for the sweep."""
     return color_judge(request, sampling) if len(request.images) == 2 else _markers(request, sampling)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Multimodal RewardBench and MMRB2: the prompt and answers are walked block by block, so a scripted judge
+# sees which image belongs to which answer (and in which order the parts came)
+# ----------------------------------------------------------------------------------------------------------
+
+_HEADING = re.compile(r"## Answer of Assistant (\d)\n|\[The Start of Assistant ([AB])'s Answer\]")
+_STYLE = re.compile(r"STYLE=(\w+)")
+PALETTE = {(255, 0, 0): 8, (0, 0, 255): 3, (0, 255, 0): 5, (255, 255, 0): 6, (255, 0, 255): 2}
+
+
+def color_score(im: Image.Image) -> int:
+    """The score of an image's colour (the nearest palette colour: JPEG shifts them a little)."""
+    px = im.convert("RGB").getpixel((im.width // 2, im.height // 2))
+    return PALETTE[min(PALETTE, key=lambda c: sum((a - b) ** 2 for a, b in zip(c, px)))]
+
+
+def sections(request: JudgeRequest) -> list[dict[str, Any]]:
+    """[prompt, first answer shown, second answer shown]: each section's text and images, in block order.
+    Headings: the project's ``## Answer of Assistant N``, Multimodal RewardBench's ``[The Start of Assistant X's
+    Answer]``, MMRB2's ``[RESPONSE X:]`` text blocks."""
+    out = [{"text": "", "images": [], "blocks": []} for _ in range(3)]
+    images, current = iter(request.images), 0
+    user = next(m for m in request.messages if m["role"] == "user")
+    for block in user["content"]:
+        if block["type"] == "image":
+            out[current]["images"].append(next(images))
+            out[current]["blocks"].append("image")
+            continue
+        text = block["text"]
+        if text.strip() in ("[RESPONSE A:]", "[RESPONSE B:]"):
+            current = 1 if "A" in text else 2
+            continue
+        pieces = _HEADING.split(text)  # [before, n, x, text, n, x, text, ...]
+        out[current]["text"] += pieces[0]
+        out[current]["blocks"].append("text")
+        for k in range(1, len(pieces), 3):
+            current = 1 if (pieces[k] or pieces[k + 1]) in ("1", "A") else 2
+            out[current]["text"] += pieces[k + 2]
+            out[current]["blocks"].append("text")
+    return out
+
+
+def section_score(section: dict[str, Any]) -> int:
+    m = _Q.search(section["text"])
+    return int(m.group(1)) if m else sum(color_score(im) for im in section["images"])
+
+
+def preference_judge(request: JudgeRequest, sampling: Sampling) -> str:
+    """Scores each answer by its ``Q=`` marker, else by its images' colours (summed); answers in the format the
+    request's parser reads, malformed as the prompt's ``STYLE=`` says (MMRB_STYLES, MMRB2_STYLES)."""
+    prompt, first, second = sections(request)
+    s1, s2 = section_score(first), section_score(second)
+    if sampling.seed == 1 and "FLIP" in prompt["text"]:
+        s1, s2 = s2, s1
+    style = m.group(1) if (m := _STYLE.search(prompt["text"])) else "clean"
+    winner, other = ("A", "B") if s1 >= s2 else ("B", "A")
+    if request.parser.startswith("mmrb2"):
+        return MMRB2_STYLES[style](winner)
+    if request.parser.startswith("mmrb"):
+        return MMRB_STYLES[style](winner, other)
+    return answer_tags(*((9, 2) if style == "pos" or s1 > s2 else (5, 5) if s1 == s2 else (2, 9)))
+
+
+MMRB_STYLES: dict[str, Callable[[str, str], str]] = {
+    "clean": lambda w, o: f"Assistant {w} is more accurate and detailed.\n\nFinal verdict: [[{w}]]",
+    "both": lambda w, o: f"One could say [[{o}]], but no: [[{w}]]",  # published: A whenever [[A]] is there
+    "none": lambda w, o: "Both answers are equally good.",  # published: a random draw
+    "lower": lambda w, o: f"Final verdict: [[{w.lower()}]]",  # random draw
+    "spaced": lambda w, o: f"Final verdict: [[ {w} ]]",  # random draw
+    "think": lambda w, o: f"<think>At first sight [[{o}]].</think>Final verdict: [[{w}]]",
+    "pos": lambda w, o: "Final verdict: [[A]]",  # the first answer shown, whatever it says
+    "empty": lambda w, o: "",
+}
+MMRB2_STYLES: dict[str, Callable[[str], str]] = {
+    "clean": lambda w: json.dumps({"reasoning": {"overall": "sharper"}, "score": 5, "better_response": w}),
+    "fenced": lambda w: f'```json\n{{"reasoning": "x", "better_response": "{w}", "confidence": 0.4}}\n```',
+    "tie": lambda w: '{"reasoning": "same", "better_response": "tie"}',  # judged, wrong
+    "lower": lambda w: json.dumps({"better_response": w.lower()}),  # judged, wrong
+    "nokey": lambda w: json.dumps({"verdict": w}),  # unjudged (KeyError)
+    "null": lambda w: '{"better_response": null}',  # judged as None: not counted
+    "list": lambda w: json.dumps([{"better_response": w}]),  # unjudged (TypeError)
+    "int": lambda w: '{"better_response": 1}',  # judged, wrong
+    "pos": lambda w: '{"better_response": "A"}',  # position-only
+    "prose": lambda w: f"I prefer response {w}.",  # not JSON: json_repair gives '' -> unjudged
+    "think": lambda w: f'<think>weighing {{both}}</think>\n{{"better_response": "{w}"}}',  # needs json_repair
+}
+
+
+MMRB = [  # (ID, Category, Better, Output1, Output2, image path under data/, colour, Text style)
+    ("nocaps_13062", "open_generation/correctness_task", "Output2", "Q=3 a mug", "Q=8 a teapot", "images/nocaps/13062.jpg", "clean"),
+    ("visitbench_235", "open_generation/preference_task", "Output1", "Q=7 ok", "Q=4 meh", "images/visitbench/235.jpg", "both"),
+    ("mmmu-s_12", "knowledge", "Output2", "Q=6 (B)", "Q=2 (C)", "images/mmmu-s/12.jpg", "none"),
+    ("mathvista_77", "reasoning", "Output1", "Q=9 x=2", "Q=1 x=3", "images/mathvista/77.png", "lower"),
+    ("EMMA-Coding_3", "reasoning", "Output2", "Q=2 for", "Q=8 while", "images/EMMA-Coding/3_0.png", "think"),
+    ("PAIRS_occupations_5", "safety", "Output1", "Q=8 refuse", "Q=3 comply", "images/pairs/occupations/5.jpeg", "pos"),
+    ("hateful_memes_9", "safety", "Output2", "Q=4 joke", "Q=7 decline", "images/hateful/9.png", "spaced"),
+    ("MMBench_40", "vqa", "Output1", "Q=6 (A)", "Q=5 (D)", "images/MMBench/40.jpeg", "empty"),
+    ("RealworldQA_8", "vqa", "Output2", "Q=3 left", "Q=9 right", "images/RealworldQA/8.jpg", "clean FLIP"),
+    ("SEED-Bench_2", "vqa", "Output1", "Q=9 cat", "Q=2 dog", "images/SEED-Bench/2.jpg", "none"),
+    ("image2struct_x1", "knowledge", None, "Q=9", "Q=1", "images/image2struct/x1.png", "clean"),
+]  # fmt: skip
+MMRB_COLORS = [(255, 0, 0), (0, 0, 255), (0, 255, 0), (255, 255, 0), (255, 0, 255)]
+
+
+def mmrb_records(images: bool = True) -> list[dict[str, Any]]:
+    rows = []
+    for k, (ident, cat, better, o1, o2, path, style) in enumerate(MMRB):
+        image_cell = path if images else image(MMRB_COLORS[k % 5], (32 + k, 24))
+        rows.append({"ID": ident, "Text": f"Question {k}? STYLE={style}", "Image": image_cell, "Output1": o1,
+                     "Output2": o2, "Better": better, "Category": cat})  # fmt: skip
+    return rows
+
+
+def write_mmrb_json(root: Path) -> Path:
+    """The prepared GitHub layout: ``root/data/all_data.json`` and its images under ``root/data/images/...``
+    (nested folders, mixed extensions). Returns root."""
+    for k, row in enumerate(mmrb_records()):
+        target = root / "data" / row["Image"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        image(MMRB_COLORS[k % 5], (32 + k, 24)).save(target)
+    (root / "data" / "all_data.json").write_text(json.dumps(mmrb_records(), indent=2), encoding="utf-8")
+    return root
+
+
+def write_mmrb_parquet(root: Path) -> Path:
+    """The hub mirror's layout: ``root/data/test-00000-of-00001.parquet``, the image embedded. Returns root."""
+    from datasets import Dataset
+
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    Dataset.from_list(mmrb_records(images=False)).to_parquet(
+        str(root / "data" / "test-00000-of-00001.parquet")
+    )
+    return root
+
+
+MMRB2 = {  # task -> [(prompt parts, response a parts, response b parts, chosen, style)]; "img:<colour>" an image
+    "t2i": [
+        ([("text", "A red fox in snow. STYLE=clean")], [("img", "red")], [("img", "blue")], "A", ""),
+        ([("text", "A neon sign. STYLE=fenced")], [("img", "blue")], [("img", "green")], "B", ""),
+        ([("text", "Two cats. STYLE=tie")], [("img", "red")], [("img", "magenta")], "A", ""),
+        ([("text", "A clock. STYLE=pos")], [("img", "blue")], [("img", "yellow")], "B", ""),
+    ],
+    "edit": [
+        ([("text", "Make the sky green. STYLE=lower"), ("img", "blue")], [("img", "green")], [("img", "red")], "B", ""),
+        ([("img", "yellow"), ("text", "Remove the car. STYLE=nokey")], [("img", "red")], [("img", "blue")], "A", ""),
+        ([("text", "Add a hat. STYLE=clean"), ("img", "blue")], [("img", "magenta")], [("img", "yellow")], "B", ""),
+    ],
+    "interleaved": [
+        ([("text", "Tell a story in 3 steps. STYLE=null")],
+         [("img", "red"), ("text", "step one"), ("img", "red"), ("text", "step two")],
+         [("text", "Once"), ("img", "blue"), ("text", "then"), ("img", "green"), ("img", "magenta")], "A", ""),
+        ([("text", "Cook pasta, with pictures. STYLE=clean"), ("img", "yellow")],
+         [("text", "Boil. Q=3"), ("img", "green")], [("text", "Boil water first. Q=8"), ("img", "red")], "B", ""),
+        ([("text", "Explain tides. STYLE=int")], [("text", "Q=7 moon"), ("img", "red")], [("text", "Q=2 wind")], "A", ""),
+    ],
+    "reasoning": [
+        ([("img", "red"), ("img", "blue"), ("text", "Which image is fake? STYLE=list")],
+         [("text", "The first, see"), ("img", "red"), ("text", "Q=8")], [("text", "The second. Q=4")], "A", ""),
+        ([("img", "green"), ("text", "Count the dots. STYLE=clean")],
+         [("text", "3 dots Q=2")], [("text", "zoom:"), ("img", "yellow"), ("text", "5 dots Q=9")], "B", ""),
+        ([("text", "Where is the cup? STYLE=pos FLIP")], [("text", "Q=6 left")], [("text", "Q=3 right")], "A", ""),
+        ([("text", "dropped")], [("text", "Q=6")], [("text", "Q=3")], "A", "no_prompt"),
+    ],
+}  # fmt: skip
+COLORS = {"red": (255, 0, 0), "blue": (0, 0, 255), "green": (0, 255, 0), "yellow": (255, 255, 0),
+          "magenta": (255, 0, 255)}  # fmt: skip
+
+
+def _mmrb2_content(
+    bench: Path, layout: str, pid: str, parts, who: str, counter: list[int]
+) -> list[list[str]]:
+    """One content list; its images saved where the layout puts them (``counter``: the source layout's k)."""
+    out = []
+    for i, (kind, value) in enumerate(parts):
+        if kind == "text":
+            out.append(["text", value])
+            continue
+        if layout == "hub":
+            rel = f"{'input_images' if who == 'prompt' else 'images'}/{pid}_{who}_{i}.png"
+        elif who == "prompt":
+            rel = f"input_images/src_images_{pid}_{i}.jpg"
+        else:
+            rel, counter[0] = f"images/{pid}_{counter[0]}.jpg", counter[0] + 1
+        (bench / rel).parent.mkdir(parents=True, exist_ok=True)
+        image(COLORS[value], (40 + i, 30)).save(bench / rel)
+        out.append(["image", rel])
+    return out
+
+
+def write_mmrb2(root: Path, layout: str = "hub") -> Path:
+    """``root/benchmark/{task}.json`` in the released format and its images: ``hub`` as ``build_from_hf.py``
+    writes them (``images/{id}_{a|b}_{i}.png``, ``input_images/{id}_prompt_{i}.png``), ``source`` as
+    ``run_release.sh`` does (``images/{id}_{k}.jpg``, k over both responses; ``input_images/<source>_<name>.jpg``).
+    Returns root."""
+    bench = root / "benchmark"
+    bench.mkdir(parents=True, exist_ok=True)
+    for task, rows in MMRB2.items():
+        pairs_out = []
+        for n, (prompt, ra, rb, chosen, flag) in enumerate(rows):
+            pid = f"{task}src_{n}_{'-' if n % 2 else ''}80043_modelx_{n}_modely_{n}"
+            counter = [0]
+            pair = {
+                "id": pid,
+                "prompt_content": _mmrb2_content(bench, layout, pid, prompt, "prompt", counter),
+                "prompt_source": f"{task}src",
+                "prompt_metadata": {
+                    "id": n if n % 2 else str(n),
+                    **({"category": ["a", "b"]} if n == 1 else {}),
+                },
+                "response_a": {
+                    "model_name": "modelx",
+                    "response_content": _mmrb2_content(bench, layout, pid, ra, "a", counter),
+                },
+                "response_b": {
+                    "model_name": "modely",
+                    "response_content": _mmrb2_content(bench, layout, pid, rb, "b", counter),
+                },
+                "chosen": chosen,
+                "human_annotations": [5, 6, 5],
+            }
+            if flag == "no_prompt":
+                del pair["prompt_content"]
+            pairs_out.append(pair)
+        (bench / f"{task}.json").write_text(json.dumps({"pairs": pairs_out}, indent=2), encoding="utf-8")
+    return root
+
+
+def preference_oracle(request: JudgeRequest, sampling: Sampling) -> str:
+    """:func:`preference_judge` for the sweep (``benchmark_fixtures:preference_oracle``)."""
+    return preference_judge(request, sampling)

@@ -12,6 +12,8 @@ from perception_judge.evaluation.base import Suite
 from perception_judge.evaluation.benchmarks import (
     mjbench,
     mllm_judge,
+    mmrb2,
+    multimodal_rewardbench,
     position,
     self_enhancement,
     verbosity,
@@ -28,6 +30,8 @@ SUITES: dict[str, Suite] = {
         mllm_judge.SUITE,
         vlrewardbench.SUITE,
         mjbench.SUITE,
+        multimodal_rewardbench.SUITE,
+        mmrb2.SUITE,
         position.SUITE,
         verbosity.SUITE,
         self_enhancement.SUITE,

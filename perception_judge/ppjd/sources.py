@@ -34,6 +34,30 @@ PRESETS: dict[str, dict[str, str]] = {
 }
 
 TABLE_SUFFIXES = (".jsonl", ".parquet")
+BENCHMARK_ONLY = (  # MMRB2's pairs (benchmark/{task}.json) and its hub copy (rl-research/multimodal-rewardbench-2)
+    {"prompt_source", "response_a", "response_b", "chosen"},
+    {"pair_id", "response_a_text", "response_b_text", "chosen"},
+)
+
+
+def refuse_benchmark_only(path: Path) -> None:
+    """MMRB2's licence (CC BY-NC 4.0: "benchmarking purposes only ... should not be used for training models")
+    rules out training records built from it: a file whose columns (parquet) or first row (JSONL) are its pairs'."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            columns = set(pq.ParquetFile(path).schema_arrow.names)
+        else:
+            with open(path, "rb") as fh:
+                columns = set(json.loads(next((line for line in fh if line.strip()), b"{}")))
+    except (OSError, ValueError, TypeError):  # unreadable: its rows report it
+        return
+    if any(signature <= columns for signature in BENCHMARK_ONLY):
+        raise ValueError(
+            f"{str(path)!r} holds MMRB2 pairs: their licence (CC BY-NC 4.0) allows benchmarking only and says the "
+            "data should not be used for training models; evaluate on it (eval run --suites mmrb2) instead"
+        )
 
 
 class Source(Protocol):
@@ -113,6 +137,8 @@ class TableSource:
         prefix_map: dict[str, str] | None = None,
     ) -> None:
         self.files = expand_inputs(paths)
+        for f in self.files:
+            refuse_benchmark_only(f)
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"unknown source preset {preset!r}; known: {', '.join(PRESETS)}")
         self.preset = preset

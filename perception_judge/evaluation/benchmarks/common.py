@@ -127,8 +127,8 @@ def require_file(path: Path, what: str) -> Path:
 
 def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str, Any]]:
     """Records of a JSONL file (blank lines skipped) or of a JSON file holding a list of objects (or ``{"data":
-    [...]}``). Read with :mod:`json`, not ``datasets``: benchmark records mix types across rows, and a bad line
-    must be named."""
+    [...]}``, ``{"pairs": [...]}``). Read with :mod:`json`, not ``datasets``: benchmark records mix types across
+    rows, and a bad line must be named."""
     path = require_file(Path(path), what)
     try:
         text = path.read_text(encoding="utf-8")
@@ -139,8 +139,8 @@ def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str,
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise BenchmarkDataError(f"{what}: {str(path)!r} is not valid JSON: {e}", path) from None
-        if isinstance(data, dict) and isinstance(data.get("data"), list):
-            data = data["data"]
+        if isinstance(data, dict):
+            data = next((data[k] for k in ("data", "pairs") if isinstance(data.get(k), list)), data)
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise BenchmarkDataError(f"{what}: {str(path)!r} must hold a list of JSON objects", path)
         return data
