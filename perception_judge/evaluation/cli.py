@@ -28,7 +28,7 @@ plots/); `eval run --model NAME=PATH ... --out DIR` compares any judges (local f
 OpenAI-compatible server, scripted judges). Re-running skips finished cells (model x suite x seed).
 
 Suites: bias (MM-JudgeBias compositional biases), perception (held-out PPJD: r_c vs its counterfactuals), and
-the judge benchmarks (mllm_judge, vlrewardbench, mjbench, position, verbosity, self_enhancement); `eval list`.
+the judge benchmarks (mllm_judge, vlrewardbench, mjbench, multimodal_rewardbench, mmrb2, position, verbosity, self_enhancement); `eval list`.
 
 Settings, lowest precedence first: the training run's file (sweep: pixel policy, think prefix, token budget,
 training set), the eval job YAML (--config, e.g. eval/configs/tiny.yaml), --set KEY=VALUE (values are YAML; a

@@ -72,40 +72,24 @@ def judge_prompt(task: str) -> str:
     )
 
 
-class NeedsJsonRepair(Exception):
-    """Not JSON: only ``json_repair`` (not installed) reads it as the published evaluator does."""
-
-
 def _unfenced(text: str) -> str:  # api_pairwise_evaluator.py lines 69-70
     return re.sub(r"\n?```\s*$", "", re.sub(r"^```(?:json)?\s*\n?", "", text.strip()).strip())
 
 
 def better_response(text: str) -> tuple[bool, Any]:
     """``api_pairwise_evaluator.py`` lines 59-75 and 119 under ``evaluate.py``'s ``except`` (143-146): (True, the
-    value as it stands) or (False, None) where that code raises (the order unjudged). Valid JSON is read with
-    ``json.loads`` (``json_repair.loads`` returns the same), anything else needs ``json_repair``."""
+    value as it stands) or (False, None) where that code raises (the order unjudged)."""
+    import json_repair
+
     try:
-        try:
-            parsed = json.loads(_unfenced(text))
-        except ValueError:
-            try:
-                import json_repair
-            except ImportError:
-                raise NeedsJsonRepair(text[:80]) from None
-            parsed = json_repair.loads(_unfenced(text))
-        return True, parsed["better_response"]
-    except NeedsJsonRepair:
-        raise
+        return True, json_repair.loads(_unfenced(text))["better_response"]
     except Exception:  # the evaluator raises; evaluate.py catches every exception
         return False, None
 
 
 def parse_published(text: str, n: int, reasoning: str | None = None) -> tuple[list[float] | None, str | None]:
     """A / B a verdict, another truthy value (``"tie"``, ``"a"``) judged and wrong (C), none a failure."""
-    try:
-        judged, value = better_response(whole_completion(text, reasoning))
-    except NeedsJsonRepair:
-        return None, "published rule: not JSON and json_repair is not installed (pip install json-repair)"
+    judged, value = better_response(whole_completion(text, reasoning))
     if not (judged and value):
         return None, "published rule: no better_response"
     return preference.SCORES[value if value in ("A", "B") else "C"], None
@@ -185,14 +169,11 @@ def official(
     """``compute_accuracy.py`` (lines 77-105 per task, 201-211 Overall) on one seed's judgements, also written as
     its predictions files (``{id: {forward: [{judgement}], reverse: ...}}``, ``[]`` for an unjudged order)."""
     tally = {t: [0, 0] for t in dict.fromkeys(it.group for it in judged.items)}  # correct, judged
-    files, unread = {t: {} for t in tally}, 0
+    files = {t: {} for t in tally}
     for i, item in enumerate(judged.items):
         entry = files[item.group][item.record["id"]] = {}
         for order, key in ((pairs.ORIG, "forward"), (pairs.SWAP, "reverse")):
-            try:
-                ok, value = better_response(judged.completion(i, order, seed))
-            except NeedsJsonRepair:
-                ok, value, unread = False, None, unread + 1
+            ok, value = better_response(judged.completion(i, order, seed))
             entry[key] = [{"judgement": value, "evaluator": NAME, "metadata": {}}] if ok else []
             if ok and value:
                 tally[item.group][0] += (flip(value) if key == "reverse" else value) == item.preferred
@@ -204,9 +185,6 @@ def official(
     accs = {f"acc.by_category.{t}": M.rate(c, n) for t, (c, n) in tally.items()}
     correct, n = (sum(v) for v in zip(*tally.values())) if tally else (0, 0)
     metrics = {"acc": M.rate(correct, n), "acc.macro": M.mean(accs.values()), "n": n, **accs}
-    if unread:
-        why = f"seed {seed}: {unread} completions are not JSON and json_repair is not installed"
-        protocol.setdefault("undefined_metrics", {}).update({f"official.{k}": why for k in metrics})
     return metrics
 
 
