@@ -29,7 +29,7 @@ from perception_judge.ppjd.validate import (
     similarity,
     validate,
 )
-from perception_judge.testing import FakeOpenAIServer, Faults
+from perception_judge.testing.fake_openai import FakeOpenAIServer, Faults
 
 
 @pytest.fixture(scope="module")

@@ -377,78 +377,10 @@ def _recover(out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-_CARD = """\
----
-license: other
-task_categories:
-  - visual-question-answering
-tags:
-  - llm-as-a-judge
-  - perception
-  - ppjd
-configs:
-  - config_name: default
-    data_files:
-{configs}
----
-
-# PPJD training set
-
-Perceptually perturbed judgment data exported by `perception-judge export`. Every source record holds a \
-verified-correct response (r_c), a version with perceptual errors only (r_rp) and one with perceptual and \
-reasoning errors (r_rp+r); the target order is r_c > r_rp > r_rp+r.
-
-## Counts
-
-| split | records | image groups | batch rows | pair rows | single rows | rows |
-|---|---|---|---|---|---|---|
-{counts}
-
-Text-only records (no image): {info[text_only_records]}. Records skipped as invalid: {skipped}.
-
-Ground-truth distribution per protocol: {ground_truth}
-
-## Settings
-
-- seed: {s[seed]}
-- validation fraction (of image groups): {s[val_fraction]}
-- rows per record: {mix}
-- prompt style: {s[prompt_style]}
-- teacher: {info[ppjd][teacher]}
-- source PPJD folder: `{info[source]}`
-- created: {info[created]}
-
-## Columns
-
-`prompt` (chat messages with `{{"type": "image"}}` placeholders), `images` (original images), `protocol` \
-(batch / pair / single), `ground_truth` (slot order best to worst, e.g. `BCA`, or correct / incorrect), \
-`question`, `responses` (slot order), `kinds` (r_c / r_rp / r_rp_r per slot), `record_key`, `image_group` \
-(sha256 of the source image; the split groups on it).
-
-## Loading
-
-```python
-from perception_judge.core.trainset import load_training_set
-ds = load_training_set('THIS_FOLDER')        # DatasetDict with train / validation
-# or: datasets.load_dataset('parquet', data_files={{'train': 'train.parquet', ...}})
-```
-"""
-
-
 def dataset_card(info: dict[str, Any]) -> str:
-    s, rows = info["settings"], info["rows"]
-    return _CARD.format(
-        info=info,
-        s=s,
-        configs="\n".join(f"      - split: {f.split('.')[0]}\n        path: {f}" for f in info["files"]),
-        counts="\n".join(
-            f"| {split} | {info['records'][split]} | {info['image_groups'][split]} | {rows[split]['batch']} | "
-            f"{rows[split]['pair']} | {rows[split]['single']} | {info['rows_total'][split]} |"
-            for split in SPLITS
-        ),
-        skipped=len(info["skipped_records"]),
-        ground_truth="; ".join(
-            f"{p}: " + ", ".join(f"{k} {v}" for k, v in d.items()) for p, d in info["ground_truth"].items()
-        ),
-        mix=", ".join(f"{k}={v:g}" for k, v in s["mix"].items()),
-    )
+    """The ``README.md`` of an exported training set (``dataset_card.md.jinja``) from its export info."""
+    import jinja2
+
+    template = Path(__file__).with_name("dataset_card.md.jinja").read_text()
+    jinja = jinja2.Template(template, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    return jinja.render(info=info, s=info["settings"], splits=SPLITS)

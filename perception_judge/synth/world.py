@@ -1,17 +1,10 @@
-"""The family registry and the items: :func:`solve`, :func:`perturb`, :func:`draw` of a scene spec, and
-:func:`generate_items` / :func:`write_synthetic`.
-
-Every item has a scene spec (``item.spec``): ``family``, ``qtype``, ``params`` (what the question asks about),
-``attributes`` (the perceptual facts, enough to redraw the image), ``facts`` (3-6 short phrases of them),
-``caption`` (a 60-100-word description templated from the spec; empty for text items), ``keywords`` (3-6 query
-keywords) and ``domain``.
+"""The family registry and the items: :func:`solve`, :func:`perturb`, :func:`draw` of a scene spec (its keys:
+docs/ppjd.md §1), and :func:`generate_items` / :func:`write_synthetic`.
 
 Responses are *rendered from the facts*: :func:`solve` turns (question params, perceived attributes, optional
-reasoning slip) into a step-by-step response ending in ``\\boxed{}``. The correct response r_c is ``solve(spec)``;
-the programmatic teacher renders the counterfactuals from perturbed attributes with the same template, so r_rp
-keeps r_c's wording with only the perceptual facts and what follows from them changed.
-
-Items are deterministic per (seed, index): ``generate_items(10, s)[:5] == generate_items(5, s)``.
+reasoning slip) into a step-by-step response ending in ``\\boxed{}``, so the programmatic teacher's r_rp keeps r_c's
+wording with only the perceptual facts and what follows from them changed. Items are deterministic per (seed,
+index): ``generate_items(10, s)[:5] == generate_items(5, s)``.
 """
 
 from __future__ import annotations
@@ -45,7 +38,6 @@ REGISTRY: dict[str, Family] = {f.name: f for f in (OBJECTS, BARS, TABLE, CLOCK, 
 FAMILIES: tuple[str, ...] = ("objects", "bars", "table", "clock")
 TINY_FAMILIES: tuple[str, ...] = ("colour", "count")
 TEXT_FAMILY = "text"
-ALL_FAMILIES: tuple[str, ...] = tuple(REGISTRY)
 DEFAULT_TEXT_ONLY_FRACTION = 0.15
 SLIPS: dict[tuple[str, str], tuple[str, ...]] = {
     (f.name, qtype): slips for f in REGISTRY.values() for qtype, (_, slips) in f.questions.items()
@@ -143,18 +135,11 @@ def _check_args(n: int, families: Sequence[str] | None, text_only_fraction: floa
         raise ValueError(f"text_only_fraction must be in [0, 1], got {text_only_fraction}")
     fams = tuple(families) if families else FAMILIES
     if unknown := [f for f in fams if f not in REGISTRY]:
-        raise ValueError(f"unknown synthetic families {unknown}; known: {', '.join(ALL_FAMILIES)}")
+        raise ValueError(f"unknown synthetic families {unknown}; known: {', '.join(REGISTRY)}")
     return fams
 
 
-def iter_items(
-    n: int,
-    seed: int,
-    families: Sequence[str] | None = None,
-    text_only_fraction: float = DEFAULT_TEXT_ONLY_FRACTION,
-) -> Iterator[SourceItem]:
-    """Stream synthetic items (see :func:`generate_items`)."""
-    fams = _check_args(n, families, text_only_fraction)
+def _items(n: int, seed: int, fams: Sequence[str], text_only_fraction: float) -> Iterator[SourceItem]:
     frac = Fraction(text_only_fraction).limit_denominator(1000)
     for i in range(n):
         n_text = math.floor(i * frac)  # text-only items so far: they are spread evenly
@@ -171,12 +156,8 @@ def generate_items(
     """``n`` synthetic items, deterministic per ``seed``, cycling through ``families`` (default: the four
     image families); a ``text_only_fraction`` of them, spread evenly, are text-only (``image`` None, family
     ``"text"``, which ``families`` may also list). ``item.image`` is a PIL image."""
-    return list(iter_items(n, seed, families, text_only_fraction))
-
-
-def item_to_row(item: SourceItem, image_path: str | None) -> dict[str, Any]:
-    """The items.jsonl row of a synthetic item (image as a path relative to the synth folder)."""
-    return {**vars(item), "image": image_path}
+    fams = _check_args(n, families, text_only_fraction)
+    return list(_items(n, seed, fams, text_only_fraction))
 
 
 def write_synthetic(
@@ -202,12 +183,12 @@ def write_synthetic(
     counts: Counter[str] = Counter()
     qtypes: Counter[str] = Counter()
     with progress_bar(n, "synth", "item", enabled=progress) as bar, atomic_open(items_path, fsync=False) as f:
-        for item in iter_items(n, seed, fams, text_only_fraction):
+        for item in _items(n, seed, fams, text_only_fraction):
             rel = None if item.image is None else f"images/{item.item_id}.png"
             if rel is not None:
                 with atomic_open(out / rel, "wb", fsync=False) as png:
                     item.image.save(png, format="PNG")
-            f.write(json.dumps(item_to_row(item, rel), ensure_ascii=False) + "\n")
+            f.write(json.dumps({**vars(item), "image": rel}, ensure_ascii=False) + "\n")
             counts[item.spec["family"]] += 1
             qtypes[f"{item.spec['family']}/{item.spec['qtype']}"] += 1
             bar.update(1)
