@@ -17,14 +17,13 @@ from perception_judge import __version__
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: ``add_arguments(parser)`` declares its flags, ``run(args)`` does the work (exit code)."""
+    """A subcommand: ``add_arguments(parser)`` declares its flags, ``run(args)`` does the work (exit code);
+    ``passthrough``: unknown ``--key value`` arguments go to ``args.passthrough`` (recipe overrides)."""
 
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int | None]
     description: str = ""
-    passthrough: bool = (
-        False  # unknown ``--key value`` arguments go to ``args.passthrough`` (recipe overrides)
-    )
+    passthrough: bool = False
 
 
 # name -> (module:attribute of a Command, one-line help). Listed in pipeline order.

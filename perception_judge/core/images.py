@@ -31,8 +31,7 @@ class ImageError(ValueError):
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
+        self.reason, self.detail = reason, detail
 
 
 @dataclass(frozen=True)
@@ -198,10 +197,14 @@ def read_image_file(path: Path, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> byt
     return path.read_bytes()
 
 
-def cell_bytes(cell: dict[str, Any]) -> bytes:
-    """The encoded image of a ``{"bytes": ...}`` cell; :class:`ImageError` ``bad_path`` when it is not bytes (text,
-    a number: a hostile or broken row)."""
-    raw = cell["bytes"]
+def cell_value(cell: dict[str, Any]) -> bytes | str:
+    """The encoded image of a ``{"bytes", "path"}`` cell (the datasets Image cell), else its path. ImageError
+    ``missing`` when it has neither, ``bad_path`` when its bytes are not bytes (a hostile or broken row)."""
+    raw = cell.get("bytes")
+    if raw is None or raw == b"":
+        if not cell.get("path"):
+            raise ImageError("missing", "image cell has neither bytes nor path")
+        return cell["path"]
     if not isinstance(raw, bytes | bytearray | memoryview):
         kind = type(raw).__name__
         raise ImageError("bad_path", f"image cell 'bytes' is {kind}, expected the encoded image as bytes")
@@ -221,11 +224,7 @@ def load_image(
         _check_pixels(src.size, max_pixels)
         return to_rgb(src)
     if isinstance(src, dict):
-        if src.get("bytes") is not None and src.get("bytes") != b"":
-            return load_image(cell_bytes(src), root, max_bytes, max_pixels)
-        if src.get("path"):
-            return load_image(src["path"], root, max_bytes, max_pixels)
-        raise ImageError("missing", "image cell has neither bytes nor path")
+        return load_image(cell_value(src), root, max_bytes, max_pixels)
     if isinstance(src, bytes | bytearray | memoryview):
         data = bytes(src)
     elif isinstance(src, str | os.PathLike):

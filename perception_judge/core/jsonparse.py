@@ -30,8 +30,7 @@ class JSONParseError(ValueError):
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
+        self.reason, self.detail = reason, detail
 
 
 # LaTeX commands that start with the letters of a JSON escape (n, t, r). Only an exact match of the whole

@@ -1,26 +1,18 @@
-"""The one configuration mechanism of jobs and suites: a typed pydantic model per job or suite, which is also the
-runtime configuration of the code it drives (no parallel dataclass, no defaults copied from one to the other).
+"""The one configuration mechanism of jobs and suites (docs/architecture.md "Configuration"): a typed pydantic model
+per job or suite, which is also the runtime configuration of the code it drives.
 
     class ExportOptions(Options):
         seed: int = 0
         '''seed of the slot permutations'''      # documented: the flag --seed, this text its help
         chunk_rows: int = 256                     # undocumented: a config-file / --set key only
 
-    ExportOptions(seed=1); ExportOptions.parse(values, "export")      # in code, from a mapping
-    add_flags(parser, ExportOptions); options_from_args(ExportOptions, parser.parse_args(argv))  # command line
-
-**Flags** are the documented fields (help: the docstring and the default): ``--key-name`` unless a :class:`Flag`
-in the field's ``Annotated`` metadata names it; a bool is a switch (``--x/--no-x`` unless it defaults to False), a
-Literal lists its choices, a list repeats, a dict takes ``KEY=VALUE`` entries (repeated or comma-separated). A
-documented field typed as an ``Options`` model is a section: an argument group of ``SECTION.KEY`` flags.
-
-**Precedence**, lowest first: the model's defaults < the ``--config`` YAML file < each ``--set KEY=VALUE`` (dotted
-keys, YAML values) in order < explicit flags. A dict flag adds to the mapping below it; a partial mapping for a
-sub-model keeps the rest of that field's default.
-
-**Errors** are :class:`OptionError`, one line per problem: ``WHERE.KEY: what is wrong (got VALUE)``, with the known
-keys for an unknown one and the choices for a Literal; secrets redacted. Training recipes are not read here: they
-stay trl configs read by ``TrlParser``.
+**Flags** are the documented fields: ``--key-name`` unless a :class:`Flag` in the ``Annotated`` metadata names it;
+a bool is a switch (``--x/--no-x`` unless it defaults to False), a Literal lists its choices, a list repeats, a
+dict takes ``KEY=VALUE`` entries; a documented ``Options`` field is a section of ``SECTION.KEY`` flags.
+**Precedence**, lowest first: defaults < ``--config`` YAML < each ``--set KEY=VALUE`` in order < explicit flags (a
+dict flag adds to the mapping below it, a partial mapping for a sub-model keeps the rest of its default).
+**Errors** are :class:`OptionError`, one line per problem: ``WHERE.KEY: what is wrong (got VALUE)``, secrets
+redacted.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The one schema every stage shares: source items, PPJD records, failures, training rows, judge requests.
+"""The one schema every stage shares: source items, PPJD records, failures, training rows, judge requests; stages
+talk to each other only through these types and the column names below.
 
-Stages talk to each other only through these types and the column names below, so a record written by the
-PPJD builder, a row written by the export, and a request sent to a judge backend mean the same thing
-everywhere.
-
-Vocabulary
-----------
-* ``r_c``     the verified-correct response (the source's ``chosen``).
-* ``r_rp``    r_c with perceptual details changed so they contradict the image, reasoning kept.
-* ``r_rp_r``  perceptual *and* reasoning errors (written ``r_rp+r`` in the paper).
-* Target order: r_c > r_rp > r_rp_r.
-* A *slot* is the position of a response in a judge prompt: ``A`` is "Assistant 1", ``B`` "Assistant 2", ...
-* An *order string* lists slots best to worst, e.g. ``"BCA"``: slot B best, then C, then A.
+Vocabulary: ``r_c``, ``r_rp``, ``r_rp_r`` (``r_rp+r`` in the paper) as docs/ppjd.md defines them, target order r_c >
+r_rp > r_rp_r. A *slot* is the position of a response in a judge prompt (``A`` is "Assistant 1", ``B`` "Assistant
+2", ...); an *order string* lists slots best to worst (``"BCA"``: slot B best, then C, then A).
 """
 
 from __future__ import annotations
@@ -192,6 +184,31 @@ class Failure:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+class StageError(Exception):
+    """An item rejected (or not processed) at ``stage`` for ``reason``: its :class:`Failure`. ``fatal`` marks errors
+    that will hit every item (bad API key, unknown model): the build stops."""
+
+    def __init__(self, stage: str, reason: str, detail: str = "", attempts: int = 1, fatal: bool = False):
+        super().__init__(f"{stage}/{reason}: {detail}" if detail else f"{stage}/{reason}")
+        self.stage, self.reason, self.detail = stage, reason, detail
+        self.attempts, self.fatal = attempts, fatal
+
+
+TEACHER_USAGE = ("prompt_tokens", "completion_tokens", "calls")
+
+
+@dataclass
+class Counterfactuals:
+    """What a PPJD teacher makes of one item: r_rp, r_rp+r, the facts (``attributes``) they misread, what it did
+    (``meta``) and its token counts (``usage``, :data:`TEACHER_USAGE`)."""
+
+    r_rp: str
+    r_rp_r: str
+    attributes: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TEACHER_USAGE, 0))
 
 
 @dataclass

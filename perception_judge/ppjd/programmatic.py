@@ -7,7 +7,7 @@ from typing import Any
 
 from perception_judge import synth
 from perception_judge.llm_client import USAGE_KEYS
-from perception_judge.ppjd.teacher import Counterfactuals, StageError, TeacherInput
+from perception_judge.ppjd.teacher import Counterfactuals, TeacherInput
 
 
 class ProgrammaticTeacher:
@@ -31,10 +31,6 @@ class ProgrammaticTeacher:
 
     def counterfactuals(self, inp: TeacherInput) -> Counterfactuals:
         item = inp.item
-        try:
-            cf = synth.counterfactuals(
-                item.spec, item.response, item.answer, inp.key, seed=self.seed, item_id=item.item_id
-            )
-        except synth.NoCounterfactual as e:
-            raise StageError(e.stage, e.reason, e.detail) from None
-        return Counterfactuals(r_rp=cf.r_rp, r_rp_r=cf.r_rp_r, attributes=cf.facts, meta=cf.meta)
+        return synth.counterfactuals(
+            item.spec, item.response, item.answer, inp.key, seed=self.seed, item_id=item.item_id
+        )

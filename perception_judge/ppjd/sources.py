@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from PIL import Image
 
-from perception_judge.core.images import ImageError, cell_bytes, decode_data_url, resolve_under
+from perception_judge.core.images import ImageError, cell_value, decode_data_url, resolve_under
 from perception_judge.core.schema import SourceItem, content_key, sha256_hex
 
 FIELDS = ("item_id", "image", "question", "answer", "response")
@@ -277,12 +277,7 @@ class TableSource:
                     raise ImageError("multiple_images", detail)
                 raw = raw[0]
             if isinstance(raw, dict):
-                if raw.get("bytes") is not None and raw.get("bytes") != b"":
-                    raw = cell_bytes(raw)
-                elif not raw.get("path"):
-                    raise ImageError("missing", "image cell has neither bytes nor path")
-                else:
-                    raw = raw["path"]
+                raw = cell_value(raw)
             if isinstance(raw, str) and raw.startswith("data:"):
                 raw = decode_data_url(raw)
             if isinstance(raw, bytes | bytearray | memoryview):
@@ -301,12 +296,11 @@ class TableSource:
 
 def synthetic_source(folder: str | os.PathLike[str]) -> TableSource:
     """The source of a ``perception-judge synth`` folder (items.jsonl, images under the folder)."""
-    folder = Path(folder)
-    if not (folder / "items.jsonl").is_file():
+    items = Path(folder) / "items.jsonl"
+    if not items.is_file():
         raise FileNotFoundError(
             f"{str(folder)!r} is not a synth folder: no items.jsonl (run `perception-judge synth`)"
         )
-    items = folder / "items.jsonl"
     return TableSource([items], preset="synthetic", image_root=folder, allow_text_only=True, name="synthetic")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from PIL import Image
@@ -18,7 +18,7 @@ from PIL import Image
 from perception_judge.core.answers import normalize_answer
 from perception_judge.core.images import to_data_url
 from perception_judge.core.jsonparse import JSONParseError, parse_json_object
-from perception_judge.core.schema import SourceItem
+from perception_judge.core.schema import TEACHER_USAGE, Counterfactuals, SourceItem, StageError
 from perception_judge.llm_client import ChatClient, LLMError
 from perception_judge.ppjd.options import TeacherOptions
 
@@ -31,17 +31,6 @@ STAGES: tuple[str, ...] = (
 
 MIN_ATTRIBUTES = 3
 MAX_ATTRIBUTES = 6
-_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "calls")
-
-
-class StageError(Exception):
-    """A record was rejected (or could not be processed) at ``stage`` for ``reason``. ``fatal`` marks errors that
-    will hit every record (bad API key, unknown model): the run stops."""
-
-    def __init__(self, stage: str, reason: str, detail: str = "", attempts: int = 1, fatal: bool = False):
-        super().__init__(f"{stage}/{reason}: {detail}" if detail else f"{stage}/{reason}")
-        self.stage, self.reason, self.detail = stage, reason, detail
-        self.attempts, self.fatal = attempts, fatal
 
 
 @dataclass
@@ -49,15 +38,6 @@ class TeacherInput:
     key: str
     item: SourceItem
     image: Image.Image | None  # RGB, or None for text-only items
-
-
-@dataclass
-class Counterfactuals:
-    r_rp: str
-    r_rp_r: str
-    attributes: list[str]
-    meta: dict[str, Any] = field(default_factory=dict)
-    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_USAGE_KEYS, 0))
 
 
 @runtime_checkable
@@ -308,7 +288,7 @@ class LLMTeacher:
 
     async def process(self, inp: TeacherInput) -> Counterfactuals:
         item, cfg = inp.item, self.options
-        usage = dict.fromkeys(_USAGE_KEYS, 0)
+        usage = dict.fromkeys(TEACHER_USAGE, 0)
         meta: dict[str, Any] = {}
         # the image is encoded once per record: every stage sends the same one
         images = []

@@ -10,7 +10,7 @@ gives r_rp and r_rp+r of a scene spec.
 from perception_judge.synth.bars import bar_geometry, bar_unit_px
 from perception_judge.synth.base import COLOURS, word_count
 from perception_judge.synth.clock import CLOCK_CENTRE, hand_angles
-from perception_judge.synth.counterfactuals import NoCounterfactual, counterfactuals
+from perception_judge.synth.counterfactuals import counterfactuals
 from perception_judge.synth.table import TABLE_COLS, TABLE_GRID_RGB, TABLE_HEADER_RGB
 from perception_judge.synth.tiny import TINY_IMAGE_SIZE, TINY_INK, response_value, tiny_value, tiny_values
 from perception_judge.synth.world import (
@@ -40,7 +40,6 @@ __all__ = [
     "TINY_FAMILIES",
     "TINY_IMAGE_SIZE",
     "TINY_INK",
-    "NoCounterfactual",
     "bar_geometry",
     "bar_unit_px",
     "counterfactuals",

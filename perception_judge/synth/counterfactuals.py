@@ -10,31 +10,15 @@ Randomness is seeded per record key, so results depend neither on concurrency no
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
 from perception_judge.core.answers import answers_match
+from perception_judge.core.schema import Counterfactuals, StageError
 from perception_judge.synth.base import Unsolvable
 from perception_judge.synth.world import SLIPS, facts, perturb, solve
 
 MAX_TRIES = 64
 MIN_FACTS = 3
-
-
-class NoCounterfactual(ValueError):
-    """The spec gives no valid counterfactual; ``stage`` / ``reason`` are the PPJD failure's."""
-
-    def __init__(self, stage: str, reason: str, detail: str) -> None:
-        super().__init__(f"{stage}/{reason}: {detail}")
-        self.stage, self.reason, self.detail = stage, reason, detail
-
-
-@dataclass
-class Counterfactual:
-    r_rp: str
-    r_rp_r: str
-    facts: list[str]
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def _changed_facts(spec: dict[str, Any], attrs: dict[str, Any]) -> list[str]:
@@ -52,11 +36,11 @@ def _solve(
 
 def counterfactuals(
     spec: dict[str, Any], response: str, answer: str, key: str, seed: int = 0, item_id: str = ""
-) -> Counterfactual:
-    """r_rp and r_rp+r of one synthetic item (its spec, r_c and ground-truth answer); raises
-    :class:`NoCounterfactual` with the failing stage (verify / attributes / rewrite) and reason."""
+) -> Counterfactuals:
+    """r_rp and r_rp+r of one synthetic item (its spec, r_c and ground-truth answer); raises the PPJD
+    :class:`~perception_judge.core.schema.StageError` of the failing stage (verify / attributes / rewrite)."""
     if not spec or not {"family", "qtype", "attributes"} <= spec.keys():
-        raise NoCounterfactual(
+        raise StageError(
             "verify",
             "no_spec",
             f"item {item_id or key!r} has no synthetic scene spec; the programmatic teacher only handles "
@@ -64,18 +48,18 @@ def counterfactuals(
         )
     family_q = (spec["family"], spec["qtype"])
     if family_q not in SLIPS:
-        raise NoCounterfactual("verify", "unknown_qtype", f"no solver for {family_q}")
+        raise StageError("verify", "unknown_qtype", f"no solver for {family_q}")
     try:
         r_c, solved = solve(spec)
     except (Unsolvable, KeyError, TypeError, ValueError) as e:
-        raise NoCounterfactual("verify", "rc_mismatch", f"the spec does not solve: {e}") from None
+        raise StageError("verify", "rc_mismatch", f"the spec does not solve: {e}") from None
     if r_c != response or not answers_match(solved, answer):
-        raise NoCounterfactual(
+        raise StageError(
             "verify", "rc_mismatch", "r_c or the answer differs from what the scene spec renders"
         )
     spec_facts = list(spec.get("facts") or [])
     if len(spec_facts) < MIN_FACTS:
-        raise NoCounterfactual("attributes", "too_few_attributes", f"{len(spec_facts)} facts in the spec")
+        raise StageError("attributes", "too_few_attributes", f"{len(spec_facts)} facts in the spec")
 
     rng = random.Random(f"ppjd/programmatic/{seed}/{key}")
     for _ in range(MAX_TRIES):
@@ -85,7 +69,7 @@ def counterfactuals(
             r_rp, a_rp = solved_rp
             break
     else:
-        raise NoCounterfactual("rewrite", "no_perturbation", "no misread fact changes the answer")
+        raise StageError("rewrite", "no_perturbation", "no misread fact changes the answer")
 
     for _ in range(MAX_TRIES):
         attrs = perceived if rng.random() < 0.5 else perturb(spec, spec["attributes"], rng)
@@ -99,10 +83,10 @@ def counterfactuals(
         if solved_r[0] != r_rp and plain is not None and plain[0] != r_c:
             break
     else:
-        raise NoCounterfactual("rewrite", "no_reasoning_slip", "no slip gives a third distinct answer")
+        raise StageError("rewrite", "no_reasoning_slip", "no slip gives a third distinct answer")
     meta = {
         "perturbed_rp": _changed_facts(spec, perceived),
         "perturbed_rp_r": _changed_facts(spec, attrs),
         "slip": slip["kind"],
     }
-    return Counterfactual(r_rp=r_rp, r_rp_r=solved_r[0], facts=spec_facts[:6], meta=meta)
+    return Counterfactuals(r_rp=r_rp, r_rp_r=solved_r[0], attributes=spec_facts[:6], meta=meta)

@@ -142,6 +142,3 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-__all__ = ["VLLMServer", "cpu_env", "free_port", "server_command"]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from perception_judge.cli import Command
+from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,20 +66,12 @@ def _memory_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--world", type=int, default=8, help="GPUs the run uses (default 8)")
     parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
-    parser.add_argument(
-        "--shape",
-        choices=sorted(PUBLISHED_SHAPES),
-        help="the model's shape (default: its config.json, else known)",
-    )
-
-
-PUBLISHED_SHAPES = ("qwen2_5_vl_7b", "qwen2_5_vl_32b", "qwen3_vl_4b", "qwen3_vl_8b")
+    help_ = "the model's shape (default: its config.json, else known)"
+    parser.add_argument("--shape", choices=sorted(PUBLISHED), help=help_)
 
 
 def _model_shape(recipe: object, name: str | None) -> object:
     from transformers import AutoConfig
-
-    from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, shape_of
 
     model = recipe.model.model_name_or_path
     if name or model in MODEL_SHAPES:
@@ -87,7 +80,6 @@ def _model_shape(recipe: object, name: str | None) -> object:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from perception_judge.train.memory import estimate
     from perception_judge.train.recipe import RecipeError, parse_recipe
 
     try:  # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
