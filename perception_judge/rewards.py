@@ -1,12 +1,7 @@
-"""Verifiable judge rewards: pure functions (formula in each docstring) and trl reward callables in ``REWARDS``:
-``batch_ranking`` (batch rows), ``pair_preference`` (pair rows), ``pointwise_verdict`` (single rows), ``judge`` (each
-row by its protocol) and ``format`` (every row: a closed think block, then exactly the required answer tags).
-
-A trl callable ``f(prompts, completions, **kwargs) -> list[float | None]`` reads the ``protocol`` and
-``ground_truth`` dataset columns that trl passes as keyword arguments, so one dataset can mix protocols; it returns
-None for rows of a protocol it does not score (trl then ignores it for that row). A malformed completion never
-raises and never earns credit; a malformed *dataset row* (unknown protocol, bad order string) raises
-``ValueError`` naming the row, because that is a data bug.
+"""Verifiable judge rewards: pure functions (formula in each docstring) and the trl reward callables of
+``REWARDS`` (docs/training.md "Rewards"). A callable reads the ``protocol`` and ``ground_truth`` columns trl passes as
+keyword arguments and returns None for rows of a protocol it does not score; a malformed completion never raises
+and earns nothing, a malformed dataset row raises ``ValueError`` naming the row (a data bug).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Image loading and the one pixel policy shared by the PPJD export, the trainer, vLLM rollouts and evaluation.
 
-Qwen-VL models cut images into 14 px (Qwen2.5-VL) or 16 px (Qwen3-VL) patches merged 2×2, so image sides
-should be multiples of 28 or 32. vLLM colocate mode in trl 1.16 re-processes images and breaks on batches of
-mixed image sizes (trl#6401), and the published release trained on native sizes but evaluated on 448×448
-squares. :class:`PixelPolicy` fixes both: one policy object, applied everywhere a judge sees an image.
-``mode="fixed"`` (default): every image a ``size × size`` square (aspect ignored, as in the published evaluation;
-448 is a multiple of 28 and 32); ``"smart"``: aspect kept, sides rounded to ``factor``, area within
-[min_pixels, max_pixels]; ``"none"``: images left alone (the processor then resizes them itself).
+Qwen-VL image sides should be multiples of 28 (14 px patches merged 2×2) or 32 (Qwen3-VL), vLLM colocate mode in
+trl 1.16 breaks on batches of mixed image sizes (trl#6401), and the published release evaluated on 448×448 squares:
+:class:`PixelPolicy` is one policy applied everywhere a judge sees an image. ``mode="fixed"`` (default): every image
+a ``size × size`` square; ``"smart"``: aspect kept, sides rounded to ``factor``, area within [min_pixels,
+max_pixels]; ``"none"``: images left alone (the processor then resizes them itself).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Files and terminals: the one atomic writer of the project, and its one progress bar.
-
-Every file a stage hands to another (manifests, exported cards, results, reports, synthetic items) is written to a
-temporary name beside it and renamed into place, so a reader sees the old file or the new one, never a part. The
-temporary name is unique per host, process, thread and call, so concurrent writers of one file never collide
-(also across hosts on a shared file system), and stays within the file-name limit however long the name is. JSON is redacted on the way out (:mod:`perception_judge.core.redact`):
-no field named like a key, token or secret reaches a file.
+"""Files and terminals: the one atomic writer of the project (docs/architecture.md "Files that cross stage
+borders"), and its one progress bar. A file is written under a temporary name beside it, unique per host, process,
+thread and call and within the file-name limit, then renamed into place; JSON is redacted on the way out
+(:mod:`perception_judge.core.redact`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-r"""Robust parsing of the JSON objects a teacher model writes.
+r"""Robust parsing of the JSON objects a teacher model writes (docs/ppjd.md §3 "Teacher JSON").
 
-Teachers wrap JSON in code fences or prose, leave trailing commas, write Python ``True``/``None``, and -- the
-important one -- write LaTeX inside JSON strings without doubling the backslashes. Invalid escapes (``\sqrt``,
-``\(``) then make the object unparseable, and *valid* ones corrupt the text silently: ``\boxed`` becomes backspace
-+ "oxed", ``\frac`` form feed + "rac", ``\times`` tab + "imes", ``\neq`` newline + "eq", so the final answer reads
-as empty and a bad record passes validation. :func:`repair_json_text` walks the text with a small string-aware
-tokenizer and doubles a backslash whenever the escape cannot be meant as JSON: any invalid escape, every ``\b`` and
-``\f``, and ``\n`` / ``\t`` / ``\r`` when the letters after them spell a LaTeX command. A genuine newline before a
-word ("\nThe answer") stays a newline; well-formed JSON parses exactly as ``json.loads`` parses it.
+Teachers write LaTeX inside JSON strings without doubling the backslashes: invalid escapes (``\sqrt``, ``\(``)
+make the object unparseable, and valid ones corrupt the text silently (``\boxed`` becomes backspace + "oxed",
+``\frac`` form feed + "rac", ``\neq`` newline + "eq"). :func:`repair_json_text` doubles a backslash whenever the
+escape cannot be meant as JSON: any invalid escape, every ``\b`` and ``\f``, and ``\n`` / ``\t`` / ``\r`` when the
+letters after them spell a LaTeX command; well-formed JSON parses exactly as ``json.loads`` parses it.
 
 Why not the ``json_repair`` package: it decodes ``\boxed`` / ``\times`` / ``\neq`` as control characters (the
 very corruption above), and even ``strict=True`` silently completes truncated objects and quotes bare words, so a

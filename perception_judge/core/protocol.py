@@ -1,15 +1,11 @@
 """The judge protocol shared by training and evaluation: prompt -> rendered generation prompt -> completion -> scores.
 
 Protocols: ``batch`` (N >= 2 responses as Assistant 1..N, one distinct integer score 1-10 each), ``pair`` (two
-responses, two scores), ``single`` (one response, one score). Every protocol asks for step-by-step reasoning inside
-``<think>…</think>`` first, then one ``<answer>score</answer>`` tag per response, in order. Messages are trl
-conversational messages whose content is always a list of blocks, with bare ``{"type": "image"}`` placeholders
-that trl (training) or our backends (evaluation) fill with the images in order.
-
-:func:`render_generation_prompt` is the one place where a prompt becomes model input text: it installs a
-``<think>\n`` prefill into the processor's chat template when the template does not open a think block itself
-(:func:`prepare_processor`), so trl's own ``apply_chat_template`` during GRPO renders the identical string.
-:func:`parse_scores` is the one parser; it reads only the final answer (tags inside the reasoning are ignored).
+responses, two scores), ``single`` (one response, one score): reasoning inside ``<think>…</think>`` first, then one
+``<answer>score</answer>`` tag per response, in order. Messages are trl conversational messages whose content is
+always a list of blocks, with bare ``{"type": "image"}`` placeholders filled with the images in order.
+:func:`render_generation_prompt` is the one place where a prompt becomes model input text (with the ``<think>\n``
+prefill of :func:`prepare_processor`, docs/training.md "Prompts and images"); :func:`parse_scores` is the one parser.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The run file: ``perception_judge_run.json``, the contract between a training run and everything that reads it.
-
-``train_grpo.py`` writes it in its output folder when a run starts and keeps it current (status, checkpoints, last
-step, final metrics); the sweep (:func:`read_run`) takes the base model, tuning, pixel policy, think prefix and
-training set from it, so a checkpoint is judged with the prompts and images it was trained on. This module is its
-only reader and writer.
+"""The run file ``perception_judge_run.json``, the contract between a training run and everything that reads it:
+``train_grpo.py`` writes it and keeps it current, the sweep (:func:`read_run`) takes the base model, tuning, pixel
+policy, think prefix and training set from it. This module is its only reader and writer.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The training-set format: what ``perception-judge export`` writes and ``train_grpo.py`` / the evaluation read.
 
-A training set is a folder::
-
-    train.parquet          rows with the columns of perception_judge.core.schema.TRAIN_COLUMNS
-    validation.parquet     same columns; no source image appears in both splits (grouped by image_group)
-    README.md              dataset card: counts per split and protocol, settings
-    export_info.json       machine-readable settings and counts
-
-``load_training_set(folder)`` returns a ``datasets.DatasetDict``; images decode to PIL through the ``Image``
-feature, so the rows go to trl's GRPOTrainer as they are.
+A folder of ``train.parquet`` and ``validation.parquet`` (the columns of ``schema.TRAIN_COLUMNS``; no source image in
+both splits), ``README.md`` (the dataset card) and ``export_info.json`` (settings and counts).
+``load_training_set(folder)`` returns a ``datasets.DatasetDict`` whose images decode to PIL, as trl takes them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """``perception-judge synth | build-ppjd | export``: each command's options are one typed model whose documented keys
-are its flags (:mod:`perception_judge.core.options`: ``--config FILE``, ``--set KEY=VALUE``; defaults < config <
---set < flags). ``build-ppjd``'s model is :class:`~perception_judge.ppjd.options.BuildJob` (sections ``source``,
-``teacher``, ``build``; job files in ``data_gen/configs/``). API keys are never options: the key is read from the
-environment variable named by ``--api-key-env``.
+are its flags (:mod:`perception_judge.core.options`); ``build-ppjd``'s is :class:`~perception_judge.ppjd.options
+.BuildJob`. API keys are never options: the key is read from the environment variable named by ``--api-key-env``.
 """
 
 from __future__ import annotations

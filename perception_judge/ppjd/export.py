@@ -1,10 +1,8 @@
 """PPJD folder -> training set (the format of :mod:`perception_judge.core.trainset`; docs/ppjd.md §6).
 
 Rows are seeded by (export seed, record key) and written in key order, so the tables depend only on the set of
-records (one build, or parts merged). **batch** rows put (r_c, r_rp, r_rp+r) in a random permutation of slots A/B/C
-(ground truth: the order string, e.g. ``"BCA"``), **pair** rows two of them (``"AB"`` / ``"BA"``), **single** rows
-one (``"correct"`` / ``"incorrect"``); the *mix* gives rows per record (the fraction as a probability).
-Train / validation are split by ``image_group`` (the source image's sha256; text-only records: the question).
+records (one build, or parts merged); the *mix* gives rows per record (the fraction as a probability). Train /
+validation are split by ``image_group`` (the source image's sha256; text-only records: the question).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The PPJD build loop: source -> load -> pre-check -> teacher -> answers -> validate -> store (docs/ppjd.md §5).
 
 :func:`make_record` is the step of one item: a record or a failure (an :class:`Outcome`), nothing written.
-:class:`Builder` runs it over a source: a producer feeds a bounded queue with the keys not done yet (nor failed,
-unless ``retry_failed``), the teacher's ``concurrency`` workers take each item through the step and the builder
-writes its outcome. SIGINT / SIGTERM give the items in flight ``stop_grace_s`` to finish, then cancel them (they
-stay pending); a fatal teacher error, ``max_consecutive_failures`` teacher failures in a row or our own output
-failing to write stop the run at once.
+:class:`Builder` runs it over a source: a producer feeds a bounded queue with the keys still to build, the teacher's
+``concurrency`` workers take each item through the step and the builder writes its outcome. SIGINT / SIGTERM give
+the items in flight ``stop_grace_s`` to finish (then they stay pending); a fatal teacher error, too many teacher
+failures in a row or our own output failing to write stop the run at once.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The PPJD output folder (docs/ppjd.md §5): ``records-NNNNN.jsonl`` shards (one ``PPJDRecord`` per line),
 ``failures.jsonl`` (the last line of a key is its state; a key with a record is done), ``images/<sha256>.<ext>``,
-``manifest.json`` and ``.lock`` (flock: one builder per folder).
-
-Crash safety: a line is one ``os.write`` on an ``O_APPEND`` descriptor, so it is whole or a torn tail, which the
-next open truncates; an image is in place before the line that names it; the shards, not the manifest, are the
-truth: an unreadable manifest is rebuilt from them, and a complete line that is not a record (a damaged disk, a
-hand edit) is set aside in ``damaged-lines.jsonl`` on open, so its key is built again.
+``manifest.json``, ``damaged-lines.jsonl`` and ``.lock`` (flock: one builder per folder). A line is one ``os.write``
+on an ``O_APPEND`` descriptor; the shards, not the manifest, are the truth ("Crash safety" in the docs).
 """
 
 from __future__ import annotations

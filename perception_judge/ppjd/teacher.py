@@ -1,9 +1,6 @@
 """Teachers turn (image, question, answer, r_c) into the counterfactuals r_rp and r_rp+r (docs/ppjd.md §3).
-
-:class:`LLMTeacher` makes three chat calls with our prompts and JSON replies: verify (is r_c correct?),
-attributes (3-6 facts visible in the image that the answer needs) and rewrite (r_rp: facts misread, reasoning
-kept; r_rp+r: facts misread and reasoning broken); a truncated or unusable reply is retried with a new seed.
-Text-only items use the question as the evidence.
+:class:`LLMTeacher` makes three chat calls with our prompts and JSON replies, verify, attributes and rewrite; a
+truncated or unusable reply is retried with a new seed. Text-only items use the question as the evidence.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The teacher-independent stages: pre-checks before the teacher, answers and validation after it.
-
-A record is kept only when both counterfactuals state a final answer, **both** differ from the ground truth (the
-published release kept a record when *either* did), they differ from each other, r_rp stays close to r_c, r_c's
-``\\boxed{}`` format is kept, no prompt scaffolding leaked and no judge verdict syntax (``<answer>``, ``[[8]]``:
-:data:`~perception_judge.core.protocol.JUDGE_TAGS`) is in r_c or a counterfactual (reasons: docs/ppjd.md §3).
+"""The teacher-independent stages: pre-checks before the teacher, answers and validation after it (the rules and
+their reasons: docs/ppjd.md §3). **Both** counterfactual answers must differ from the ground truth (the published
+release kept a record when *either* did), and no judge verdict syntax (:data:`~perception_judge.core.protocol
+.JUDGE_TAGS`) may be in r_c or a counterfactual.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The synthetic world: procedural images whose every perceptual attribute is known exactly, with their
-questions, step-by-step responses and counterfactuals. Used by every stage that needs items with a known truth:
-the PPJD builder (its synthetic source and programmatic teacher), the tiny models and the bias suite.
-
-One module per family (a :class:`~perception_judge.synth.base.Family` record each), registered in
-:data:`~perception_judge.synth.world.REGISTRY`; ``world`` makes and writes the items, ``counterfactuals``
-gives r_rp and r_rp+r of a scene spec.
+"""The synthetic world: procedural images whose every perceptual attribute is known exactly, with their questions,
+step-by-step responses and counterfactuals (docs/ppjd.md §1). One module per family (a :class:`~perception_judge
+.synth.base.Family` record each), registered in :data:`~perception_judge.synth.world.REGISTRY`; ``world`` makes and
+writes the items, ``counterfactuals`` gives r_rp and r_rp+r of a scene spec.
 """
 
 from perception_judge.synth.bars import bar_geometry, bar_unit_px

@@ -1,10 +1,7 @@
-"""Counterfactuals of synthetic items, correct by construction: the programmatic teacher's logic, owned by the
-synthetic world so that the PPJD builder, the tiny models and the bias suite share it.
-
-For an item's scene spec, r_rp re-renders r_c's template from the attributes with one perceptual fact misread
-(:func:`~perception_judge.synth.world.perturb`), so only that fact and what follows from it change; r_rp+r
-misreads a fact *and* makes a reasoning slip. Both answers differ from the ground truth and from each other.
-Randomness is seeded per record key, so results depend neither on concurrency nor on resuming.
+"""Counterfactuals of synthetic items, correct by construction: the programmatic teacher's logic, shared by the PPJD
+builder, the tiny models and the bias suite. r_rp re-renders r_c's template with one perceptual fact misread
+(:func:`~perception_judge.synth.world.perturb`), r_rp+r also makes a reasoning slip; both answers differ from the
+ground truth and from each other. Randomness is seeded per record key (independent of concurrency and resuming).
 """
 
 from __future__ import annotations

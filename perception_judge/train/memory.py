@@ -1,10 +1,7 @@
 """GPU memory of a GRPO recipe, per GPU, from the model's shapes: does it fit before anything is launched?
 
-The arithmetic, in GiB per GPU under ZeRO-3, is docs/training.md "Memory on 80 GB GPUs" (each term a function of
-:func:`estimate`): training state, reference model, ZeRO-3 working set, the activations of one micro-batch with
-gradient checkpointing (trl's fused LM head tile included), the colocated vLLM engine, awake or asleep. Training
-peaks at their sum, generation without the activations; the peak must stay under the GPU's memory less
-``RESERVED_GIB``. Every sequence at its maximum length is the worst case.
+The arithmetic (GiB per GPU under ZeRO-3, every sequence at its maximum length) is docs/training.md "Memory on 80 GB
+GPUs", each term a part of :func:`estimate`; the peak must stay under the GPU's memory less ``RESERVED_GIB``.
 """
 
 from __future__ import annotations

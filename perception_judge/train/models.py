@@ -1,7 +1,5 @@
-"""Models for the trainer: resolve the base (the recipe's model provider, base-adapter merge), LoRA, vision-tower
-freezing, weights.
-
-LoRA excludes the vision tower by default (``lora_exclude_modules``), as the published 32B run did.
+"""Models for the trainer: resolve the base (the recipe's model provider, base-adapter merge), LoRA (the vision tower
+excluded by default, as the published 32B run did), vision-tower freezing and placeholder images, weights.
 """
 
 from __future__ import annotations
@@ -215,10 +213,9 @@ def _needs_placeholder(args: tuple, kwargs: dict) -> bool:
 
 
 def _install_placeholder_hooks(module: Any) -> None:
-    """A pass without images gets the placeholder image as its ``pixel_values`` (the pre-hook), a placeholder mask
-    that puts its features at no token (in place of the image-token mask) and the position ids of a text-only
-    pass. It so runs the model's own image code, and calls the modules a pass with images calls, forward and
-    backward, while its output is that of the pass without images."""
+    """A pass without images gets the placeholder image as its ``pixel_values`` (the pre-hook), a mask that puts its
+    features at no token and the position ids of a text-only pass: the modules of a pass with images run, the output
+    is that of the pass without."""
     import torch
 
     pending = [False]
@@ -248,10 +245,9 @@ def _install_placeholder_hooks(module: Any) -> None:
 
 
 def keep_vision_tower_in_step(model: Any) -> int:
-    """Make every forward pass of ``model`` run its vision tower, text-only ones too (decoding steps aside): a
-    placeholder image whose features land at no token, so the output is unchanged while every rank runs the same
-    modules (ZeRO-3 gathers each module's shards with a collective). Returns how many vision-language modules got
-    the hooks (0 for a text-only model); idempotent. docs/training.md, "Mixed image and text-only rows"."""
+    """Make every forward pass of ``model`` run its vision tower, text-only ones too (decoding steps aside), so every
+    rank runs the same modules (docs/training.md, "Mixed image and text-only rows"). Returns how many
+    vision-language modules got the hooks (0 for a text-only model); idempotent."""
     modules = _vision_models(model)
     for module in modules:
         if not getattr(module, "_pj_keeps_vision_tower", False):

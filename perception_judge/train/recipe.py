@@ -1,9 +1,8 @@
 """Recipe parsing and validation: YAML + command line → the four argument dataclasses, before any model loads.
 
-``train_grpo.py recipes/flex7b.yaml --learning_rate 1e-7`` reads the recipe with trl's ``TrlParser`` (the recipe
-supplies defaults, the command line overrides them). Recipe values pass the parser's own checks (known key, type,
-choices) as command-line values do, and the dataclasses validate themselves; what they accept but trl would only
-reject inside the first step, or never, is checked here. Every problem is a :class:`RecipeError` naming the key.
+The recipe supplies ``TrlParser``'s defaults and the command line overrides them; recipe values pass the parser's own
+checks (key, type, choices) as command-line values do. What the dataclasses accept but trl would only reject inside
+the first step, or never, is checked here. Every problem is a :class:`RecipeError` naming the key.
 """
 
 from __future__ import annotations

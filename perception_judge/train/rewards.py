@@ -1,12 +1,7 @@
-"""Reward wiring for the trainer: recipe names and options → trl reward callables.
-
-The judge rewards come from :data:`perception_judge.rewards.REWARDS`, configured with the recipe's tie policy and
-threshold and with ``think_open`` read from the prepared chat template. A recipe may also name any callable by
-dotted path, ``package.module:function`` (or ``package.module.function``).
-
-Two *diagnostic* rewards live here: they do not measure judging, but a random-weight tiny model never writes a
-valid ``<answer>`` tag, so the judge rewards are constant zero and every advantage is zero. A dense reward makes
-the mechanics (advantages, gradients, logging) observable in tests and gives the learning-signal check a target:
+"""Reward wiring for the trainer: recipe names and options → trl reward callables: the judge rewards of
+:data:`perception_judge.rewards.REWARDS` with the recipe's tie policy, threshold and ``think_open``, any callable by
+dotted path (``package.module:function``), and two *diagnostic* rewards for random-weight models, which never write
+an answer tag (docs/training.md "Rewards"):
 
 * ``digit_fraction`` — fraction of the completion's non-space characters that are ASCII digits;
 * ``completion_length`` — completion length in characters divided by 100, capped at 1.

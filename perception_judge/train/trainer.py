@@ -1,10 +1,9 @@
 """``JudgeGRPOTrainer``: trl's GRPOTrainer plus bookkeeping that leaves the algorithm alone, and its callbacks.
 
-The trainer logs a step-time breakdown (``timing/generate_s``, ``timing/rewards_s``, ``timing/rollout_s``:
-generation + old/ref log-probs + rewards + advantages, ``timing/update_s``, ``timing/data_s``: the pixel policy),
-saves ``save_processor`` (the chat template training rendered with) with every checkpoint, writes the model card
-with ``card_writer``, counts completions and prompts per rank, and fixes mixed image/text-only batches, logged
-prompts and full-model resume (see the methods). The callbacks write what trl does not log, for every tracker.
+The trainer logs the step-time breakdown of docs/training.md "Tracking", saves ``save_processor`` (the chat template
+training rendered with) with every checkpoint, writes the model card with ``card_writer``, counts completions and
+prompts per rank, and fixes mixed image/text-only batches, logged prompts and full-model resume (see the methods).
+The callbacks write what trl does not log, for every tracker.
 """
 
 from __future__ import annotations
