@@ -78,12 +78,6 @@ def _top_help() -> str:
     )
 
 
-def load_command(name: str) -> Command:
-    target, _ = COMMANDS[name]
-    module_name, attr = target.split(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 def build_parser(name: str, command: Command) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"perception-judge {name}",
@@ -106,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"perception-judge: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
-    command = load_command(name)
+    module_name, attr = COMMANDS[name][0].split(":")
+    command: Command = getattr(importlib.import_module(module_name), attr)
     parser = build_parser(name, command)
     if command.passthrough:
         args, args.passthrough = parser.parse_known_args(argv[1:])

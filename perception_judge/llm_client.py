@@ -74,8 +74,7 @@ def _capped_http_client(max_bytes: int, connections: int) -> Any:
 class LLMError(Exception):
     """A chat call failed for good. ``reason``: rate_limited, server_error, timeout, connection, bad_response
     (retryable kinds, after the last retry), or auth, not_found, bad_request, client_error, reply_too_large (not
-    retried).
-    ``retry_after``: the seconds the server asked to wait (``Retry-After``), if it did."""
+    retried). ``retry_after``: the seconds the server asked to wait (``Retry-After``), if it did."""
 
     def __init__(
         self,

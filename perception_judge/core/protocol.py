@@ -92,18 +92,10 @@ def user_text(protocol: str, question: str, responses: list[str]) -> str:
 
 
 PROMPT_STYLES = ("full", "tiny")
-"""``full``: the judge prompt of real judges (instructions, headings, format example). ``tiny``: the same
-protocol in a dozen tokens for the CPU-scale judges of the demo and CI (``judge`` as the system turn, the answers
-after their slot letters: ``colour ? A shape red so red B shape blue so blue``); a 0.2M-parameter model cannot
-learn through a 700-token prompt in minutes (docs/tiny-substrate.md). Training and evaluation render both
-through :func:`build_messages`, and an exported training set records its style."""
+"""``full``: the judge prompt of real judges. ``tiny``: the same protocol in a dozen tokens for the CPU-scale judges
+of the demo and CI (``judge`` as the system turn, then ``colour ? A shape red so red B shape blue so blue``;
+docs/tiny-substrate.md says why). An exported training set records its style."""
 TINY_SYSTEM = "judge"
-
-
-def validate_style(style: str) -> str:
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
-    return style
 
 
 def tiny_user_text(question: str, responses: list[str]) -> str:
@@ -120,7 +112,8 @@ def build_messages(
     Content is always a list of blocks (so the messages store cleanly in Arrow / parquet); the user turn
     starts with ``n_images`` bare ``{"type": "image"}`` placeholders."""
     validate_protocol(protocol)
-    validate_style(style)
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
     _check_responses(protocol, responses)
     if n_images < 0:
         raise ValueError("n_images must be >= 0")

@@ -12,7 +12,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,9 @@ def shard_paths(folder: str | os.PathLike[str]) -> list[Path]:
 class ScanReport:
     """What opening a folder found."""
 
-    records: int = 0
-    failures_lines: int = 0
     torn_lines_repaired: int = 0
     corrupt_lines: int = 0  # complete lines that are no record: set aside in damaged-lines.jsonl
     duplicate_records: int = 0
-    shard_lines: dict[str, int] = field(default_factory=dict)
     manifest_rebuilt: str = ""  # why manifest.json could not be read (it is rebuilt from the shards)
 
 
@@ -210,21 +207,16 @@ class PPJDStore:
                     )
 
     def _scan(self) -> None:
-        rep = self.report
         for shard in shard_paths(self.folder):
             lines = 0
             for obj in self._read(shard):
                 lines += 1
                 if obj["key"] in self.done:
-                    rep.duplicate_records += 1
-                else:
-                    self.done.add(obj["key"])
-                    rep.records += 1
+                    self.report.duplicate_records += 1
+                self.done.add(obj["key"])
             self._shard_lines[shard.name] = lines
-        rep.shard_lines = dict(self._shard_lines)
         fpath = self.folder / FAILURES_FILE
         for obj in self._read(fpath) if fpath.is_file() else ():
-            rep.failures_lines += 1
             if obj["key"] not in self.done:  # a key retried into a record is done, not failed
                 self.failed[obj["key"]] = (str(obj.get("stage", "")), str(obj.get("reason", "")))
 

@@ -64,7 +64,7 @@ STAGE_MARKERS: dict[str, str] = {
 REWRITE_KEYS = ("misread", "misread_and_misreasoned")
 
 
-def verify_system_prompt(has_image: bool) -> str:
+def _verify_system(has_image: bool) -> str:
     evidence = "the image" if has_image else "the question text"
     given = "an image, a question" if has_image else "a question"
     return (
@@ -75,7 +75,7 @@ def verify_system_prompt(has_image: bool) -> str:
     )
 
 
-def attributes_system_prompt(has_image: bool) -> str:
+def _attributes_system(has_image: bool) -> str:
     if has_image:
         what = (
             "List 3 to 6 facts that can be seen in the image, that the answer depends on, and that the "
@@ -94,7 +94,7 @@ def attributes_system_prompt(has_image: bool) -> str:
     )
 
 
-def rewrite_system_prompt(has_image: bool) -> str:
+def _rewrite_system(has_image: bool) -> str:
     evidence, short = ("the image", "the image") if has_image else ("the question text", "the question")
     return (
         f"{STAGE_MARKERS['rewrite']} They train a judge to notice solutions whose claims about {short} are false. "
@@ -115,29 +115,22 @@ def rewrite_system_prompt(has_image: bool) -> str:
     )
 
 
-_SYSTEM_PROMPTS = {
-    "verify": verify_system_prompt,
-    "attributes": attributes_system_prompt,
-    "rewrite": rewrite_system_prompt,
-}
-
-
-def user_prompt(item: SourceItem, facts: list[str] | None = None) -> str:
-    blocks = {"question": item.question, "reference_answer": item.answer, "solution": item.response}
-    if facts is not None:
-        blocks["facts"] = "\n".join(f"- {f}" for f in facts)
-    return "\n\n".join(f"<{tag}>\n{body}\n</{tag}>" for tag, body in blocks.items())
+_SYSTEM_PROMPTS = {"verify": _verify_system, "attributes": _attributes_system, "rewrite": _rewrite_system}
 
 
 def stage_messages(
     stage: str, item: SourceItem, has_image: bool, facts: list[str] | None = None
 ) -> list[dict]:
-    """trl-style messages of one teacher stage (one image placeholder when the item has an image)."""
-    content: list[dict[str, Any]] = [{"type": "image"}] if has_image else []
-    content.append({"type": "text", "text": user_prompt(item, facts if stage == "rewrite" else None)})
+    """trl-style messages of one teacher stage: our system prompt, then the image placeholder (when the item has an
+    image) and the ``<question>``, ``<reference_answer>``, ``<solution>`` (and for rewrite ``<facts>``) blocks."""
+    blocks = {"question": item.question, "reference_answer": item.answer, "solution": item.response}
+    if stage == "rewrite" and facts is not None:
+        blocks["facts"] = "\n".join(f"- {f}" for f in facts)
+    text = "\n\n".join(f"<{tag}>\n{body}\n</{tag}>" for tag, body in blocks.items())
+    images: list[dict[str, Any]] = [{"type": "image"}] if has_image else []
     return [
         {"role": "system", "content": _SYSTEM_PROMPTS[stage](has_image)},
-        {"role": "user", "content": content},
+        {"role": "user", "content": [*images, {"type": "text", "text": text}]},
     ]
 
 

@@ -331,10 +331,8 @@ def load_judge_data(
     if train_split not in dsd:
         raise DataError(f"{name}: no {train_split!r} split (found {', '.join(dsd) or 'none'})")
 
-    lengths, transform = (
-        PromptLengths(processor, policy, judge_args.think_prefix),
-        PixelPolicyTransform(policy),
-    )
+    lengths = PromptLengths(processor, policy, judge_args.think_prefix)
+    transform = PixelPolicyTransform(policy)
     reports: dict[str, SplitReport] = {}
     train, reports["train"] = prepare_split(
         dsd[train_split], "train", judge_args, lengths, judge_args.max_train_samples, seed

@@ -269,11 +269,9 @@ def build_lora_config(model_args: Any, judge_args: Any) -> Any:
 
 
 def load_weights_into(model: Any, folder: str | os.PathLike[str]) -> None:
-    """Load the full weights saved in ``folder`` into ``model`` (strict) through ``from_pretrained``, on the CPU.
-
-    transformers 5 saves some architectures in their original key layout (Qwen2.5-VL: ``model.layers.*``,
-    ``visual.*``) and renames keys on load; a plain ``load_state_dict`` of the file (what ``Trainer`` does on
-    resume) matches no key and silently keeps the old weights."""
+    """Load the full weights saved in ``folder`` into ``model`` (strict) through ``from_pretrained``, on the CPU:
+    transformers 5 renames the keys of some saved layouts (Qwen2.5-VL) on load, so a plain ``load_state_dict`` of
+    the file (what ``Trainer`` does on resume) matches no key and silently keeps the old weights."""
     import torch
 
     loaded = type(model).from_pretrained(folder, dtype=next(model.parameters()).dtype, device_map="cpu")

@@ -197,12 +197,9 @@ def check_config(parser: Any, config: dict[str, Any], where: str) -> dict[str, A
 
 
 def check_batch_geometry(values: dict[str, Any], num_processes: int, label: str = "") -> None:
-    """The GRPO batch arithmetic, checked with a message that names the keys and the numbers.
-
-    Per optimizer step each process sees ``per_device_train_batch_size × gradient_accumulation_steps``
-    completions; one generation round produces ``generation_batch_size = per_device_train_batch_size ×
-    num_processes × steps_per_generation`` completions, which must be whole groups of ``num_generations``.
-    """
+    """The GRPO batch arithmetic of docs/training.md "Batch geometry" (a generation round of
+    ``per_device_train_batch_size × num_processes × steps_per_generation`` completions holds whole groups of
+    ``num_generations``), checked with a message that names the keys and the numbers."""
     where = f" with {num_processes} process(es){label}"
     pd, ga = (int(values.get(k) or 1) for k in ("per_device_train_batch_size", "gradient_accumulation_steps"))
     ng = int(values.get("num_generations"))
@@ -240,14 +237,6 @@ def check_batch_geometry(values: dict[str, Any], num_processes: int, label: str 
             )
 
 
-def _check_ranges(values: dict[str, Any]) -> None:
-    """Every numeric setting within its :class:`~.args.Range` (trl's in :data:`TRL_RANGES`, the project's declared
-    with their fields), naming the key and the range."""
-    for key, limits in {**TRL_RANGES, **declared_ranges(JudgeArguments)}.items():
-        if problem := limits.problem(key, values.get(key)):
-            raise RecipeError(problem)
-
-
 def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) -> Recipe:
     """Parse and validate ``[RECIPE.yaml] [--key value ...]``; raises :class:`RecipeError` naming the problem."""
     path, cli = split_recipe_argv(list(sys.argv[1:] if argv is None else argv))
@@ -268,7 +257,11 @@ def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) 
         details = "; ".join(f"{f!r}{_suggest(f.lstrip('-').split('=')[0], _actions(parser))}" for f in flags)
         raise RecipeError(f"command line: unknown argument(s): {details or repr(remaining)}")
     values = vars(namespace)
-    _check_ranges(values)  # before the geometry, whose messages would show a clamped value
+    # every numeric setting within its Range (trl's in TRL_RANGES, the project's declared with their fields), before
+    # the geometry, whose messages would show a clamped value
+    for key, limits in {**TRL_RANGES, **declared_ranges(JudgeArguments)}.items():
+        if problem := limits.problem(key, values.get(key)):
+            raise RecipeError(problem)
     check_batch_geometry(values, max(1, int(os.environ.get("WORLD_SIZE") or 1)))  # this launch
     if values.get("recipe_num_processes"):  # and for the GPU count the recipe was written for
         check_batch_geometry(values, int(values["recipe_num_processes"]), label=" (recipe_num_processes)")

@@ -112,11 +112,9 @@ def _local_problem(path: str | None, marker: str) -> str | None:
 
 
 def check_inputs(recipe: Recipe) -> Any:
-    """Every input the recipe names, checked before any model is built or loaded (by the model provider, a
-    base-adapter merge or the trainer): the base adapter and the model when they are local folders (the model only
-    without a model provider, which builds or fetches it), then the training set, read whole (folder, split files,
-    columns, the rows of the splits it uses, their images; a damaged file is named). ``train`` resolves the resume
-    checkpoint before. Returns the training set."""
+    """Every input the recipe names, checked before any model is built or loaded (docs/training.md "Inputs are
+    checked before any model is built or loaded"): the base adapter and the model when they are local folders (the
+    model only without a model provider), then the training set, read whole. Returns the training set."""
     m, j = recipe.model, recipe.judge
     folders = {"base_adapter": (j.base_adapter, "adapter_config.json")}
     if not j.model_provider:
