@@ -1,4 +1,1 @@
-"""GRPO training of multimodal judges on trl's ``GRPOTrainer`` (entry point: ``train_grpo.py`` at the repo root):
-recipe (``args``, ``recipe``), data, models, rewards, trainer and its callbacks, run file and card, the run. Guide:
-docs/training.md.
-"""
+"""GRPO training of multimodal judges on trl's ``GRPOTrainer``, behind ``train_grpo.py`` (docs/training.md)."""
