@@ -95,11 +95,8 @@ def _memory(args: argparse.Namespace) -> int:
     for key, value in parts.items():
         print(f"  {key:22s} {value:>12,.1f}" + (" GiB" if "tokens" not in key else " tokens"))
     fits = parts["peak"] <= parts["budget"]
-    print(
-        "fits"
-        if fits
-        else "does NOT fit: lower per_device_train_batch_size, enable vllm_enable_sleep_mode, ..."
-    )
+    advice = "does NOT fit: lower per_device_train_batch_size, enable vllm_enable_sleep_mode, ..."
+    print("fits" if fits else advice)
     return 0 if fits else 1
 
 
