@@ -221,14 +221,15 @@ def test_format_reward_pure():
     assert format_reward("<answer>1</answer>", 1) == 0.0
 
 
-def _seconds_per_call(fn, text, floor_s=0.02, rounds=3):
-    """Best of ``rounds`` of: calls repeated until ``floor_s`` has passed, per call (stable on a loaded machine)."""
+def _seconds_per_call(fn, text, floor_s=0.03, rounds=5):
+    """Best of ``rounds`` of: calls repeated until ``floor_s`` of this process's CPU time has passed, per call (CPU
+    time, not wall time: other processes on a loaded machine do not count)."""
     import time
 
     best = float("inf")
     for _ in range(rounds):
-        calls, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < floor_s:
+        calls, start = 0, time.process_time()
+        while (elapsed := time.process_time() - start) < floor_s:
             fn(text)
             calls += 1
         best = min(best, elapsed / calls)
