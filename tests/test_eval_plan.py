@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -73,9 +72,7 @@ def test_a_bad_option_exits_2_before_any_model_loads(tmp_path, capsys, no_model_
     exit 1, a report written; a sweep loaded every checkpoint to fail each cell). Now the plan refuses it: exit 2,
     one line naming WHERE.KEY and what it allows, nothing written, no model built."""
     run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
-    t0 = time.time()
     assert main(["eval", "sweep", str(run_dir), *flags, "-q"]) == 2
-    assert time.time() - t0 < 5
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("perception-judge eval sweep: error: "), err
     for name in names:
@@ -83,21 +80,18 @@ def test_a_bad_option_exits_2_before_any_model_loads(tmp_path, capsys, no_model_
     assert not (run_dir / "eval").exists()
 
 
-def test_a_bad_option_exits_2_in_under_5_seconds_from_the_shell(tmp_path):
+def test_a_bad_option_exits_2_from_the_shell_before_torch_is_imported(tmp_path):
+    """The command line refuses a bad option in seconds: before torch, transformers or trl is even imported (what a
+    model load, and most of the start-up time, would need)."""
     run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
-    cmd = [
-        sys.executable,
-        "-m",
-        "perception_judge.cli",
-        "eval",
-        "sweep",
-        str(run_dir),
-        "--set",
-        "bias.n_per_typ=2",
-    ]
-    t0 = time.time()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert time.time() - t0 < 5 and done.returncode == 2
+    code = (
+        "import sys; from perception_judge.cli import main\n"
+        f"rc = main(['eval', 'sweep', {str(run_dir)!r}, '--set', 'bias.n_per_typ=2'])\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules)); sys.exit(rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert done.returncode == 2 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-2000:])
     assert "bias.n_per_typ: unknown option" in done.stderr and not (run_dir / "eval").exists()
 
 
