@@ -1,10 +1,6 @@
-"""The evaluation contracts and the one judge loop.
-
-A backend (:class:`JudgeBackend`) turns judge requests into results, parsing completions with the parser each
-request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite (its
-record, :class:`Suite`) judges with :func:`judge_items` and returns flat ``{name: float | None}`` metrics (``None``
-= no data, never a silent 0.0) whose meaning it declares (:class:`Metric`).
-"""
+"""The evaluation contracts and the one judge loop (docs/architecture.md "The judge loop"): backends
+(:class:`JudgeBackend`; a failed call gives an :func:`error_result`, never an exception) and their parsers
+(:data:`PARSERS`), :func:`judge_items`, a suite's record (:class:`Suite`) and its metric declarations."""
 
 from __future__ import annotations
 
@@ -191,17 +187,6 @@ class JudgeBackend(abc.ABC):
         """Release resources (engines, sessions)."""
 
 
-def _judge(backend: JudgeBackend, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
-    """``backend.judge``, checked: one result per request, in request order."""
-    out = backend.judge(requests, sampling)
-    got, wanted = [r.request_id for r in out], [r.request_id for r in requests]
-    if got != wanted:
-        raise RuntimeError(
-            f"backend {backend.name!r} returned results {got[:5]}... for requests {wanted[:5]}..."
-        )
-    return out
-
-
 class SkipItem(Exception):
     """Raised while building an item's requests: leave the item out and count ``skipped_<reason>``."""
 
@@ -267,7 +252,12 @@ def judge_items(
             owners += [i] * len(reqs)
         done = len(out)
         for seed in seeds if requests else ():
-            results = _judge(backend, requests, dataclasses.replace(sampling, seed=int(seed)))
+            results = backend.judge(requests, dataclasses.replace(sampling, seed=int(seed)))
+            got, wanted = [r.request_id for r in results], [r.request_id for r in requests]
+            if got != wanted:  # one result per request, in request order
+                raise RuntimeError(
+                    f"backend {backend.name!r} returned results {got[:5]}... for requests {wanted[:5]}..."
+                )
             for i, req, res in zip(owners, requests, results):
                 out.append(Judgement(i, int(seed), req.meta, res))
                 count("judgments")
@@ -318,12 +308,9 @@ def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
 
 @dataclass(frozen=True)
 class Suite:
-    """A suite's record, what the plan, the sweep and the report read of it (the contract: docs/evaluation.md §6).
-
-    ``options``: its options model (checked when the plan is built). ``metrics``: every metric it reports, declared
-    by full name or a dot-separated part (``acc_with_tie`` declares ``mean.pair.acc_with_tie.micro``; ``<name>_std``
-    is the spread of ``<name>``). ``primary``: its headline metrics as shell patterns, in order (the first reported
-    one ranks models). ``run(backend, config)`` gets typed options; calling the record types a mapping first."""
+    """A suite's record, what the plan, the sweep and the report read of it (the contract: docs/evaluation.md §6):
+    its options model, every metric it reports declared (by full name or a dot-separated part), its headline
+    metrics as shell patterns in order (the first reported one ranks models) and ``run(backend, config)``."""
 
     name: str
     options: type[Options]

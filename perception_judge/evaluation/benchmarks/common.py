@@ -35,10 +35,6 @@ AGGREGATIONS = {
 class BenchmarkDataError(ValueError):
     """A benchmark file or record cannot be used. The message names the file (and line / row)."""
 
-    def __init__(self, message: str, path: str | Path | None = None) -> None:
-        super().__init__(message)
-        self.path = str(path) if path is not None else None
-
 
 class BenchmarkFileMissing(BenchmarkDataError, FileNotFoundError):
     """A benchmark file or folder does not exist."""
@@ -103,12 +99,6 @@ def first_field(record: dict[str, Any], names: Sequence[str]) -> Any:
     return next((record[n] for n in names if record.get(n) is not None and record.get(n) != ""), None)
 
 
-def mean_over_runs(runs: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
-    """Per metric, the mean over runs (seeds) of the runs where it is defined; None where it never is."""
-    keys = dict.fromkeys(k for run in runs for k in run)
-    return {k: M.mean(run.get(k) for run in runs) for k in keys}
-
-
 def two_texts(value: Any) -> bool:
     return isinstance(value, list) and len(value) == 2 and all(isinstance(r, str) for r in value)
 
@@ -119,9 +109,9 @@ def prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, Any]:
 
 def require_file(path: Path, what: str) -> Path:
     if not path.exists():
-        raise BenchmarkFileMissing(f"{what}: no such file {str(path)!r}", path)
+        raise BenchmarkFileMissing(f"{what}: no such file {str(path)!r}")
     if not path.is_file():
-        raise BenchmarkDataError(f"{what}: {str(path)!r} is not a file", path)
+        raise BenchmarkDataError(f"{what}: {str(path)!r} is not a file")
     return path
 
 
@@ -133,16 +123,16 @@ def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str,
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise BenchmarkDataError(f"{what}: cannot read {str(path)!r}: {e}", path) from None
+        raise BenchmarkDataError(f"{what}: cannot read {str(path)!r}: {e}") from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise BenchmarkDataError(f"{what}: {str(path)!r} is not valid JSON: {e}", path) from None
+            raise BenchmarkDataError(f"{what}: {str(path)!r} is not valid JSON: {e}") from None
         if isinstance(data, dict):
             data = next((data[k] for k in ("data", "pairs") if isinstance(data.get(k), list)), data)
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise BenchmarkDataError(f"{what}: {str(path)!r} must hold a list of JSON objects", path)
+            raise BenchmarkDataError(f"{what}: {str(path)!r} must hold a list of JSON objects")
         return data
     records = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -151,9 +141,9 @@ def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str,
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: invalid JSON ({e.msg})", path) from None
+            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: invalid JSON ({e.msg})") from None
         if not isinstance(record, dict):
-            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: expected a JSON object", path)
+            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: expected a JSON object")
         records.append(record)
     return records
 
@@ -195,7 +185,7 @@ def _parquet(files: list[Path], what: str) -> Table:
         ds = load_dataset("parquet", data_files=[str(f) for f in files], split="train")
     except Exception as e:  # pyarrow and datasets raise several types for a broken or mismatched file
         shown = str(files[0]) if len(files) == 1 else [str(f) for f in files]
-        raise BenchmarkDataError(f"{what}: cannot read parquet {shown!r}: {e}", files[0]) from None
+        raise BenchmarkDataError(f"{what}: cannot read parquet {shown!r}: {e}") from None
     return Table(files[0] if len(files) == 1 else files[0].parent, ds, list(ds.column_names))
 
 
@@ -205,20 +195,16 @@ def _from_disk(folder: Path, split: str | None, what: str) -> Table:
     try:
         ds = load_from_disk(str(folder))
     except Exception as e:  # datasets raises several types for a broken folder
-        raise BenchmarkDataError(
-            f"{what}: cannot load the datasets folder {str(folder)!r}: {e}", folder
-        ) from None
+        raise BenchmarkDataError(f"{what}: cannot load the datasets folder {str(folder)!r}: {e}") from None
     if isinstance(ds, DatasetDict):
         if split is None and len(ds) != 1:
             raise BenchmarkDataError(
-                f"{what}: {str(folder)!r} holds splits {sorted(ds)}; choose one with the 'split' option",
-                folder,
+                f"{what}: {str(folder)!r} holds splits {sorted(ds)}; choose one with the 'split' option"
             )
         split = split or next(iter(ds))
         if split not in ds:
             raise BenchmarkFileMissing(
-                f"{what}: split {split!r} not in the datasets folder {str(folder)!r} (splits: {sorted(ds)})",
-                folder,
+                f"{what}: split {split!r} not in the datasets folder {str(folder)!r} (splits: {sorted(ds)})"
             )
         ds = ds[split]
     return Table(folder, ds, list(ds.column_names))
@@ -237,7 +223,7 @@ def load_table(path: str | Path, split: str | None = None, what: str = "benchmar
       folder, or parquet shards ``{split}-*.parquet`` (also under ``data/``, the Hugging Face hub layout)."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise BenchmarkFileMissing(f"{what}: no such file or folder {str(path)!r}", path)
+        raise BenchmarkFileMissing(f"{what}: no such file or folder {str(path)!r}")
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix == ".parquet":
@@ -246,14 +232,13 @@ def load_table(path: str | Path, split: str | None = None, what: str = "benchmar
             rows = read_jsonl(path, what)
             return Table(path, rows, sorted({k for r in rows for k in r}))
         raise BenchmarkDataError(
-            f"{what}: unsupported file type {str(path)!r} (expected .jsonl, .json or .parquet)", path
+            f"{what}: unsupported file type {str(path)!r} (expected .jsonl, .json or .parquet)"
         )
     if _is_datasets_folder(path):
         return _from_disk(path, split, what)
     if split is None:
         raise BenchmarkDataError(
-            f"{what}: {str(path)!r} is a folder but not a datasets folder; name a file or set the 'split' option",
-            path,
+            f"{what}: {str(path)!r} is a folder but not a datasets folder; name a file or set the 'split' option"
         )
     for name in (f"{split}.parquet", f"{split}.jsonl", f"{split}.json"):
         if (path / name).is_file():
@@ -265,8 +250,7 @@ def load_table(path: str | Path, split: str | None = None, what: str = "benchmar
             return _parquet(shards, what)
     raise BenchmarkFileMissing(
         f"{what}: no {split!r} split in {str(path)!r}: expected {split}.parquet, {split}.jsonl, {split}.json, "
-        f"a {split}/ datasets folder, {split}-*.parquet shards, or a datasets folder (save_to_disk)",
-        path / f"{split}.parquet",
+        f"a {split}/ datasets folder, {split}-*.parquet shards, or a datasets folder (save_to_disk)"
     )
 
 
@@ -444,12 +428,12 @@ class BenchmarkRun:
         return Judged(items, judgements, counts)
 
     def mean(self, metrics_of_seed: Callable[[int], dict[str, float | None]], prefix: str = "") -> dict:
-        """The mean over seeds of ``metrics_of_seed(seed)``; each seed's metrics are kept (``prefix`` + name)
-        under ``extra["per_seed"]["seed<s>"]``."""
+        """Per metric, the mean over seeds of ``metrics_of_seed(seed)`` where it is defined (None where it never
+        is); each seed's metrics are kept (``prefix`` + name) under ``extra["per_seed"]["seed<s>"]``."""
         runs = [metrics_of_seed(s) for s in self.seeds]
         for s, run in zip(self.seeds, runs):
             self.per_seed.setdefault(f"seed{s}", {}).update({prefix + k: v for k, v in run.items()})
-        return mean_over_runs(runs)
+        return {k: M.mean(run.get(k) for run in runs) for k in dict.fromkeys(k for run in runs for k in run)}
 
     def result(
         self,

@@ -78,15 +78,13 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[pairs.PairItem], 
         found = next((c for c in names if c in table.columns), None)
         if found is None:
             raise common.BenchmarkDataError(
-                f"MJ-Bench {split}: {str(table.path)!r} has no {names[0]!r} column (columns: {table.columns})",
-                table.path,
+                f"MJ-Bench {split}: {str(table.path)!r} has no {names[0]!r} column (columns: {table.columns})"
             )
         cols.append(found)
     if not any(c in table.columns for c in ("label", "preferred")) and opts.default_label is None:
         raise common.BenchmarkDataError(
             f"MJ-Bench {split}: {str(table.path)!r} has no 'label' column; set mjbench.default_label=0 if image0 "
-            "is the preferred image in your copy",
-            table.path,
+            "is the preferred image in your copy"
         )
     images = common.TableImages(table, cols, opts.images_dir, opts.missing_images, f"MJ-Bench {split} image")
     counts = {"rows": len(table), "skipped_no_gt": 0}
@@ -95,7 +93,7 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[pairs.PairItem], 
         where = f"{table.path} row {i} ({split})"
         caption = common.first_field(rec, ("caption", "prompt"))
         if not isinstance(caption, str):
-            raise common.BenchmarkDataError(f"MJ-Bench: {where}: no 'caption' text", table.path)
+            raise common.BenchmarkDataError(f"MJ-Bench: {where}: no 'caption' text")
         raw_label = common.first_field(rec, ("label", "preferred"))
         label = parse_label(raw_label if raw_label is not None else opts.default_label)
         if label is None:

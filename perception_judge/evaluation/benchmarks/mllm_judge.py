@@ -108,7 +108,7 @@ def _answer(value: Any, what: str, path: Path, row: int) -> tuple[str, str | Non
     if isinstance(value, str):
         return value, None
     raise common.BenchmarkDataError(
-        f"MLLM-as-a-Judge: {path!s} record {row}: {what} must be {{name, answer}}", path
+        f"MLLM-as-a-Judge: {path!s} record {row}: {what} must be {{name, answer}}"
     )
 
 
@@ -125,9 +125,7 @@ def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
     for row, rec in enumerate(records, 1):
         question = common.first_field(rec, ("instruction", "question"))
         if not isinstance(question, str):
-            raise common.BenchmarkDataError(
-                f"MLLM-as-a-Judge: {path!s} record {row}: no 'instruction' text", path
-            )
+            raise common.BenchmarkDataError(f"MLLM-as-a-Judge: {path!s} record {row}: no 'instruction' text")
         if setting == "pair":
             answers = [_answer(rec.get(k), repr(k), path, row) for k in ("answer1", "answer2")]
             gt, reason = pair_gt(rec), "no_gt"

@@ -141,7 +141,7 @@ def load_items(opts: MMRB2Options, limit: int | None) -> tuple[list[Pair], dict[
             ]
             if not all(isinstance(p, list) and all(map(_part, p)) for p in parts):
                 msg = "prompt_content and response_content must be lists of ['text' | 'image', str]"
-                raise common.BenchmarkDataError(f"MMRB2: {where}: {msg}", path)
+                raise common.BenchmarkDataError(f"MMRB2: {where}: {msg}")
             refs, pid = [v for p in parts for k, v in p if k == "image"], rec.get("id", i)
             load = lambda refs=refs, w=where: [source.load(r, w) for r in refs]  # noqa: E731
             check = lambda refs=refs, w=where: [source.check(r, w) for r in refs]  # noqa: E731

@@ -64,9 +64,7 @@ def load_items(
     table = common.load_table(path, split, "VL-RewardBench")
     image_col = next((c for c in ("image", "image_path") if c in table.columns), None)
     if image_col is None:
-        raise common.BenchmarkDataError(
-            f"VL-RewardBench: {str(table.path)!r} has no 'image' column", table.path
-        )
+        raise common.BenchmarkDataError(f"VL-RewardBench: {str(table.path)!r} has no 'image' column")
     images = common.TableImages(table, [image_col], images_dir, missing_images, "VL-RewardBench image")
     items: list[pairs.PairItem] = []
     counts = {"rows": len(table), "skipped_no_gt": 0, "category_defaulted": 0, "duplicate_ids": 0}
@@ -76,11 +74,9 @@ def load_items(
         question = common.first_field(rec, ("query", "question"))
         responses = common.first_field(rec, ("response", "responses"))
         if not isinstance(question, str):
-            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: no 'query' text", table.path)
+            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: no 'query' text")
         if not common.two_texts(responses):
-            raise common.BenchmarkDataError(
-                f"VL-RewardBench: {where}: 'response' must hold two strings", table.path
-            )
+            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: 'response' must hold two strings")
         preferred = preferred_from_ranking(rec.get("human_ranking"))
         if preferred is None:
             counts["skipped_no_gt"] += 1
