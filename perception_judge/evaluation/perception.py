@@ -1,12 +1,7 @@
 """The perceptual-sensitivity suite on held-out PPJD: does the judge prefer the correct response r_c over its
-perceptual counterfactuals r_rp (perception errors) and r_rp_r (perception and reasoning errors)?
-
-A split of an exported training set (rows of one ``record_key`` merged), judged with the trained judge's own prompts
-under three protocols: ``pair`` (each pair in both orders; ties half credit, parse failures 0, a Wilson interval),
-``batch`` (the three responses in one prompt: the training reward and Kendall tau-b) and ``single`` (a verdict
-against ``tau``). Backend errors are no judgements: they leave every denominator and count in ``error_rate``.
-``image_control=mismatched`` gives every request another record's image (the ``perception_mismatched`` control: a
-judge that uses the image falls to chance). Metrics and rules: docs/evaluation.md §3.
+perceptual counterfactuals r_rp and r_rp_r? Protocols ``pair`` (both orders), ``batch`` and ``single`` with the
+trained judge's own prompts; ``image_control=mismatched`` is the ``perception_mismatched`` control (another record's
+image: a judge that uses the image falls to chance). Metrics and rules: docs/evaluation.md §3.
 """
 
 from __future__ import annotations
@@ -79,13 +74,11 @@ METRICS: dict[str, base.Metric] = {
     **{f"{name}_{end}": base.INFO for name in PAIR_METRICS for end in ("ci95_lo", "ci95_hi")},
     **{f"{name}_n": base.COUNT for name in PAIR_METRICS},
     **{f"{name}_{part}": base.LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
-    "pair_consistency": base.Metric(),
+    **dict.fromkeys(("pair_consistency", "single_acc_r_c", "single_acc_perturbed"), base.Metric()),
     "single_verdict_acc": base.Metric(chance=0.5),
-    "single_acc_r_c": base.Metric(),
-    "single_acc_perturbed": base.Metric(),
     "batch_ranking_reward": base.Metric(chance=0.5),  # distinct random scores
     "batch_kendall_tau": base.Metric(chance=0.0),
-    **dict.fromkeys(("pair_parse_fail_rate", "batch_parse_fail_rate", "single_parse_fail_rate"), base.LOWER),
+    **{f"{p}_parse_fail_rate": base.LOWER for p in PROTOCOL_NAMES},
     "error_rate": base.LOWER,
 }
 PRIMARY = ("pair_acc", "pair_acc_c_vs_rp", "pair_acc_c_vs_rp_r", "pair_acc_n", "pair_consistency",
@@ -251,14 +244,18 @@ def score_seed(
     requests: list[JudgeRequest], results: list[JudgeResult], tau: float
 ) -> tuple[dict[str, float | None], dict[str, int], list[dict]]:
     """Metrics, counts and per-sample lines of one seed."""
+    keys = [f"{p}_{w}" for p in PAIR_METRICS.values() for w in ("n", "correct", "tie", "fail")]
+    keys += [
+        "pair_groups",
+        "pair_consistent",
+        "batch_n",
+        "batch_fail",
+        "single_n",
+        "single_fail",
+        "single_correct",
+    ]
     c = dict.fromkeys(
-        (
-            "errors",
-            *(f"{p}_{w}" for p in PAIR_METRICS.values() for w in ("n", "correct", "tie", "fail")),
-            *("pair_groups", "pair_consistent", "batch_n", "batch_fail", "single_n", "single_fail"),
-            *("single_correct", "single_n_c", "single_correct_c", "single_n_bad", "single_correct_bad"),
-        ),
-        0,
+        ["errors", *keys, "single_n_c", "single_correct_c", "single_n_bad", "single_correct_bad"], 0
     )
     batch_rewards: list[float] = []
     taus: list[float] = []
@@ -305,26 +302,25 @@ def score_seed(
     metrics: dict[str, float | None] = {}
     for name, prefix in PAIR_METRICS.items():
         n, correct, ties, fails = (c[f"{prefix}_{w}"] for w in ("n", "correct", "tie", "fail"))
-        metrics[name] = pair_accuracy(correct, ties, fails, n)
-        ci = wilson_interval(correct + 0.5 * ties, n) or (None, None)
-        metrics[f"{name}_ci95_lo"], metrics[f"{name}_ci95_hi"] = ci
-        metrics[f"{name}_n"] = n
-        metrics[f"{name}_ties"] = rate(ties, n)
-        metrics[f"{name}_parse_failures"] = rate(fails, n)
-    metrics.update(
-        {
-            "pair_consistency": rate(c["pair_consistent"], c["pair_groups"]),
-            "pair_parse_fail_rate": rate(c["pair_fail"], c["pair_n"]),
-            "batch_ranking_reward": sum(batch_rewards) / len(batch_rewards) if batch_rewards else None,
-            "batch_kendall_tau": sum(taus) / len(taus) if taus else None,
-            "batch_parse_fail_rate": rate(c["batch_fail"], c["batch_n"]),
-            "single_verdict_acc": rate(c["single_correct"], c["single_n"]),
-            "single_acc_r_c": rate(c["single_correct_c"], c["single_n_c"]),
-            "single_acc_perturbed": rate(c["single_correct_bad"], c["single_n_bad"]),
-            "single_parse_fail_rate": rate(c["single_fail"], c["single_n"]),
-            "error_rate": rate(c["errors"], len(requests)),
+        lo, hi = wilson_interval(correct + 0.5 * ties, n) or (None, None)
+        metrics |= {
+            name: pair_accuracy(correct, ties, fails, n),
+            f"{name}_ci95_lo": lo,
+            f"{name}_ci95_hi": hi,
         }
-    )
+        metrics |= {f"{name}_n": n, f"{name}_ties": rate(ties, n), f"{name}_parse_failures": rate(fails, n)}
+    metrics |= {
+        "pair_consistency": rate(c["pair_consistent"], c["pair_groups"]),
+        "pair_parse_fail_rate": rate(c["pair_fail"], c["pair_n"]),
+        "batch_ranking_reward": sum(batch_rewards) / len(batch_rewards) if batch_rewards else None,
+        "batch_kendall_tau": sum(taus) / len(taus) if taus else None,
+        "batch_parse_fail_rate": rate(c["batch_fail"], c["batch_n"]),
+        "single_verdict_acc": rate(c["single_correct"], c["single_n"]),
+        "single_acc_r_c": rate(c["single_correct_c"], c["single_n_c"]),
+        "single_acc_perturbed": rate(c["single_correct_bad"], c["single_n_bad"]),
+        "single_parse_fail_rate": rate(c["single_fail"], c["single_n"]),
+        "error_rate": rate(c["errors"], len(requests)),
+    }
     return metrics, c, lines
 
 

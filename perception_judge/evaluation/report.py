@@ -1,10 +1,6 @@
-"""Reports of an evaluation folder (a sweep or a comparison of judges): Markdown, JSON and PNG plots.
-
-``write_report(out_dir)`` reads the folder's results (:mod:`perception_judge.evaluation.results`) and writes
-``report.md`` (the plan, the best model by :func:`best_model`, per suite one table of its headline metrics with
-their intervals, counts, failed cells, plots), ``report.json`` (every metric, machine-readable) and ``plots/``.
-What a metric means (its direction, whether it is a count) comes from its suite's declarations
-(:data:`perception_judge.evaluation.suites.SUITES`), and nothing else.
+"""Reports of an evaluation folder: :func:`write_report` reads its results (:mod:`.results`) and writes
+``report.md``, ``report.json`` and ``plots/`` (docs/evaluation.md §5). What a metric means (its direction, whether
+it is a count) comes from its suite's declarations (:data:`perception_judge.evaluation.suites.SUITES`), nothing else.
 """
 
 from __future__ import annotations
@@ -479,9 +475,8 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "failed_cells": [c for c in data.get("cells", []) if c.get("status") != "done"],
         "plots": [f"{PLOTS_DIR}/{p.name}" for p in written if p],
     }
-    markdown = redact_text(
-        render_markdown({**report, "tables": tables})
-    )  # the JSON files are redacted on write
+    # the JSON files are redacted on write
+    markdown = redact_text(render_markdown({**report, "tables": tables}))
     atomic_write_text(out_dir / "report.md", markdown, fsync=False)
     atomic_write_json(out_dir / "report.json", report, fsync=False)
     return report

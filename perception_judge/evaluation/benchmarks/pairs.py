@@ -13,7 +13,7 @@ from typing import Any
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import JudgeRequest
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.common import Judged, slug
+from perception_judge.evaluation.benchmarks.common import BenchmarkRun, Judged, prefixed, slug
 
 ORIG, SWAP = "orig", "swap"
 ORDERS: tuple[str, ...] = (ORIG, SWAP)
@@ -131,8 +131,8 @@ def order_accuracy(
 def order_metrics(
     items: Sequence[PairItem], verdicts: Sequence[dict[str, str | None]]
 ) -> dict[str, float | None]:
-    """:func:`order_accuracy`, ``pred_tie_rate`` (predicted ties / parsed judgments) and the accuracy per group
-    (:func:`group_accuracy`)."""
+    """:func:`order_accuracy`, ``pred_tie_rate`` (predicted ties / parsed judgments), the accuracy per group
+    (:func:`group_accuracy`) and ``order_consistency`` (:func:`~.metrics.consistency_rate` of the two orders)."""
     idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
     parsed = [v for vs in verdicts for v in vs.values() if v is not None]
     return {
@@ -141,6 +141,7 @@ def order_metrics(
         **group_accuracy(
             items, lambda i: M.mean(verdicts[i].get(o) == items[i].preferred for o in ORDERS), idx
         ),
+        "order_consistency": M.consistency_rate((v[ORIG], v[SWAP]) for v in verdicts),
     }
 
 
@@ -160,3 +161,18 @@ def voted_acc(items: Sequence[PairItem], voted: Sequence[str | None]) -> dict[st
         return voted[i] == items[i].preferred
 
     return {"acc": M.mean(correct(i) for i in idx), **group_accuracy(items, correct, idx)}
+
+
+def aggregated(
+    bench: BenchmarkRun, judged: Judged, seed_metrics: Callable[..., dict[str, float | None]] = order_metrics
+) -> tuple[dict[str, float | None], dict[int, list[dict[str, str | None]]]]:
+    """``parse_failure_rate`` and the metrics of each of the suite's aggregations (``mean``: ``seed_metrics(items,
+    verdicts)`` per seed, then the mean; ``vote``: :func:`voted_acc`), and each seed's :func:`order_verdicts`."""
+    kept, per_seed = judged.items, {s: order_verdicts(judged, s) for s in bench.seeds}
+    metrics: dict[str, float | None] = {"parse_failure_rate": judged.parse_failure_rate}
+    for agg in bench.opts.aggregation:
+        if agg == "mean":
+            metrics |= prefixed(agg, bench.mean(lambda s: seed_metrics(kept, per_seed[s])))
+        else:
+            metrics |= prefixed(agg, voted_acc(kept, voted_verdicts(list(per_seed.values()), len(kept))))
+    return metrics, per_seed

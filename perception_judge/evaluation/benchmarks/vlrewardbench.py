@@ -85,11 +85,10 @@ def load_items(
         counts["category_defaulted"] += defaulted
         models = rec.get("models")
         names = [str(m) for m in models] if isinstance(models, list) and len(models) == 2 else [None, None]
-        item_id = str(rec.get("id") if rec.get("id") is not None else i)
+        record_id = str(rec.get("id") if rec.get("id") is not None else i)
         # the hub release has rows that share an id: the row index keeps their requests apart
-        if item_id in seen_ids:
-            counts["duplicate_ids"] += 1
-            item_id = f"{item_id}#row{i}"
+        counts["duplicate_ids"] += record_id in seen_ids
+        item_id = f"{record_id}#row{i}" if record_id in seen_ids else record_id
         seen_ids.add(item_id)
         items.append(
             pairs.PairItem(
@@ -99,7 +98,7 @@ def load_items(
                 preferred=preferred,
                 group=category,
                 names=names,
-                record_id=str(rec.get("id") if rec.get("id") is not None else i),
+                record_id=record_id,
                 load_images=functools.partial(images.load, i, where),
                 check_images=functools.partial(images.check, i, where),
             )
@@ -121,23 +120,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         counts,
         lambda it: {"item_id": it.item_id, "category": it.group, "preferred": it.preferred},
     )
-    kept = judged.items
-    per_seed = {s: pairs.order_verdicts(judged, s) for s in bench.seeds}
-    voted = pairs.voted_verdicts(list(per_seed.values()), len(kept))
-
-    def seed_metrics(seed: int) -> dict[str, float | None]:
-        verdicts = per_seed[seed]
-        return {
-            **pairs.order_metrics(kept, verdicts),
-            "order_consistency": M.consistency_rate((v[pairs.ORIG], v[pairs.SWAP]) for v in verdicts),
-        }
-
-    metrics: dict[str, float | None] = {"parse_failure_rate": judged.parse_failure_rate}
-    for agg in opts.aggregation:
-        metrics |= common.prefixed(
-            agg, bench.mean(seed_metrics) if agg == "mean" else pairs.voted_acc(kept, voted)
-        )
-    records = cal_records(kept, per_seed)
+    metrics, per_seed = pairs.aggregated(bench, judged)
+    records = cal_records(judged.items, per_seed)
     cal_path = Path(config.out_dir) / f"{NAME}.cal.jsonl"
     write_samples(cal_path, records)
     official, undefined = official_metrics(records)

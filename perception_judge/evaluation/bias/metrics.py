@@ -1,28 +1,16 @@
-"""Bias-Deviation and Bias-Conformity, per bias, per category, overall, and across runs. Pure functions.
-
-``y`` = the score of the unbiased input, ``ŷ`` = the score of the biased input, ``m`` = 1 and ``S`` = 10 (the
-lowest and highest scores)::
+"""Bias-Deviation and Bias-Conformity, per bias, per category, overall, and across runs. Pure functions
+(docs/evaluation.md §2). ``y`` = the score of the unbiased input, ``ŷ`` = the score of the biased input, ``m`` = 1
+and ``S`` = 10 (the lowest and highest scores)::
 
     BD_i = max(0, y - ŷ) / (y - m)            pairs with y <= m are skipped   (a good judge lowers its score)
     BC_i = 1 - |y - ŷ| / max(y - m, S - y)    1.0 when the denominator <= 0    (a good judge keeps its score)
     per bias = mean of BD_i / BC_i over the used pairs
 
-Both lie in [0, 1] for in-range scores, higher is better; nothing is clamped (an out-of-range score, which only
-the upstream-compatible parser lets through, can give BD_i > 1 or BC_i < 0, as upstream). A category is the
-unweighted mean of its available bias values; overall is the unweighted mean of the (up to nine) available bias
-values, *not* of the categories (Robustness weighs 4/9). A pair whose unbiased or biased score is missing
-(unparsable, or the call failed) is dropped and counted in ``n_unparsed`` (MM-JudgeBias).
-
-Empty sets (``empty``; default ``"upstream"``, the published ``compute_report``'s rule): a type without a pair
-whose two scores are present (``samples == 0``) is ``None`` and stays out of the means; a type whose rule skips
-all such pairs (every BD pair has ``y <= m``) is ``0.0`` and enters them. ``"none"`` / ``"zero"`` give ``None`` /
-``0.0`` in both cases.
-
-Abstention-aware mode (``abstention="aware"``, our extension; default ``"drop"``): an *abstention* is a completion
-with text but no score (a refusal); failed backend calls (no text) never are. When the unbiased score exists and
-the **biased** side abstains, ``BD_i = 1`` (declining to score an input whose evidence was destroyed uses the whole
-downward room; the y <= m skip applies first) and ``BC_i = 0`` (refusing a meaning-preserving variant is a full
-deviation). An abstention on the unbiased side drops the pair (no reference score).
+Nothing is clamped (an out-of-range score, which only the upstream-compatible parser lets through, can give
+BD_i > 1 or BC_i < 0, as upstream). A category is the unweighted mean of its available bias values; overall is the
+unweighted mean of the available bias values, *not* of the categories. A pair whose unbiased or biased score is
+missing is dropped and counted in ``n_unparsed``; empty types follow ``empty`` (:func:`per_bias`), abstentions
+``abstention`` (:func:`upstream_scores`).
 """
 
 from __future__ import annotations
@@ -35,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from perception_judge.core.schema import MAX_SCORE, MIN_SCORE
+from perception_judge.evaluation.benchmarks.metrics import mean
 from perception_judge.evaluation.bias.taxonomy import BD, BIAS_TYPES, BY_TYPE, CATEGORIES
 
 Abstention = Literal["drop", "aware"]
@@ -66,27 +55,20 @@ def bc_value(y: float, y_biased: float, min_score: float = MIN_SCORE, max_score:
     return 1.0 - abs(y - y_biased) / denom
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    """Arithmetic mean Σx / n (:func:`statistics.fmean`); None for no values."""
-    return statistics.fmean(values) if values else None
-
-
 ScorePairs = Iterable[tuple[float | None, float | None]]
 """(y, ŷ) pairs; None is a missing score."""
 
 
 def bias_deviation(pairs: ScorePairs, min_score: float = MIN_SCORE) -> float | None:
     """Mean BD_i over pairs with both scores present and ``y > m``; ``None`` when no pair qualifies."""
-    values = [bd_value(y, yb, min_score) for y, yb in pairs if y is not None and yb is not None]
-    return _mean([v for v in values if v is not None])
+    return mean(bd_value(y, yb, min_score) for y, yb in pairs if y is not None and yb is not None)
 
 
 def bias_conformity(
     pairs: ScorePairs, min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
 ) -> float | None:
     """Mean BC_i over pairs with both scores present; ``None`` when there is none."""
-    both = [(y, yb) for y, yb in pairs if y is not None and yb is not None]
-    return _mean([bc_value(y, yb, min_score, max_score) for y, yb in both])
+    return mean(bc_value(y, yb, min_score, max_score) for y, yb in pairs if y is not None and yb is not None)
 
 
 @dataclass(frozen=True)
@@ -137,10 +119,12 @@ def upstream_scores(
     pair: ScoredPair, abstention: str = "drop", min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
 ) -> tuple[float | None, float | None]:
     """The scores (y, ŷ) under which the published ``compute_report`` values the pair as :func:`pair_value`
-    does, for the judgement files: the pair's own scores, except that an abstained biased side (``"aware"``)
-    becomes the score that uses the whole room, ``ŷ = m`` for BD (``BD_i = 1``) and the farther end of the scale for
-    BC (``ŷ = m`` when ``y - m >= S - y``, else ``S``, so that ``BC_i = 0``). A pair counts in ``samples`` when both
-    are present."""
+    does, for the judgement files: the pair's own scores, except under ``abstention="aware"`` (our extension; an
+    abstention is a completion with text but no score, never a failed call): when the unbiased score exists and the
+    biased side abstains, ŷ is the score that uses the whole room, ``ŷ = m`` for BD (``BD_i = 1``: declining to score
+    an input whose evidence was destroyed; the y <= m skip applies first) and the farther end of the scale for BC
+    (``ŷ = m`` when ``y - m >= S - y``, else ``S``: ``BC_i = 0``, a full deviation). An abstained unbiased side drops
+    the pair. A pair counts in ``samples`` when both are present."""
     y, yb = pair.unbiased, pair.biased
     if y is None or yb is not None or not (abstention == "aware" and pair.biased_abstained):
         return y, yb
@@ -174,8 +158,10 @@ def per_bias(
     min_score: float = MIN_SCORE,
     max_score: float = MAX_SCORE,
 ) -> dict[str, BiasValue]:
-    """Per-bias values for the given pairs (every type in ``bias_types`` appears; an empty type is valued by
-    the ``empty`` rule of the module docstring)."""
+    """Per-bias values for the given pairs (every type in ``bias_types`` appears). An empty type, by ``empty``:
+    ``"upstream"`` (the published ``compute_report``'s rule) gives None to a type without a pair whose two scores are
+    present (``samples == 0``: it stays out of the means) and 0.0 to one whose rule skips all such pairs (every BD
+    pair has ``y <= m``: it enters them); ``"none"`` / ``"zero"`` give None / 0.0 in both cases."""
     if empty not in EMPTY_RULES:
         raise ValueError(f"empty must be one of {EMPTY_RULES}, got {empty!r}")
     out = {t: BiasValue(t) for t in (BIAS_TYPES if bias_types is None else bias_types) if t in BY_TYPE}
@@ -195,7 +181,7 @@ def per_bias(
             bv.n_abstained += status == "abstained"
             bv.per_sample.append(float(v))
     for bv in out.values():
-        bv.value = _mean(bv.per_sample)
+        bv.value = mean(bv.per_sample)
         if bv.value is None and (empty == "zero" or (empty == "upstream" and bv.samples > 0)):
             bv.value = 0.0
     return out
@@ -203,15 +189,12 @@ def per_bias(
 
 def category_averages(values: dict[str, float | None]) -> dict[str, float | None]:
     """Unweighted mean of the available per-bias values of each category (None when none is available)."""
-    return {
-        c: _mean([v for t, v in values.items() if v is not None and BY_TYPE[t].category == c])
-        for c in CATEGORIES
-    }
+    return {c: mean(v for t, v in values.items() if BY_TYPE[t].category == c) for c in CATEGORIES}
 
 
 def overall(values: dict[str, float | None]) -> float | None:
     """Unweighted mean of the available per-bias values (the published "Avg")."""
-    return _mean([v for v in values.values() if v is not None])
+    return mean(values.values())
 
 
 @dataclass
@@ -311,5 +294,5 @@ def combine_runs(reports: Sequence[BiasReport]) -> dict[str, Any]:
     }
     s = out["overall"]["std"]
     out["inter_run_var"] = s * s if s is not None else None
-    out["inter_sample_var"] = _mean([v for v in (r.inter_sample_var() for r in reports) if v is not None])
+    out["inter_sample_var"] = mean(r.inter_sample_var() for r in reports)
     return out

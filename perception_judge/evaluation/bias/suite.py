@@ -35,7 +35,7 @@ from perception_judge.evaluation.bias.prompts import (
     score_messages,
     upstream_extract_score,
 )
-from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, get_bias, select
+from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, BIASES, CATEGORIES, get_bias, select
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,7 @@ class BiasOptions(Options):
 
 
 METRICS: dict[str, base.Metric] = {
-    **{b.bias_type: base.Metric(ideal=1.0) for b in BIASES},
-    **{c: base.Metric(ideal=1.0) for c in CATEGORIES},
-    "overall": base.Metric(ideal=1.0),
+    **dict.fromkeys((*BIAS_TYPES, *CATEGORIES, "overall"), base.Metric(ideal=1.0)),
     **dict.fromkeys(("inter_run_var", "inter_sample_var", "parse_failure_rate"), base.LOWER),
 }
 """BD and BC lie in [0, 1], higher is better (1: the judge follows the evidence exactly)."""
@@ -116,21 +114,16 @@ def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPa
 
 def side_request(pair: BiasPair, side: str, prompt: str, parser: str, template: str) -> JudgeRequest:
     s = getattr(pair, side)
+    meta = {"suite": "bias", "pair_id": pair.pair_id, "bias_type": pair.bias_type, "side": side}
+    meta |= {"item_id": pair.meta.get("item_id", ""), "query_source": s.query_source}
+    meta["image_source"] = s.image_source
     return JudgeRequest(
         request_id=f"bias-{pair.pair_id}-{side}",
         messages=score_messages(prompt, s.query, pair.response, s.image is not None, template),
         images=[s.image] if s.image is not None else [],
         n_scores=1,
         parser=parser,
-        meta={
-            "suite": "bias",
-            "pair_id": pair.pair_id,
-            "bias_type": pair.bias_type,
-            "side": side,
-            "item_id": pair.meta.get("item_id", ""),
-            "query_source": s.query_source,
-            "image_source": s.image_source,
-        },
+        meta=meta,
     )
 
 
@@ -242,12 +235,8 @@ def judge_seed(
     """Judge every pair once with one seed (``prep``: :func:`_prepare`'s; the completed sides of an earlier run are
     re-parsed with the current parser); writes the per-sample files as chunks finish, and all of them at the end."""
     opts: BiasOptions = config.options
-    out_dir, pairs, requests, model_key = (
-        Path(config.out_dir),
-        prep["pairs"],
-        prep["requests"],
-        prep["model_key"],
-    )
+    out_dir, pairs, requests = Path(config.out_dir), prep["pairs"], prep["requests"]
+    model_key = prep["model_key"]
     results: dict[tuple[Any, str], JudgeResult] = {}
     todo: list[tuple[BiasPair, str]] = []
     for pair in pairs:
@@ -303,21 +292,20 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
     model_key = str(opts.model_key or described.get("label") or described.get("model") or backend.name)
     pairs, source_info = load_pairs(opts, config.limit)
     sampling_wo_seed = {k: v for k, v in dataclasses.asdict(config.sampling).items() if k != "seed"}
+    # stored completions are reused only for the same prompt, decoding and judge
+    resume_key = content_key(p_hash, sampling_wo_seed, described)
     return {
         "pairs": pairs,
         "source_info": source_info,
         "model_key": os.path.basename(model_key.rstrip("/")) or model_key,
         "requests": {
-            (p.pair_id, side): side_request(p, side, opts.prompt, parser, template)
-            for p in pairs
-            for side in SIDES
+            (p.pair_id, s): side_request(p, s, opts.prompt, parser, template) for p in pairs for s in SIDES
         },
         "provenance": {
             "prompt": opts.prompt,
             "prompt_hash": p_hash,
             "parser": parser,
-            # stored completions are reused only for the same prompt, decoding and judge
-            "resume_key": content_key(p_hash, sampling_wo_seed, described),
+            "resume_key": resume_key,
         },
     }
 
