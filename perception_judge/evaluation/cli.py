@@ -184,16 +184,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         )
         _print_collect_state(state)
         return 1 if any(codes) or state["missing"] or state["failed"] else 0
-    outcome, _ = sweep(
-        run.run_dir,
-        plan,
-        models=f.models or job_layers(args)[0].get("models_filter"),
-        report=not f.no_report,
-        progress=not args.quiet,
-        claim=f.claim,
-        lease_s=f.lease,
-        max_attempts=f.max_attempts,
-    )
+    models = f.models or job_layers(args)[0].get("models_filter")
+    claims = {"claim": f.claim, "lease_s": f.lease, "max_attempts": f.max_attempts}
+    outcome, _ = sweep(run.run_dir, plan, models, report=not f.no_report, progress=not args.quiet, **claims)
     if f.claim:
         print(
             f"cells: {outcome.done} run by this worker, {outcome.skipped} already done, {outcome.elsewhere} held by "
@@ -315,15 +308,6 @@ def _quiet() -> None:
         disable_progress_bar()
 
 
-ACTIONS = {
-    "sweep": run_sweep,
-    "run": run_eval,
-    "collect": run_collect,
-    "report": run_report,
-    "list": run_list,
-}
-
-
 def run(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     if quiet:
@@ -335,7 +319,14 @@ def run(args: argparse.Namespace) -> int:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
     try:
-        return ACTIONS[args.action](args)
+        action = {
+            "sweep": run_sweep,
+            "run": run_eval,
+            "collect": run_collect,
+            "report": run_report,
+            "list": run_list,
+        }
+        return action[args.action](args)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"perception-judge eval {args.action}: error: {redact_text(str(msg))}", file=sys.stderr)

@@ -1,9 +1,6 @@
-"""The plan of an evaluation, resolved once before any model loads: :func:`resolve` -> :class:`EvalPlan`.
-
-Layers shaped like an eval job YAML (:class:`JobConfig`) merge in this order, later winning (mappings key by key):
-the training run's file, the config file, ``--set``, the flags (docs/evaluation.md §6). A later ``backend.kind`` of
-another kind keeps only the earlier keys that kind takes. Then every suite's options, the backend and the sampling
-are typed (``OptionError`` naming ``WHERE.KEY``) and the output folder is checked writable. Nothing changes a plan.
+"""The plan of an evaluation, resolved once before any model loads: :func:`resolve` -> :class:`EvalPlan`. Layers
+shaped like an eval job YAML (:class:`JobConfig`) merge in the order of docs/evaluation.md §6, then everything is
+typed (``OptionError`` naming ``WHERE.KEY``) and the output folder is checked writable. Nothing changes a plan.
 """
 
 from __future__ import annotations

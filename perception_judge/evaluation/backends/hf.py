@@ -1,8 +1,6 @@
-"""The ``hf`` backend: transformers ``generate``, batched with left padding, full checkpoints or LoRA adapters.
-
-Requests are sorted by prompt length and generated ``batch_size`` at a time. HF ``generate`` has no per-request
-generator, so each batch runs under ``torch.manual_seed(request_seed(seed, batch ids))`` inside a forked RNG:
-results are reproducible for a given seed, request set and batch size (vLLM and servers seed each request).
+"""The ``hf`` backend: transformers ``generate``, requests sorted by prompt length and batched with left padding,
+full checkpoints or LoRA adapters. Each batch runs under ``torch.manual_seed(request_seed(seed, batch ids))`` in a
+forked RNG: reproducible for a given seed, request set and batch size (vLLM and servers seed each request).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The ``openai`` backend: any OpenAI-compatible chat server (vLLM / SGLang / transformers serve / OpenAI) through
-the PPJD teacher client (:class:`perception_judge.llm_client.ChatClient`: the same retries, timeout and concurrency
-limit as teacher calls). The server applies its own chat template; a ``reasoning_content`` it returns is kept apart
-from the text the parser reads. Each request sends ``seed = request_seed(seed, request_id)``; ``send_top_k=True``
-(for vLLM and SGLang servers) adds the sampling fields the OpenAI API lacks to the request body, explicitly:
-``top_k`` (-1: off), ``min_p`` 0 and ``repetition_penalty`` 1 — a vLLM server fills every field a request leaves
-unset from the model folder's ``generation_config.json``.
+"""The ``openai`` backend: any OpenAI-compatible chat server through the PPJD teacher client
+(:class:`perception_judge.llm_client.ChatClient`: the same retries, timeout and concurrency limit as teacher calls).
+The server applies its own chat template; a ``reasoning_content`` it returns is kept apart from the text the parser
+reads. ``send_top_k=True`` (vLLM, SGLang) sends ``top_k`` (-1: off), ``min_p`` 0 and ``repetition_penalty`` 1 in the
+body: a vLLM server fills every field a request leaves unset from the model folder's ``generation_config.json``.
 """
 
 from __future__ import annotations

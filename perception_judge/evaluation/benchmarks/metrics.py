@@ -1,9 +1,7 @@
-"""Pure metric functions for the judge benchmarks and the conventional judge biases.
-
-Every function is deterministic, takes plain Python values and states its formula in the docstring. "No data"
-is ``None``, never a silent ``0.0``. A **verdict** is ``"A"`` (the first response is better), ``"B"`` (the
-second) or ``"C"`` (a tie), ``None`` a parse failure; a **ranking** is a string of slot letters, best first
-(``"CABD"``). ``flex_*`` replicate Flex-Judge's ``test/evaluate.py`` aggregation over seeds.
+"""Pure metric functions for the judge benchmarks and the conventional judge biases, each formula in its docstring.
+"No data" is ``None``, never a silent ``0.0``. A **verdict** is ``"A"`` (the first response is better), ``"B"`` or
+``"C"`` (a tie), ``None`` a parse failure; a **ranking** is slot letters, best first (``"CABD"``). ``flex_*``
+replicate Flex-Judge's ``test/evaluate.py`` aggregation over seeds.
 """
 
 from __future__ import annotations

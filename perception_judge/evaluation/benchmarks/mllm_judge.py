@@ -1,12 +1,7 @@
 """MLLM-as-a-Judge (``Dongping-Chen/MLLM-Judge``): pair, score and batch settings from the benchmark's
-``Dataset/Benchmark`` files, judged with our prompts (:func:`perception_judge.core.protocol.build_messages`).
-
-Pair: A if s1 > s2, B if s1 < s2, else C. Score: a 1-10 score mapped onto the human 1-5 scale with
-``ceil(s/2)``. Batch: slots sorted by score, equal scores broken towards the later slot (as the published
-evaluators sort).
-Metrics are ``{aggregation}.{setting}.{metric}.{scope}`` (``micro`` pooled, ``macro`` over ``original_dataset``
-subsets, ``by_dataset.<subset>``); ``*_compat`` apply the published failure conventions. Files, metrics and the
-``mean`` / ``vote`` / ``flex`` aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
+``Dataset/Benchmark`` files, judged with our prompts. Pair: A if s1 > s2, B if s1 < s2, else C; score: ``ceil(s/2)``
+onto the human 1-5 scale; batch: slots sorted by score, ties towards the later slot. Metrics
+``{aggregation}.{setting}.{metric}.{scope}``; files, metrics and aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
 """
 
 from __future__ import annotations

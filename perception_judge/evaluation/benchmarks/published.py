@@ -11,9 +11,7 @@ block included); nothing else (no ``[[n]]`` brackets, no spaces, no decimals) is
   Perception-Judge notebook's batch cell (``re.findall(r"<answer>(.*?)</answer>", t, flags=re.DOTALL)``, then
   ``re.findall(r"\\d+", block)``).
 
-Request parsers: ``published`` takes the first ``n`` tag integers (fewer is a failure); ``published_prefix`` the
-first ``min(k, n)`` of the ``k >= 1`` block integers (the notebook's batch). Out-of-range values are kept for each
-benchmark's own rule. See ``docs/benchmarks.md`` (Prompts, parsing and failures).
+Out-of-range values are kept for each benchmark's own rule (``docs/benchmarks.md``, Prompts, parsing and failures).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""VL-RewardBench (HF ``MMInstruction/VL-RewardBench``, split ``test``): image-question pairs with a human
-preference between two responses, each pair judged in **both orders** with our pair prompt; a tie or a parse
-failure is wrong. ``official.*`` follows the benchmark's ``cal.py`` on every judgement, which are also written in
-its input layout (``vlrewardbench.cal.jsonl``, :mod:`~perception_judge.evaluation.benchmarks.vlrb_cal`). Files,
-fields, categories, protocol and metrics: ``docs/benchmarks.md`` (VL-RewardBench).
+"""VL-RewardBench (HF ``MMInstruction/VL-RewardBench``, split ``test``): each pair judged in **both orders** with our
+pair prompt, a tie or a parse failure wrong; ``official.*`` is the benchmark's ``cal.py`` on every judgement, also
+written in its input layout (:mod:`~perception_judge.evaluation.benchmarks.vlrb_cal`). ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The compositional-bias suite (MM-JudgeBias): ``run(backend, config) -> SuiteResult``.
-
-Every pair is scored pointwise twice (unbiased, biased) by the same judge with the same prompt; BD / BC per bias,
-per category and overall follow :mod:`perception_judge.evaluation.bias.metrics`; k seeds give a mean, a standard
-deviation and the inter-run / inter-sample variances. docs/evaluation.md §2 describes the options
-(:class:`BiasOptions`) and the outputs: the upstream per-sample files ``judgements/seed_<seed>/<id:04d>.json``
-(which an interrupted run resumes from), ``samples.jsonl`` and ``bias_report.json``.
+"""The compositional-bias suite (MM-JudgeBias): every pair scored pointwise twice (unbiased, biased) by the same
+judge and prompt; BD / BC by :mod:`.metrics`. Options (:class:`BiasOptions`) and outputs (the upstream per-sample
+files ``judgements/seed_<seed>/<id:04d>.json``, which an interrupted run resumes from, ``samples.jsonl``,
+``bias_report.json``): docs/evaluation.md §2.
 """
 
 from __future__ import annotations
