@@ -225,10 +225,9 @@ def published_prediction(setting: str, completion: str, gt: Any, rule: str) -> A
             return first
         mapped = None if first is None else M.ceil_half(first)
         return None if rule == "notebook" and mapped is not None and mapped > 5 else mapped
-    ranking = (
-        notebook_batch_ranking(completion, len(gt)) if rule == "notebook" else flex_batch_ranking(completion)
-    )
-    return ranking or None
+    if rule == "notebook":
+        return notebook_batch_ranking(completion, len(gt)) or None
+    return flex_batch_ranking(completion) or None
 
 
 def seed_predictions(
@@ -237,18 +236,14 @@ def seed_predictions(
     """Per seed, per judged item, the prediction: read from the completion by the published ``rule`` under
     ``parser="published"`` (:func:`published_prediction`), else from the parsed scores (:func:`prediction`; the
     first score itself for ``flex_unmapped``)."""
-    kept = judged.items
-    if rule == "flex_unmapped" and parser != "published":
-        return [[(judged.scores(i, "main", s) or [None])[0] for i in range(len(kept))] for s in seeds]
-    if parser == "published":
-        return [
-            [
-                published_prediction(setting, judged.completion(i, "main", s), kept[i].gt, rule)
-                for i in range(len(kept))
-            ]
-            for s in seeds
-        ]
-    return [[prediction(setting, judged.scores(i, "main", s)) for i in range(len(kept))] for s in seeds]
+
+    def one(i: int, seed: int) -> Any:
+        if parser == "published":
+            return published_prediction(setting, judged.completion(i, "main", seed), judged.items[i].gt, rule)
+        scores = judged.scores(i, "main", seed)
+        return (scores or [None])[0] if rule == "flex_unmapped" else prediction(setting, scores)
+
+    return [[one(i, s) for i in range(len(judged.items))] for s in seeds]
 
 
 def _groups(items: list[Item]) -> dict[str, list[int]]:
@@ -334,13 +329,13 @@ def flex_metrics(
     if setting == "pair":
         voted = [M.vote_verdict((run[i] or "C") for run in preds) for i in range(len(items))]
         for name, with_tie in (("acc_with_tie", True), ("acc_without_tie", False)):
-            scoped = _scoped(
-                f"pair.{name}",
-                items,
-                lambda idx, w=with_tie: M.pair_accuracy(
+
+            def acc(idx: list[int], w: bool = with_tie) -> float | None:
+                return M.pair_accuracy(
                     [voted[i] for i in idx], [gts[i] for i in idx], with_tie=w, failure="tie"
-                ),
-            )
+                )
+
+            scoped = _scoped(f"pair.{name}", items, acc)
             per = {k: _round3(v) for k, v in scoped.items() if ".by_dataset." in k}
             out |= scoped | per | {f"pair.{name}.macro": _round3(M.mean(per.values()))}
         return out

@@ -82,9 +82,9 @@ def response_scores(scores: Sequence[float] | None, order: str) -> tuple[float, 
     return (scores[1], scores[0]) if order == SWAP else (scores[0], scores[1])
 
 
-def order_scores(judged: Judged, seed: int, tag: str = "") -> list[dict[str, list[float] | None]]:
+def order_scores(judged: Judged, seed: int) -> list[dict[str, list[float] | None]]:
     """Per judged item, its scores in each order under one seed (slot terms; None on a failure)."""
-    return [{o: judged.scores(i, f"{tag}{o}", seed) for o in ORDERS} for i in range(len(judged.items))]
+    return [{o: judged.scores(i, o, seed) for o in ORDERS} for i in range(len(judged.items))]
 
 
 def order_verdicts(judged: Judged, seed: int) -> list[dict[str, str | None]]:

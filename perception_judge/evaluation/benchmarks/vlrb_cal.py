@@ -77,20 +77,11 @@ def filter_choice(slot_verdict: str | None) -> str:
 def cal_record(item: PairItem, order: str, seed: int, verdict: str | None) -> dict[str, Any]:
     """One judgement as a line of cal.py's input (see the module docstring); ``verdict`` in response terms."""
     slot = M.swap_verdict(verdict) if order == SWAP else verdict
-    return {
-        "id": item.record_id or item.item_id,
-        "query": item.question,
-        "response": list(item.responses),
-        "ranking": [0, 1] if item.preferred == "A" else [1, 0],
-        "meta": {
-            "random_number": RANDOM_NUMBER[order],
-            "filter_choice": filter_choice(slot),
-            "flag_status": judgement_status(verdict, str(item.preferred)),
-            "seed": seed,
-            "order": order,
-            "item_id": item.item_id,
-        },
-    }
+    meta = {"random_number": RANDOM_NUMBER[order], "filter_choice": filter_choice(slot)}
+    meta |= {"flag_status": judgement_status(verdict, str(item.preferred)), "seed": seed, "order": order}
+    record = {"id": item.record_id or item.item_id, "query": item.question, "response": list(item.responses)}
+    ranking = [0, 1] if item.preferred == "A" else [1, 0]
+    return record | {"ranking": ranking, "meta": meta | {"item_id": item.item_id}}
 
 
 def cal_records(

@@ -79,7 +79,7 @@ def load_items(
         if preferred is None:
             counts["skipped_no_gt"] += 1
             continue
-        category, defaulted = category_of(rec)
+        group, defaulted = category_of(rec)
         counts["category_defaulted"] += defaulted
         models = rec.get("models")
         names = [str(m) for m in models] if isinstance(models, list) and len(models) == 2 else [None, None]
@@ -88,17 +88,10 @@ def load_items(
         counts["duplicate_ids"] += record_id in seen_ids
         item_id = f"{record_id}#row{i}" if record_id in seen_ids else record_id
         seen_ids.add(item_id)
+        load, check = (functools.partial(f, i, where) for f in (images.load, images.check))
         items.append(
             pairs.PairItem(
-                item_id=item_id,
-                question=question,
-                responses=list(responses),
-                preferred=preferred,
-                group=category,
-                names=names,
-                record_id=record_id,
-                load_images=functools.partial(images.load, i, where),
-                check_images=functools.partial(images.check, i, where),
+                item_id, question, list(responses), preferred, group, names, record_id, load, check
             )
         )
     return items, counts, table.path

@@ -9,7 +9,7 @@ and ``S`` = 10 (the lowest and highest scores)::
 Nothing is clamped (an out-of-range score, which only the upstream-compatible parser lets through, can give
 BD_i > 1 or BC_i < 0, as upstream). A category is the unweighted mean of its available bias values; overall is the
 unweighted mean of the available bias values, *not* of the categories. A pair whose unbiased or biased score is
-missing is dropped and counted in ``n_unparsed``; empty types follow ``empty`` (:func:`per_bias`), abstentions
+missing is dropped and counted in ``n_unparsed``; empty types follow ``empty`` (:func:`compute_report`), abstentions
 ``abstention`` (:func:`upstream_scores`).
 """
 
@@ -59,16 +59,14 @@ ScorePairs = Iterable[tuple[float | None, float | None]]
 """(y, ŷ) pairs; None is a missing score."""
 
 
-def bias_deviation(pairs: ScorePairs, min_score: float = MIN_SCORE) -> float | None:
+def bias_deviation(pairs: ScorePairs) -> float | None:
     """Mean BD_i over pairs with both scores present and ``y > m``; ``None`` when no pair qualifies."""
-    return mean(bd_value(y, yb, min_score) for y, yb in pairs if y is not None and yb is not None)
+    return mean(bd_value(y, yb) for y, yb in pairs if y is not None and yb is not None)
 
 
-def bias_conformity(
-    pairs: ScorePairs, min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
-) -> float | None:
+def bias_conformity(pairs: ScorePairs) -> float | None:
     """Mean BC_i over pairs with both scores present; ``None`` when there is none."""
-    return mean(bc_value(y, yb, min_score, max_score) for y, yb in pairs if y is not None and yb is not None)
+    return mean(bc_value(y, yb) for y, yb in pairs if y is not None and yb is not None)
 
 
 @dataclass(frozen=True)
@@ -115,9 +113,7 @@ COUNT_KEYS = ("n_pairs", "samples", "n_used", "n_unparsed", "n_skipped_low", "n_
 """The counts of a :class:`BiasValue`, summed by :meth:`BiasReport.counts` and the suite's per-bias counts."""
 
 
-def upstream_scores(
-    pair: ScoredPair, abstention: str = "drop", min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
-) -> tuple[float | None, float | None]:
+def upstream_scores(pair: ScoredPair, abstention: str = "drop") -> tuple[float | None, float | None]:
     """The scores (y, ŷ) under which the published ``compute_report`` values the pair as :func:`pair_value`
     does, for the judgement files: the pair's own scores, except under ``abstention="aware"`` (our extension; an
     abstention is a completion with text but no score, never a failed call): when the unbiased score exists and the
@@ -128,63 +124,24 @@ def upstream_scores(
     y, yb = pair.unbiased, pair.biased
     if y is None or yb is not None or not (abstention == "aware" and pair.biased_abstained):
         return y, yb
-    if BY_TYPE[pair.bias_type].metric == BD or y - min_score >= max_score - y:
-        return y, min_score
-    return y, max_score
+    if BY_TYPE[pair.bias_type].metric == BD or y - MIN_SCORE >= MAX_SCORE - y:
+        return y, MIN_SCORE
+    return y, MAX_SCORE
 
 
-def pair_value(
-    pair: ScoredPair, abstention: str = "drop", min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
-) -> tuple[float | None, str]:
+def pair_value(pair: ScoredPair, abstention: str = "drop") -> tuple[float | None, str]:
     """(BD_i or BC_i, status) for one pair, valued on its :func:`upstream_scores`. Status: ``used``,
     ``abstained`` (used through the abstention rule), ``unparsed`` (dropped), ``skipped_low`` (BD with y <= m)."""
     if abstention not in ABSTENTION_MODES:
         raise ValueError(f"abstention must be one of {ABSTENTION_MODES}, got {abstention!r}")
     is_bd = BY_TYPE[pair.bias_type].metric == BD
-    y, yb = upstream_scores(pair, abstention, min_score, max_score)
+    y, yb = upstream_scores(pair, abstention)
     if y is None or yb is None:
         return None, "unparsed"
-    if is_bd and y <= min_score:
+    if is_bd and y <= MIN_SCORE:
         return None, "skipped_low"
-    value = bd_value(y, yb, min_score) if is_bd else bc_value(y, yb, min_score, max_score)
+    value = bd_value(y, yb) if is_bd else bc_value(y, yb)
     return value, "used" if pair.biased is not None else "abstained"
-
-
-def per_bias(
-    pairs: Iterable[ScoredPair],
-    abstention: str = "drop",
-    empty: str = "upstream",
-    bias_types: Sequence[str] | None = None,
-    min_score: float = MIN_SCORE,
-    max_score: float = MAX_SCORE,
-) -> dict[str, BiasValue]:
-    """Per-bias values for the given pairs (every type in ``bias_types`` appears). An empty type, by ``empty``:
-    ``"upstream"`` (the published ``compute_report``'s rule) gives None to a type without a pair whose two scores are
-    present (``samples == 0``: it stays out of the means) and 0.0 to one whose rule skips all such pairs (every BD
-    pair has ``y <= m``: it enters them); ``"none"`` / ``"zero"`` give None / 0.0 in both cases."""
-    if empty not in EMPTY_RULES:
-        raise ValueError(f"empty must be one of {EMPTY_RULES}, got {empty!r}")
-    out = {t: BiasValue(t) for t in (BIAS_TYPES if bias_types is None else bias_types) if t in BY_TYPE}
-    for p in pairs:
-        if p.bias_type not in BY_TYPE:
-            raise ValueError(f"pair {p.pair_id!r}: unknown bias type {p.bias_type!r}")
-        bv = out.setdefault(p.bias_type, BiasValue(p.bias_type))
-        bv.n_pairs += 1
-        y, yb = upstream_scores(p, abstention, min_score, max_score)
-        bv.samples += y is not None and yb is not None
-        bv.n_out_of_range += p.out_of_range
-        v, status = pair_value(p, abstention, min_score, max_score)
-        bv.n_unparsed += status == "unparsed"
-        bv.n_skipped_low += status == "skipped_low"
-        if v is not None:
-            bv.n_used += 1
-            bv.n_abstained += status == "abstained"
-            bv.per_sample.append(float(v))
-    for bv in out.values():
-        bv.value = mean(bv.per_sample)
-        if bv.value is None and (empty == "zero" or (empty == "upstream" and bv.samples > 0)):
-            bv.value = 0.0
-    return out
 
 
 def category_averages(values: dict[str, float | None]) -> dict[str, float | None]:
@@ -240,7 +197,33 @@ def compute_report(
     empty: str = "upstream",
     bias_types: Sequence[str] | None = None,
 ) -> BiasReport:
-    return BiasReport(per_bias(pairs, abstention, empty, bias_types))
+    """One run's report: the per-bias values of the pairs (every type in ``bias_types`` appears). An empty type, by
+    ``empty``: ``"upstream"`` (the published ``compute_report``'s rule) gives None to a type without a pair whose two
+    scores are present (``samples == 0``: it stays out of the means) and 0.0 to one whose rule skips all such pairs
+    (every BD pair has ``y <= m``: it enters them); ``"none"`` / ``"zero"`` give None / 0.0 in both cases."""
+    if empty not in EMPTY_RULES:
+        raise ValueError(f"empty must be one of {EMPTY_RULES}, got {empty!r}")
+    out = {t: BiasValue(t) for t in (BIAS_TYPES if bias_types is None else bias_types) if t in BY_TYPE}
+    for p in pairs:
+        if p.bias_type not in BY_TYPE:
+            raise ValueError(f"pair {p.pair_id!r}: unknown bias type {p.bias_type!r}")
+        bv = out.setdefault(p.bias_type, BiasValue(p.bias_type))
+        bv.n_pairs += 1
+        y, yb = upstream_scores(p, abstention)
+        bv.samples += y is not None and yb is not None
+        bv.n_out_of_range += p.out_of_range
+        v, status = pair_value(p, abstention)
+        bv.n_unparsed += status == "unparsed"
+        bv.n_skipped_low += status == "skipped_low"
+        if v is not None:
+            bv.n_used += 1
+            bv.n_abstained += status == "abstained"
+            bv.per_sample.append(float(v))
+    for bv in out.values():
+        bv.value = mean(bv.per_sample)
+        if bv.value is None and (empty == "zero" or (empty == "upstream" and bv.samples > 0)):
+            bv.value = 0.0
+    return BiasReport(out)
 
 
 def breakdown(

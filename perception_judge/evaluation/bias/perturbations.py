@@ -193,7 +193,6 @@ def insert_text(
     query: str | None = None,
     mode: str = "keywords",
     rng: random.Random | None = None,
-    strip_ratio: float | None = None,
 ) -> tuple[Image.Image, dict[str, Any]]:
     """Render the query keywords (``mode="keywords"``) or the query (``mode="query"``) in a strip below the image
     (the layout of docs/evaluation.md §2: :data:`BOX_GREY` box :data:`BOTTOM_MARGIN` px above the bottom, first line
@@ -210,7 +209,7 @@ def insert_text(
     rng = rng or random.Random(0)
     img = to_rgb(img)
     w, h = img.size
-    strip = max(1, round(h * (strip_ratio if strip_ratio is not None else rng.uniform(0.30, 0.45))))
+    strip = max(1, round(h * rng.uniform(0.30, 0.45)))
     margin_x, pad = max(4, w // 20), max(3, w // 40)
     probe = ImageDraw.Draw(Image.new("RGB", (8, 8)))
     size = max(10, min(28, round(strip * 0.16)))
