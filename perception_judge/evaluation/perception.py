@@ -244,19 +244,10 @@ def score_seed(
     requests: list[JudgeRequest], results: list[JudgeResult], tau: float
 ) -> tuple[dict[str, float | None], dict[str, int], list[dict]]:
     """Metrics, counts and per-sample lines of one seed."""
-    keys = [f"{p}_{w}" for p in PAIR_METRICS.values() for w in ("n", "correct", "tie", "fail")]
-    keys += [
-        "pair_groups",
-        "pair_consistent",
-        "batch_n",
-        "batch_fail",
-        "single_n",
-        "single_fail",
-        "single_correct",
-    ]
-    c = dict.fromkeys(
-        ["errors", *keys, "single_n_c", "single_correct_c", "single_n_bad", "single_correct_bad"], 0
-    )
+    keys = ["errors", *(f"{p}_{w}" for p in PAIR_METRICS.values() for w in ("n", "correct", "tie", "fail"))]
+    keys += ["pair_groups", "pair_consistent", "batch_n", "batch_fail", "single_n", "single_fail"]
+    keys += ["single_correct", "single_n_c", "single_correct_c", "single_n_bad", "single_correct_bad"]
+    c = dict.fromkeys(keys, 0)
     batch_rewards: list[float] = []
     taus: list[float] = []
     groups: dict[tuple[str, str], list[str]] = {}
@@ -303,12 +294,9 @@ def score_seed(
     for name, prefix in PAIR_METRICS.items():
         n, correct, ties, fails = (c[f"{prefix}_{w}"] for w in ("n", "correct", "tie", "fail"))
         lo, hi = wilson_interval(correct + 0.5 * ties, n) or (None, None)
-        metrics |= {
-            name: pair_accuracy(correct, ties, fails, n),
-            f"{name}_ci95_lo": lo,
-            f"{name}_ci95_hi": hi,
-        }
-        metrics |= {f"{name}_n": n, f"{name}_ties": rate(ties, n), f"{name}_parse_failures": rate(fails, n)}
+        metrics[name] = pair_accuracy(correct, ties, fails, n)
+        metrics |= {f"{name}_ci95_lo": lo, f"{name}_ci95_hi": hi, f"{name}_n": n}
+        metrics |= {f"{name}_ties": rate(ties, n), f"{name}_parse_failures": rate(fails, n)}
     metrics |= {
         "pair_consistency": rate(c["pair_consistent"], c["pair_groups"]),
         "pair_parse_fail_rate": rate(c["pair_fail"], c["pair_n"]),

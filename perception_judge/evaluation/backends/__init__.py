@@ -93,10 +93,7 @@ class BackendSpec:
         """The backend of one judge: ``judge`` holds its own keys (``model``, ``adapter``, ``processor``, ``fn``,
         ``label``, ...; None values are ignored) on top of the spec's options."""
         cls = KINDS[self.kind]
-        kw = {
-            **self.options.model_dump(exclude_none=True),
-            **{k: v for k, v in judge.items() if v is not None},
-        }
+        kw = self.options.model_dump(exclude_none=True) | {k: v for k, v in judge.items() if v is not None}
         if issubclass(cls, LocalBackend):
             kw["think_prefix"] = self.think_prefix
         return cls(pixel_policy=self.pixel_policy, **kw)

@@ -115,7 +115,6 @@ class LocalBackend(JudgeBackend):
         super().__init__(pixel_policy)
         if not opts.model:
             raise ValueError(f"the {self.name} backend needs a model folder (option model)")
-        self.opts = opts
         self.model_path, self.adapter_path = resolve_model(opts.model, opts.adapter, opts.base_model)
         self.think_prefix = think_prefix
         self.batch_size = opts.batch_size
@@ -125,9 +124,7 @@ class LocalBackend(JudgeBackend):
         self.processor = AutoProcessor.from_pretrained(self.processor_path)
         if problem := pixel_policy_conflict(self.pixel_policy, processor_pixel_bounds(self.processor)):
             log.warning(
-                "%s: pixel policy: %s (the judge then sees other pixels than the policy says)",
-                self.label,
-                problem,
+                "%s: pixel policy: %s (the judge sees other pixels than it says)", self.label, problem
             )
         self._fingerprint = fingerprint(self.model_path, self.adapter_path)
 

@@ -87,9 +87,7 @@ class OpenAIBackend(base.JudgeBackend):
 
     def _make_client(self, sampling: Sampling) -> Any:
         settings = dict(self.client_settings)
-        if (
-            self.send_top_k
-        ):  # vLLM's sampling fields, explicit: the server's defaults come from the model folder
+        if self.send_top_k:  # vLLM's fields, explicit: a server's defaults come from the model folder
             sent = base.request_sampling(sampling, "")
             extras = {"top_k": sent["top_k"] or -1, "min_p": sent["min_p"]}
             extras["repetition_penalty"] = sent["repetition_penalty"]

@@ -136,7 +136,6 @@ class VLLMBackend(LocalBackend):
 
     name = "vllm"
     seeding = "SamplingParams.seed = request_seed(seed, request_id) per request"
-
     Options = VLLMOptions
 
     def __init__(

@@ -14,9 +14,6 @@ from perception_judge.core.schema import RESPONSE_KINDS
 from perception_judge.evaluation.benchmarks import common, mllm_judge, vlrewardbench
 from perception_judge.evaluation.benchmarks.pairs import PairItem
 
-SOURCE_PATH_OPTIONS: tuple[str, ...] = ("data_dir", "pair_file", "trainset_dir", "pairs_file")
-"""The options that name where the pairs are (one per source; :func:`infer_source` picks the source by them)."""
-
 
 class PairSourceOptions(common.JudgeOptions):
     """``split``: default ``validation`` (ppjd) or ``test`` (vlrewardbench)."""
