@@ -92,12 +92,9 @@ def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[st
 def headline(suite: str, table: dict[str, Any]) -> list[str]:
     """The columns of the report's table of a suite: its headline metrics that hold a number or a declared n/a
     (every metric for a suite that is not registered or reports none of them)."""
-    undefined = table.get("undefined") or {}
-    shown = [
-        m
-        for m in table["columns"]
-        if any(_mean(r, m) is not None for r in table["rows"]) or any(m in u for u in undefined.values())
-    ]
+    undefined = (table.get("undefined") or {}).values()
+    defined = {m for r in table["rows"] for m, (mean, _) in r["values"].items() if mean is not None}
+    shown = [m for m in table["columns"] if m in defined or any(m in u for u in undefined)]
     return (SUITES[suite].primary_metrics(shown) if suite in SUITES else []) or shown
 
 
@@ -123,14 +120,9 @@ def best_model(
             continue
         ranks = dict(zip(vals, map(float, rankdata([-v if hib else v for v in vals.values()]))))
         best = min(ranks, key=lambda m: (ranks[m], -order.get(m, 0)))
-        per_suite[suite] = {
-            "metric": pm,
-            "higher_is_better": hib,
-            "best": best,
-            "value": vals[best],
-            "tied_with": sorted(m for m in vals if m != best and vals[m] == vals[best]),
-            "n_ranked": len(vals),
-        }
+        tied = sorted(m for m in vals if m != best and vals[m] == vals[best])
+        per_suite[suite] = {"metric": pm, "higher_is_better": hib, "best": best, "value": vals[best]}
+        per_suite[suite] |= {"tied_with": tied, "n_ranked": len(vals)}
         for m, r in ranks.items():
             rank_sum.setdefault(m, []).append(r)
     if not rank_sum:

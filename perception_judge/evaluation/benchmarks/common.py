@@ -99,6 +99,11 @@ def first_field(record: dict[str, Any], names: Sequence[str]) -> Any:
     return next((record[n] for n in names if record.get(n) is not None and record.get(n) != ""), None)
 
 
+def mean_over_runs(runs: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
+    """Per metric, the mean over runs (seeds) of the runs where it is defined; None where it never is."""
+    return {k: M.mean(run.get(k) for run in runs) for k in dict.fromkeys(k for run in runs for k in run)}
+
+
 def two_texts(value: Any) -> bool:
     return isinstance(value, list) and len(value) == 2 and all(isinstance(r, str) for r in value)
 
@@ -428,12 +433,12 @@ class BenchmarkRun:
         return Judged(items, judgements, counts)
 
     def mean(self, metrics_of_seed: Callable[[int], dict[str, float | None]], prefix: str = "") -> dict:
-        """Per metric, the mean over seeds of ``metrics_of_seed(seed)`` where it is defined (None where it never
-        is); each seed's metrics are kept (``prefix`` + name) under ``extra["per_seed"]["seed<s>"]``."""
+        """:func:`mean_over_runs` of ``metrics_of_seed(seed)`` over the seeds; each seed's metrics are kept (``prefix``
+        + name) under ``extra["per_seed"]["seed<s>"]``."""
         runs = [metrics_of_seed(s) for s in self.seeds]
         for s, run in zip(self.seeds, runs):
             self.per_seed.setdefault(f"seed{s}", {}).update({prefix + k: v for k, v in run.items()})
-        return {k: M.mean(run.get(k) for run in runs) for k in dict.fromkeys(k for run in runs for k in run)}
+        return mean_over_runs(runs)
 
     def result(
         self,
