@@ -34,8 +34,7 @@ def _protocol_parser(
 
 PARSERS: dict[str, ParserFn] = {"protocol": _protocol_parser}
 """Score parsers by name: ``f(text, n, reasoning) -> (scores | None, error | None)``; the modules that define the
-others register them here (``mmjb`` and ``mmjb_strict`` in :mod:`.bias.prompts`, ``published`` and
-``published_prefix`` in :mod:`.benchmarks.published`)."""
+others register them here (:mod:`.bias.prompts`, :mod:`.benchmarks.published`, the preference benchmarks)."""
 
 
 def get_parser(name: str) -> ParserFn:
@@ -85,10 +84,8 @@ NEUTRAL_DECODING = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
 }
-"""The decoding fields a judge never uses, at their no-op values. Every backend sends them explicitly: unset, they
-are filled from the model folder's ``generation_config.json`` (transformers 5's ``generate``; a vLLM server's
-defaults) — a Qwen2.5-VL-derived checkpoint ships ``repetition_penalty`` 1.05, which neither training nor the other
-backends use."""
+"""The decoding fields a judge never uses, at their no-op values, sent explicitly by every backend: unset, they come
+from the model folder's ``generation_config.json`` (a Qwen2.5-VL-derived checkpoint ships ``repetition_penalty`` 1.05)."""
 
 
 def request_sampling(sampling: Sampling, request_id: str) -> dict[str, Any]:
@@ -221,15 +218,12 @@ def judge_items(
     counts: dict[str, int] | None = None,
     on_chunk: Callable[[list[Judgement]], None] | None = None,
 ) -> list[Judgement]:
-    """The judge loop of every suite: judge every item under every seed (``sampling.seed`` set per seed),
-    ``chunk_size`` items per backend call. An item's requests are built once per chunk (``build(item)``, which
-    loads its images or raises :class:`SkipItem`), and every seed of a chunk is judged before the next chunk is
-    built. Judgements come item by item within a chunk, chunk by chunk, seed by seed within a chunk.
-
-    ``counts`` (updated): ``skipped_<reason>``, ``judgments`` (requests x seeds), ``parse_failures`` (a
-    completion without the required scores) and ``backend_errors`` (the call itself failed: no completion).
-    ``on_chunk(judgements)`` is called with each chunk's judgements once all its seeds are done (for suites that
-    write their per-sample files as they go)."""
+    """The judge loop of every suite (docs/architecture.md): every item under every seed, ``chunk_size`` items per
+    backend call; an item's requests are built once per chunk (``build(item)`` loads its images or raises
+    :class:`SkipItem`) and every seed of a chunk is judged before the next is built. Judgements come seed by seed
+    within a chunk, item by item within a seed. ``counts`` (updated): ``skipped_<reason>``, ``judgments``,
+    ``parse_failures`` (no required scores) and ``backend_errors`` (no completion); ``on_chunk(judgements)`` gets
+    each chunk's judgements once all its seeds are done."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     counts = {} if counts is None else counts

@@ -234,11 +234,8 @@ def _model_entries(f: RunFlags, models: list[dict[str, Any]], kind: str) -> list
         name, sep, target = item.partition("=")
         if not sep:
             name, target = Path(item.rstrip("/")).name or item, item
-        spec = {
-            "fn" if kind == "scripted" else "model": target,
-            "adapter": f.adapter,
-            "base_model": f.base_model,
-        }
+        key = "fn" if kind == "scripted" else "model"
+        spec = {key: target, "adapter": f.adapter, "base_model": f.base_model}
         entries.append(ModelEntry(name, None, "model", {k: v for k, v in spec.items() if v}))
     if f.adapter and len(f.model) != 1:
         raise ValueError("--adapter applies to exactly one --model")

@@ -20,12 +20,6 @@ from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation import base
 
 
-def _standard(sampling: Sampling, request_id: str) -> dict[str, Any]:
-    """The OpenAI API's own sampling fields of a request (``temperature``, ``top_p``, ``max_tokens``, ``seed``)."""
-    sent = base.request_sampling(sampling, request_id)
-    return {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
-
-
 class OpenAIOptions(Options):
     """The served model's name, the server URLs (several = round robin in the client; default
     ``$OPENAI_BASE_URL``), the client's settings (as the teacher client's), ``send_top_k`` (see the module
@@ -107,8 +101,10 @@ class OpenAIBackend(base.JudgeBackend):
         )
 
         async def one(req: JudgeRequest, images: list[Any]) -> JudgeResult:
+            sent = base.request_sampling(sampling, req.request_id)  # the OpenAI API's own fields of it:
+            standard = {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
             try:
-                resp = await client.chat(req.messages, images, **_standard(sampling, req.request_id))
+                resp = await client.chat(req.messages, images, **standard)
             except Exception as e:  # LLMError after retries, or anything else: this request only
                 # LLMError's text is "reason: detail" with the server's message, already redacted
                 return base.error_result(

@@ -122,8 +122,7 @@ def require_file(path: Path, what: str) -> Path:
 
 def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str, Any]]:
     """Records of a JSONL file (blank lines skipped) or of a JSON file holding a list of objects (or ``{"data":
-    [...]}``, ``{"pairs": [...]}``). Read with :mod:`json`, not ``datasets``: benchmark records mix types across
-    rows, and a bad line must be named."""
+    [...]}``, ``{"pairs": [...]}``); :mod:`json`, not ``datasets``: records mix types, and a bad line is named."""
     path = require_file(Path(path), what)
     try:
         text = path.read_text(encoding="utf-8")
@@ -175,8 +174,7 @@ class Table:
         return any(isinstance(r.get(column), str) for r in self.rows)
 
     def view(self, columns: Sequence[str]) -> Any:
-        """Rows restricted to the given columns (those that exist), without decoding the others: text fields are
-        read through one view and image cells fetched per item through another."""
+        """Rows restricted to the given columns (those that exist), without decoding the others."""
         cols = [c for c in columns if c in self.columns]
         if isinstance(self.rows, list):
             return [{c: r.get(c) for c in cols} for r in self.rows]
@@ -220,12 +218,9 @@ def _is_datasets_folder(folder: Path) -> bool:
 
 
 def load_table(path: str | Path, split: str | None = None, what: str = "benchmark") -> Table:
-    """Load one split of a benchmark from ``path``:
-
-    * a ``.jsonl`` / ``.json`` / ``.parquet`` file;
-    * a folder written by ``datasets.save_to_disk`` (a ``Dataset``, or a ``DatasetDict`` → ``split``);
-    * a folder holding ``{split}.parquet``, ``{split}.jsonl``, ``{split}.json``, a ``{split}/`` datasets
-      folder, or parquet shards ``{split}-*.parquet`` (also under ``data/``, the Hugging Face hub layout)."""
+    """Load one split of a benchmark from ``path``: a ``.jsonl`` / ``.json`` / ``.parquet`` file, a
+    ``datasets.save_to_disk`` folder (a ``DatasetDict`` → ``split``), or a folder holding ``{split}.parquet``,
+    ``.jsonl``, ``.json``, a ``{split}/`` datasets folder or ``{split}-*.parquet`` shards (also under ``data/``)."""
     path = Path(path).expanduser()
     if not path.exists():
         raise BenchmarkFileMissing(f"{what}: no such file or folder {str(path)!r}")
@@ -292,9 +287,7 @@ class ImageSource:
                     candidates.append(resolve_under(root, cell))
                 except ImageError as e:
                     escaped = e
-            if (
-                escaped is not None and not candidates
-            ):  # the path itself leaves every root: never try its name
+            if escaped is not None and not candidates:  # the path leaves every root: never try its name
                 raise escaped
             for root in self.roots if len(Path(cell).parts) > 1 else ():
                 with contextlib.suppress(ImageError):
@@ -372,9 +365,8 @@ class Judged:
         return self._scores.get((i, variant, seed))
 
     def completion(self, i: int, variant: str, seed: int) -> str:
-        """The whole completion of that judgement as the published scripts read it (the reasoning a backend split
-        off back in front, :func:`~perception_judge.evaluation.benchmarks.published.whole_completion`); ``""``
-        for a failed call or a missing judgement."""
+        """That judgement's :func:`~.published.whole_completion` (as the published scripts read it); ``""`` for a
+        failed call or a missing judgement."""
         return self._texts.get((i, variant, seed), "")
 
     @property

@@ -86,18 +86,18 @@ def swap_verdict(verdict: str | None) -> str | None:
     return {"A": "B", "B": "A"}.get(verdict, verdict) if verdict is not None else None
 
 
-def ranking_from_scores(scores: Sequence[float]) -> str:
-    """Slot letters sorted by score, highest first. **Ties**: the later slot comes first (D before C), the
-    ordering of ``sorted(zip(scores, labels), reverse=True)`` that the published MLLM-as-a-Judge evaluators
+def ranking_from_scores(scores: Sequence[float], labels: str = SLOTS) -> str:
+    """Slot letters (``labels``) sorted by score, highest first. **Ties**: the later slot comes first (D before C),
+    the ordering of ``sorted(zip(scores, labels), reverse=True)`` that the published MLLM-as-a-Judge evaluators
     use, so equal scores give the same ranking as theirs.
 
     >>> ranking_from_scores([3, 9, 9, 1])
     'CBAD'
     """
-    if len(scores) > len(SLOTS):
-        raise ValueError(f"at most {len(SLOTS)} scores, got {len(scores)}")
+    if len(scores) > len(labels):
+        raise ValueError(f"at most {len(labels)} scores, got {len(scores)}")
     order = sorted(range(len(scores)), key=lambda i: (scores[i], i), reverse=True)
-    return "".join(SLOTS[i] for i in order)
+    return "".join(labels[i] for i in order)
 
 
 def levenshtein(a: str, b: str) -> int:

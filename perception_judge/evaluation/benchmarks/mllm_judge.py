@@ -18,9 +18,8 @@ from perception_judge.evaluation.benchmarks import common
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import (
     DESCRIPTIONS,
-    first_tag,
-    flex_batch_ranking,
-    notebook_batch_ranking,
+    block_ints,
+    published_ranking,
     request_parser,
     tag_ints,
 )
@@ -211,23 +210,21 @@ def published_prediction(setting: str, completion: str, gt: Any, rule: str) -> A
     * score: ``ceil(v/2)`` of the first tag integer ``v`` (the project's 1-10 prompt onto the 1-5 scale); the
       notebook makes a value above 5 a failure (-1), Flex keeps it (``test/evaluate.py`` lines 98-100: ``v[0]``,
       no range check, so 11 gives 6); ``flex_unmapped`` is ``v`` itself, what the unmodified script reads;
-    * batch: the notebook ranks the first ``len(gt)`` integers inside the ``<answer>`` blocks
-      (:func:`~perception_judge.evaluation.benchmarks.published.notebook_batch_ranking`), Flex every tag integer
-      (:func:`~perception_judge.evaluation.benchmarks.published.flex_batch_ranking`, lines 131-134)."""
+    * batch (:func:`~perception_judge.evaluation.benchmarks.published.published_ranking`): the notebook ranks the
+      first ``len(gt)`` integers inside the ``<answer>`` blocks, Flex **every** tag integer (lines 131-134: one
+      tag too many gives a longer ranking); none is a failure (distance 1.0)."""
     if rule not in PUBLISHED_RULES:
         raise ValueError(f"rule must be one of {list(PUBLISHED_RULES)}, got {rule!r}")
+    ints = tag_ints(completion)
     if setting == "pair":
-        ints = tag_ints(completion)
         return M.pair_verdict(ints[0], ints[1]) if len(ints) >= 2 else None
     if setting == "score":
-        first = first_tag(completion)
+        first = ints[0] if ints else None
         if rule == "flex_unmapped":
             return first
         mapped = None if first is None else M.ceil_half(first)
         return None if rule == "notebook" and mapped is not None and mapped > 5 else mapped
-    if rule == "notebook":
-        return notebook_batch_ranking(completion, len(gt)) or None
-    return flex_batch_ranking(completion) or None
+    return published_ranking(block_ints(completion)[: len(gt)] if rule == "notebook" else ints) or None
 
 
 def seed_predictions(

@@ -101,10 +101,7 @@ def group_accuracy(
     for i in idx:
         groups.setdefault(items[i].group, []).append(i)
     per = {g: M.mean(correct(i) for i in ids) for g, ids in sorted(groups.items())}
-    return {
-        "acc.macro": M.mean(per.values()),
-        **{f"acc.by_category.{slug(g)}": v for g, v in per.items()},
-    }
+    return {"acc.macro": M.mean(per.values()), **{f"acc.by_category.{slug(g)}": v for g, v in per.items()}}
 
 
 def order_accuracy(

@@ -24,6 +24,7 @@ from typing import Annotated
 from pydantic import AfterValidator
 
 from perception_judge.evaluation.base import PARSERS as PARSER_FNS
+from perception_judge.evaluation.benchmarks.metrics import ranking_from_scores
 
 TAG = re.compile(r"<answer>(\d+)</answer>")
 BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -99,28 +100,7 @@ def published_ranking(values: Sequence[float]) -> str:
     >>> published_ranking([3, 9, 9, 1, 12])
     'ECBAD'
     """
-    pairs = list(zip(values, LETTERS))
-    order = sorted(range(len(pairs)), key=lambda i: (pairs[i][0], i), reverse=True)
-    return "".join(pairs[i][1] for i in order)
-
-
-def notebook_batch_ranking(completion: str, gt_length: int) -> str:
-    """The Perception-Judge notebook's batch prediction: :func:`published_ranking` of the first ``gt_length``
-    :func:`block_ints` (``[:len(gt)]``); ``""`` (distance 1.0) when there is none."""
-    return published_ranking(block_ints(completion)[:gt_length])
-
-
-def flex_batch_ranking(completion: str) -> str:
-    """Flex-Judge's batch prediction (``test/evaluate.py`` lines 131-134): :func:`published_ranking` of **every**
-    tag integer, never cut to the number of answers (one tag too many gives a longer ranking)."""
-    return published_ranking(tag_ints(completion))
-
-
-def first_tag(completion: str) -> int | None:
-    """The first tag integer, whatever its range (``test/evaluate.py`` lines 98-100: ``v[0]``); None when there is
-    none (Flex's ``-1``)."""
-    ints = tag_ints(completion)
-    return ints[0] if ints else None
+    return ranking_from_scores(list(values)[: len(LETTERS)], LETTERS)
 
 
 def _check_parser(value: str) -> str:

@@ -89,11 +89,10 @@ def load_items(
         item_id = f"{record_id}#row{i}" if record_id in seen_ids else record_id
         seen_ids.add(item_id)
         load, check = (functools.partial(f, i, where) for f in (images.load, images.check))
-        items.append(
-            pairs.PairItem(
-                item_id, question, list(responses), preferred, group, names, record_id, load, check
-            )
+        item = pairs.PairItem(
+            item_id, question, list(responses), preferred, group, names, record_id, load, check
         )
+        items.append(item)
     return items, counts, table.path
 
 
