@@ -116,12 +116,9 @@ def pair_verdict(scores: list[float] | None, correct_slot: int) -> str:
 
 
 def pair_accuracy(correct: int, ties: int, fails: int, n: int) -> float | None:
-    """Pair accuracy with ties as half credit: ``(correct + ties / 2) / n``.
-
-    ``n`` counts every judgement that got an answer from the engine (``correct + ties + wrong + fails``); a parse
-    failure earns 0. A judge that ignores the image scores 0.5 in expectation, whether it ties or guesses.
-    None when ``n == 0``.
-    """
+    """Pair accuracy with ties as half credit: ``(correct + ties / 2) / n``, ``n`` every judgement that got an answer
+    from the engine (``correct + ties + wrong + fails``; a parse failure earns 0); None when ``n == 0``. A judge
+    that ignores the image scores 0.5 in expectation, whether it ties or guesses."""
     if n <= 0:
         return None
     if correct + ties + fails > n:
@@ -134,9 +131,8 @@ def wilson_interval(successes: float, n: int, z: float = 1.959964) -> tuple[floa
 
         centre = (p + z^2 / 2n) / (1 + z^2 / n),  half = z sqrt(p (1 - p) / n + z^2 / 4n^2) / (1 + z^2 / n)
 
-    ``successes`` may be fractional (ties as half credit). The two orders of one pair are counted as separate
-    judgements, so the interval is somewhat narrower than one over independent pairs. None when ``n == 0``.
-    """
+    ``successes`` may be fractional (ties as half credit); the two orders of one pair count as separate judgements
+    (a somewhat narrower interval than over independent pairs). None when ``n == 0``."""
     if n <= 0:
         return None
     p = min(1.0, max(0.0, successes / n))

@@ -101,14 +101,10 @@ def headline(suite: str, table: dict[str, Any]) -> list[str]:
 def best_model(
     tables: dict[str, dict[str, Any]], protocols: dict[str, dict[str, Any]], models: list[str]
 ) -> dict[str, Any]:
-    """The best model overall and per suite.
-
-    Criterion: per suite, rank the models by the suite's primary metric (:func:`primary_metric`), in its declared
-    direction, ties sharing the mean rank; the best model has the lowest mean rank over the suites it was evaluated
-    on (models missing a suite's primary metric are not ranked there). Ties go to the model with more suites, then
-    the later step. Control suites (``protocol["control"]``, e.g. ``perception_mismatched``: a good judge sits at
-    chance there) and metrics without a direction are reported but never ranked.
-    """
+    """The best model overall and per suite: per suite, the models ranked by its :func:`primary_metric` in its
+    declared direction (ties share the mean rank; a model without it is not ranked there); the best model has the
+    lowest mean rank over its suites, ties going to more suites, then the later step. Control suites
+    (``protocol["control"]``, e.g. ``perception_mismatched``) and metrics without a direction are never ranked."""
     per_suite: dict[str, Any] = {}
     rank_sum: dict[str, list[float]] = {}
     order = {m: i for i, m in enumerate(models)}

@@ -252,14 +252,10 @@ def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None
 
 
 def combine_runs(reports: Sequence[BiasReport]) -> dict[str, Any]:
-    """Aggregate k runs (one per seed) of the same judge.
-
-    * every per-bias, category and overall value: mean over runs and sample std (ddof=1; None for k=1);
-    * ``inter_run_var``   = sample variance of the run-level overall values (ddof=1; None for k=1);
-    * ``inter_sample_var`` = mean over runs of the population variance of the pooled per-sample values.
-
-    The leaderboard's variance scaling is unpublished; these are unscaled.
-    """
+    """Aggregate k runs (one per seed) of the same judge: every per-bias, category and overall value's mean over
+    runs and sample std (ddof=1; None for k=1); ``inter_run_var`` = the sample variance of the run-level overall
+    values (None for k=1); ``inter_sample_var`` = the mean over runs of the population variance of the pooled
+    per-sample values. Unscaled (the leaderboard's variance scaling is unpublished)."""
     if not reports:
         raise ValueError("combine_runs needs at least one report")
 

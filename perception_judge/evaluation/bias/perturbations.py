@@ -248,9 +248,8 @@ class BiasSide:
 
 @dataclass
 class BiasPair:
-    """An unbiased and a biased input sharing one response. ``meta`` holds the MM-JudgeBias metadata fields
-    (``bias_category``, ``task_type``, ``domain_type``, ``difficulty``, ``unbiased_source``, ``biased_source``)
-    plus generator details."""
+    """An unbiased and a biased input sharing one response; ``meta``: the MM-JudgeBias metadata fields
+    (:data:`~.loader.META_FIELDS`) plus generator details."""
 
     pair_id: int
     bias_type: str
@@ -314,12 +313,9 @@ def build_pairs(
     seed: int = 0,
     insertion_mode: str = "keywords",
 ) -> list[BiasPair]:
-    """Pairs for every requested bias type (canonical order, ids 0..N-1 in blocks by type, as upstream).
-
-    ``n_per_type`` items per type are drawn (seeded) from the eligible ones (None = all); types 1-6, 8, 9 use
-    image items (6 needs a caption), type 7 text-only items. A type without an eligible item raises
-    ``ValueError`` naming it.
-    """
+    """Pairs for every requested bias type (canonical order, ids 0..N-1 in blocks by type, as upstream):
+    ``n_per_type`` items per type drawn (seeded) from the eligible ones (None = all): types 1-6, 8, 9 image items
+    (6 with a caption), type 7 text-only items. A type without an eligible item raises ``ValueError`` naming it."""
     pairs: list[BiasPair] = []
     for spec in select(bias_types):
         rng = random.Random(f"bias-pairs:{seed}:{spec.bias_type}")
