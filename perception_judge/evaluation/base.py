@@ -313,8 +313,7 @@ class Suite:
     run: Callable[[JudgeBackend, SuiteConfig], SuiteResult]
 
     def parse(self, values: Options | Mapping[str, Any] | None) -> Options:
-        """The typed, defaults-filled options; an unknown key or a bad value raises ``OptionError`` naming
-        ``SUITE.KEY`` and what it allows."""
+        """The typed, defaults-filled options; a bad key or value raises ``OptionError`` naming ``SUITE.KEY``."""
         if isinstance(values, self.options):
             return values
         return self.options.parse(values, self.name, f"option of the {self.name} suite")

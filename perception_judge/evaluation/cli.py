@@ -286,8 +286,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _quiet() -> None:
-    """Progress bars off and library warnings only, without importing transformers / datasets (the plan is checked
-    first, in well under a second)."""
+    """Progress bars off and library warnings only, without importing transformers / datasets (fast)."""
     from perception_judge.evaluation.base import set_progress
 
     set_progress(False)

@@ -223,8 +223,6 @@ def resolve(
         merge(job, layer)
     config = JobConfig.parse(job, "", what="key in the eval job")
     suites = tuple(config.suites or DEFAULT_SUITES)
-    if not suites:
-        raise OptionError("suites: no suite to run")
     options = dict(config.options or {})
     if unknown := [s for s in (*suites, *options) if s not in SUITES]:
         raise OptionError(f"suites: unknown suite {unknown[0]!r}; available: {', '.join(SUITES)}")

@@ -51,8 +51,7 @@ def collect_cells(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def model_order(cells: list[dict[str, Any]], names: list[str] | None = None) -> list[str]:
-    """``names`` first (then any other model by name); without them by step (base first, final last among equal
-    steps), then name."""
+    """``names`` first, then the others by name; without names by step (base first, final last), then name."""
     if names:
         return names + sorted({c["model"] for c in cells} - set(names))
     info = {
@@ -62,13 +61,13 @@ def model_order(cells: list[dict[str, Any]], names: list[str] | None = None) -> 
     return sorted(info, key=lambda m: (*info[m], m))
 
 
-def build_rows(cells: list[dict[str, Any]], order: list[str] | None = None) -> list[dict[str, Any]]:
-    """Long-format rows: one per (model, suite, metric), mean and sample std over the finished seeds."""
+def build_rows(cells: list[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
+    """Long-format rows, one per (model in ``order``, suite, metric): mean and std over the finished seeds."""
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for c in sorted((c for c in cells if c.get("status") == "done"), key=lambda c: c["seed"]):
         grouped.setdefault((c["model"], c["suite"]), []).append(c)
     rows = []
-    for model in order or model_order(cells):
+    for model in order:
         for suite in sorted(s for m, s in grouped if m == model):
             cs = grouped[model, suite]
             head = (model, cs[-1].get("step"), cs[-1].get("kind", "model"), suite)

@@ -75,8 +75,7 @@ def _final_step(run: RunInfo, checkpoints: list[ModelEntry]) -> int | None:
 
 
 def discover_models(run: RunInfo) -> list[ModelEntry]:
-    """``base`` (its ``base_model``, step 0), every complete ``checkpoint-<N>`` (by step) and ``final`` (the run's
-    root) of a run."""
+    """``base`` (step 0), every complete ``checkpoint-<N>`` (by step) and ``final`` (the run's root) of a run."""
     ckpts: list[ModelEntry] = []
     for folder in map(run.run_dir.joinpath, list_checkpoints(run.run_dir)):  # by step
         if (spec := _model_spec(folder, run)) is not None:
@@ -289,8 +288,7 @@ def _todo(
 
 
 def _finish(cell: dict[str, Any], path: Path, load_s: float, fp: str) -> dict[str, Any]:
-    """Time a cell, count its attempts (a failed cell with the same settings as the last failure: one more) and
-    write it."""
+    """Time a cell, count its attempts (one more after a failure with the same settings), write it."""
     cell |= {"model_load_seconds": round(load_s, 3), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if cell["status"] == "failed":
         previous = read_cell(path) or {}

@@ -69,8 +69,7 @@ IntList = Annotated[list[int], BeforeValidator(_ints)]
 
 
 class JudgeOptions(Options):
-    """Options of every benchmark suite: items per backend call, and a square size for the images (default: the
-    backend's pixel policy)."""
+    """Options of every benchmark suite: items per backend call, a square image size (default: the pixel policy)."""
 
     model_config = ConfigDict(validate_default=True)
     chunk_size: int = Field(64, ge=1)

@@ -35,15 +35,13 @@ METRICS: dict[str, Metric] = {
 
 
 def mean(values: Iterable[float | None]) -> float | None:
-    """Arithmetic mean Σx / n of the values that are not None (:func:`statistics.fmean`); None when there are
-    none."""
+    """Arithmetic mean Σx / n of the values that are not None (:func:`statistics.fmean`); None when none."""
     xs = [float(v) for v in values if v is not None]
     return statistics.fmean(xs) if xs else None
 
 
 def median(values: Iterable[float | None]) -> float | None:
-    """Median of the values that are not None (mean of the two middle values for an even count,
-    :func:`statistics.median`); None if there are none."""
+    """Median of the values that are not None (:func:`statistics.median`); None if there are none."""
     xs = [float(v) for v in values if v is not None]
     return statistics.median(xs) if xs else None
 
@@ -81,8 +79,7 @@ def pair_verdict(s1: float, s2: float) -> str:
 
 
 def swap_verdict(verdict: str | None) -> str | None:
-    """The verdict with the two responses' positions exchanged (A↔B; C and None unchanged). Used to un-swap
-    a judgment made on the swapped order."""
+    """The verdict with the two responses' positions exchanged (A↔B; C and None unchanged): un-swaps."""
     return {"A": "B", "B": "A"}.get(verdict, verdict) if verdict is not None else None
 
 

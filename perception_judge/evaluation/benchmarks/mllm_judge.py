@@ -107,8 +107,7 @@ def _answer(value: Any, what: str, path: Path, row: int) -> tuple[str, str | Non
 
 
 def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
-    """Items of one setting, and counts of the records left out (``skipped_no_gt``, ``skipped_gt_short``,
-    ``skipped_bad_answers``)."""
+    """Items of one setting, and counts of the records left out (``skipped_<reason>``)."""
     records = common.read_jsonl(path, f"MLLM-as-a-Judge {setting} file")
     items: list[Item] = []
     counts: dict[str, int] = {"records": len(records)}
@@ -160,8 +159,7 @@ def setting_file(setting: str, explicit: Path | None, data_dir: Path | None) -> 
 
 
 def image_source(images_dir: Path | None, files: list[Path], missing: str) -> common.ImageSource:
-    """The benchmark's images: under ``images_dir``, else each file's folder, its parent, and ``image/`` under
-    either."""
+    """The images: under ``images_dir``, else each file's folder, its parent, and ``image/`` under either."""
     roots = (
         r for f in files for r in (f.parent, f.parent.parent, f.parent / "image", f.parent.parent / "image")
     )

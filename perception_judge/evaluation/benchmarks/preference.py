@@ -30,8 +30,7 @@ METRICS = {**M.METRICS, "acc": Metric(chance=0.5), "acc_both_orders": Metric(cha
 
 
 class PreferenceOptions(common.BenchmarkOptions):
-    """``prompt``: the project's pair prompt or the benchmark's; ``parser=published`` (the benchmark's reading)
-    needs ``prompt=published``."""
+    """``prompt``: the project's pair prompt or the benchmark's (``parser=published`` needs ``published``)."""
 
     data_dir: common.DataPath
     prompt: Literal["project", "published"] = "project"

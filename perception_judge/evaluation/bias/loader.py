@@ -57,8 +57,7 @@ class LoadReport:
 
 
 def _read_records(path: Path, split: str) -> list[dict[str, Any]]:
-    """The rows through the benchmarks' one table loader, image columns as undecoded ``{bytes, path}`` cells
-    (nothing is decoded at load time)."""
+    """The rows through the benchmarks' table loader, image cells left undecoded (``{bytes, path}``)."""
     from datasets import Image, load_dataset
 
     try:

@@ -130,8 +130,7 @@ def sample_file(out_dir: Path, seed: int, pair_id: Any) -> Path:
 
 
 def _stored_texts(path: Path, model_key: str, resume_key: str) -> dict[str, str]:
-    """The completed sides (text, no backend error) of an earlier run with the same prompt, decoding and judge,
-    with their reasoning."""
+    """The completed sides (and reasoning) of an earlier run with the same prompt, decoding and judge."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
