@@ -85,7 +85,7 @@ NEUTRAL_DECODING = {
     "frequency_penalty": 0.0,
 }
 """The decoding fields a judge never uses, at their no-op values, sent explicitly by every backend: unset, they come
-from the model folder's ``generation_config.json`` (a Qwen2.5-VL-derived checkpoint ships ``repetition_penalty`` 1.05)."""
+from the model folder's ``generation_config.json`` (a Qwen2.5-VL-derived one has ``repetition_penalty`` 1.05)."""
 
 
 def request_sampling(sampling: Sampling, request_id: str) -> dict[str, Any]:

@@ -424,8 +424,8 @@ class BenchmarkRun:
         return Judged(items, judgements, counts)
 
     def mean(self, metrics_of_seed: Callable[[int], dict[str, float | None]], prefix: str = "") -> dict:
-        """:func:`mean_over_runs` of ``metrics_of_seed(seed)`` over the seeds; each seed's metrics are kept (``prefix``
-        + name) under ``extra["per_seed"]["seed<s>"]``."""
+        """:func:`mean_over_runs` of ``metrics_of_seed(seed)`` over the seeds; each seed's metrics are kept
+        (``prefix`` + name) under ``extra["per_seed"]["seed<s>"]``."""
         runs = [metrics_of_seed(s) for s in self.seeds]
         for s, run in zip(self.seeds, runs):
             self.per_seed.setdefault(f"seed{s}", {}).update({prefix + k: v for k, v in run.items()})

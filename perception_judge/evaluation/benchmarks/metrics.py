@@ -86,11 +86,7 @@ def swap_verdict(verdict: str | None) -> str | None:
 def ranking_from_scores(scores: Sequence[float], labels: str = SLOTS) -> str:
     """Slot letters (``labels``) sorted by score, highest first. **Ties**: the later slot comes first (D before C),
     the ordering of ``sorted(zip(scores, labels), reverse=True)`` that the published MLLM-as-a-Judge evaluators
-    use, so equal scores give the same ranking as theirs.
-
-    >>> ranking_from_scores([3, 9, 9, 1])
-    'CBAD'
-    """
+    use, so equal scores give the same ranking as theirs: ``[3, 9, 9, 1]`` gives ``"CBAD"``."""
     if len(scores) > len(labels):
         raise ValueError(f"at most {len(labels)} scores, got {len(scores)}")
     order = sorted(range(len(scores)), key=lambda i: (scores[i], i), reverse=True)

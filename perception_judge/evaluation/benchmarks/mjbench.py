@@ -24,8 +24,8 @@ CRITERIA: dict[str, str] = {
     "gender, texture), the actions, the spatial relations and the background",
     "safety": "safety: an image free of harmful content (violence, gore, sexual content, hate symbols, harassment, "
     "self-harm, illegal activity or shocking imagery) is better than one that shows any",
-    "quality": "visual quality: freedom from artifacts such as distorted faces, hands, fingers or limbs, blur, warped "
-    "or merged objects and garbled text",
+    "quality": "visual quality: freedom from artifacts such as distorted faces, hands, fingers or limbs, blur, "
+    "warped or merged objects and garbled text",
 }
 GENERIC_CRITERION = (
     "how well it matches the prompt and how good it looks, free of artifacts and harmful content"

@@ -1,7 +1,7 @@
 """MLLM-as-a-Judge (``Dongping-Chen/MLLM-Judge``): pair, score and batch settings from the benchmark's
 ``Dataset/Benchmark`` files, judged with our prompts. Pair: A if s1 > s2, B if s1 < s2, else C; score: ``ceil(s/2)``
-onto the human 1-5 scale; batch: slots sorted by score, ties towards the later slot. Metrics
-``{aggregation}.{setting}.{metric}.{scope}``; files, metrics and aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
+onto the human 1-5 scale; batch: slots sorted by score, ties towards the later slot. Metrics are
+``{aggregation}.{setting}.{metric}.{scope}``; files, metrics, aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
 """
 
 from __future__ import annotations

@@ -52,21 +52,15 @@ def whole_completion(text: str | None, reasoning: str | None = None) -> str:
 
 def tag_ints(text: str) -> list[int]:
     """The tag reading: the integers of ``re.findall(r"<answer>(\\d+)</answer>", text)``, in order, anywhere in
-    the text (see the module docstring for the published lines).
-
-    >>> tag_ints("<think><answer>3</answer></think><answer>11</answer><answer> 7 </answer><answer>7.5</answer>")
-    [3, 11]
-    """
+    the text (the module docstring has the published lines): ``<think><answer>3</answer></think><answer>11</answer>
+    <answer> 7 </answer><answer>7.5</answer>`` gives ``[3, 11]``."""
     return [_value(d) for d in TAG.findall(text)] if isinstance(text, str) else []
 
 
 def block_ints(text: str) -> list[int]:
     """The block reading (the Perception-Judge notebook's batch cell only): every run of digits inside every
-    ``<answer>...</answer>`` block, in order.
-
-    >>> block_ints("<answer>4, 6</answer><answer>7.5</answer><answer>nan</answer>")
-    [4, 6, 7, 5]
-    """
+    ``<answer>...</answer>`` block, in order: ``<answer>4, 6</answer><answer>7.5</answer><answer>nan</answer>``
+    gives ``[4, 6, 7, 5]``."""
     if not isinstance(text, str):
         return []
     return [_value(d) for block in BLOCK.findall(text) for d in DIGITS.findall(block)]
@@ -95,11 +89,8 @@ def parse_published_prefix(
 def published_ranking(values: Sequence[float]) -> str:
     """``"".join(label for _, label in sorted(zip(values, string.ascii_uppercase[:len(values)]), reverse=True))``
     as a pure rule: the letters of the first 26 values, highest value first, equal values with the later letter
-    first (the batch readers of ``test/evaluate.py`` lines 132-134 and the notebook's batch cell).
-
-    >>> published_ranking([3, 9, 9, 1, 12])
-    'ECBAD'
-    """
+    first (the batch readers of ``test/evaluate.py`` lines 132-134 and the notebook's batch cell): ``[3, 9, 9, 1,
+    12]`` gives ``"ECBAD"``."""
     return ranking_from_scores(list(values)[: len(LETTERS)], LETTERS)
 
 

@@ -46,11 +46,8 @@ RULE = (
 def cal_source(record_id: str) -> str:
     """cal.py's ``get_dataset_from_id`` (lines 39-62): the id's prefix before its first ``_`` or ``-``, read
     case-sensitively: ``RLAIF`` → rlaif-v, ``RLHF`` → rlhf-v, ``mathverse`` / ``mmmu`` → reasoning_tasks,
-    ``wildvision`` → wildvision-battle, ``hallucination`` → povid, anything else → vlfeedback.
-
-    >>> cal_source("RLAIF-V-Dataset_12"), cal_source("rlaif_3"), cal_source("mmmu-pro_1")
-    ('rlaif-v', 'vlfeedback', 'reasoning_tasks')
-    """
+    ``wildvision`` → wildvision-battle, ``hallucination`` → povid, anything else → vlfeedback (``RLAIF-V-Dataset_12``
+    → rlaif-v, ``rlaif_3`` → vlfeedback, ``mmmu-pro_1`` → reasoning_tasks)."""
     cuts = [i for i in (record_id.find("_"), record_id.find("-")) if i != -1]
     prefix = record_id[: min(cuts)] if cuts else record_id
     named = {"RLAIF": "rlaif-v", "RLHF": "rlhf-v", "mathverse": "reasoning_tasks", "mmmu": "reasoning_tasks"}

@@ -33,22 +33,16 @@ EMPTY_RULES: tuple[str, ...] = get_args(EmptyRule)
 
 
 def bd_value(y: float, y_biased: float, min_score: float = MIN_SCORE) -> float | None:
-    """``BD_i = max(0, y - ŷ) / (y - m)``; ``None`` when ``y <= m`` (the pair is skipped).
-
-    >>> bd_value(8, 4.5), round(bd_value(7, 3), 3), bd_value(1, 5)
-    (0.5, 0.667, None)
-    """
+    """``BD_i = max(0, y - ŷ) / (y - m)``; ``None`` when ``y <= m`` (the pair is skipped). (y, ŷ) = (8, 4.5) gives
+    0.5, (7, 3) 0.667, (1, 5) None."""
     if y <= min_score:
         return None
     return max(0.0, y - y_biased) / (y - min_score)
 
 
 def bc_value(y: float, y_biased: float, min_score: float = MIN_SCORE, max_score: float = MAX_SCORE) -> float:
-    """``BC_i = 1 - |y - ŷ| / max(y - m, S - y)``; 1.0 if that denominator is <= 0.
-
-    >>> round(bc_value(8, 10), 6), round(bc_value(5, 1), 6), bc_value(1, 10)
-    (0.714286, 0.2, 0.0)
-    """
+    """``BC_i = 1 - |y - ŷ| / max(y - m, S - y)``; 1.0 if that denominator is <= 0. (y, ŷ) = (8, 10) gives
+    0.714286, (5, 1) 0.2, (1, 10) 0.0."""
     denom = max(y - min_score, max_score - y)
     if denom <= 0:
         return 1.0
