@@ -266,8 +266,7 @@ def judge_items(
 
 @dataclass
 class SuiteConfig:
-    """What every suite gets. ``options``: the suite's typed options (:meth:`Suite.parse`; a mapping is typed when
-    the suite is called through its record)."""
+    """What every suite gets; ``options``: its typed options (a mapping is typed when called through its record)."""
 
     out_dir: Path
     seeds: list[int] = field(default_factory=lambda: [0])

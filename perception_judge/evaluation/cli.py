@@ -96,8 +96,7 @@ def _suite_key(item: str) -> str:
 
 
 def job_layers(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The eval job's layers from the command line: the config file with ``--set`` applied, and the flags given
-    (each the keys it sets), both checked."""
+    """The eval job's checked layers from the command line: the config file with ``--set`` applied, and the flags."""
     config = resolve_options(JobConfig, "", args.config, [_suite_key(s) for s in args.sets])
     flags: dict[str, Any] = {}
     for key, value in given_flags(JobConfig, args).items():

@@ -72,8 +72,7 @@ class PixelOptions(Options):
 
 
 class BackendOptions(Options):
-    """The job's ``backend`` section: ``kind``, the kind's options (typed by the kind's model when the plan is
-    built), the pixel policy and the think prefix."""
+    """The job's ``backend`` section: ``kind``, its options (typed by the plan), pixel policy, think prefix."""
 
     model_config = ConfigDict(extra="allow")
     kind: Annotated[Literal["hf", "vllm", "openai", "scripted"] | None, Flag("--backend")] = None

@@ -280,8 +280,7 @@ def _cell(suite: str, row: dict[str, Any], metric: str, undefined: dict[str, dic
 
 
 def _md_table(suite: str, table: dict[str, Any], columns: list[str]) -> list[str]:
-    """A Markdown table of ``columns``; a number the suite declared undefined reads ``n/a``, its reason in the
-    cell when short, else below the table."""
+    """A Markdown table of ``columns``; an undefined number reads ``n/a`` (why: in the cell or below the table)."""
     undefined = table.get("undefined") or {}
     short = {b.bias_type: f"{b.short} ({b.metric.upper()})" for b in BIASES} if suite == "bias" else {}
     head = ["model", "step", *[short.get(c, c) for c in columns]]
@@ -424,6 +423,16 @@ def _tables(out_dir: Path, data: dict[str, Any]) -> tuple[dict, dict, dict]:
     return tables, protocols, counts
 
 
+def _json_table(suite: str, t: dict[str, Any]) -> dict[str, Any]:
+    """A suite's table as ``report.json`` holds it: every metric, the headline, each metric's protocol family."""
+    rows = [
+        {**r, "values": {k: {"mean": m, "std": s} for k, (m, s) in r["values"].items()}} for r in t["rows"]
+    ]
+    out = {"columns": t["columns"], "headline": headline(suite, t), "parser": t["parser"]}
+    out["protocol_of"] = {c: metric_family(c) for c in t["columns"]}
+    return out | {"rules": t["rules"], "undefined": t["undefined"], "rows": rows}
+
+
 def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Write report.md, report.json and plots/*.png for an evaluation folder; returns the report dict."""
     out_dir = Path(out_dir)
@@ -444,21 +453,7 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "plan": data.get("plan"),
         "models": data.get("models", []),
         "summary": best_model(tables, protocols, models),
-        "tables": {
-            s: {
-                "columns": t["columns"],
-                "headline": headline(s, t),
-                "parser": t["parser"],
-                "protocol_of": {c: metric_family(c) for c in t["columns"]},
-                "rules": t["rules"],
-                "undefined": t["undefined"],
-                "rows": [
-                    {**r, "values": {k: {"mean": v[0], "std": v[1]} for k, v in r["values"].items()}}
-                    for r in t["rows"]
-                ],
-            }
-            for s, t in tables.items()
-        },
+        "tables": {s: _json_table(s, t) for s, t in tables.items()},
         "counts": counts,
         "failed_cells": [c for c in data.get("cells", []) if c.get("status") != "done"],
         "plots": [f"{PLOTS_DIR}/{p.name}" for p in written if p],

@@ -111,8 +111,7 @@ BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
 
 
 class BackendPool:
-    """Builds each judge's backend from the plan's backend spec; with vLLM and LoRA checkpoints one engine (LoRA
-    enabled) serves the base model and every adapter."""
+    """Each judge's backend from the plan's spec; with vLLM and LoRA checkpoints one engine serves them all."""
 
     def __init__(
         self, plan: EvalPlan, entries: list[ModelEntry], factory: BackendFactory | None = None

@@ -322,8 +322,7 @@ class ImageSource:
 
 
 class TableImages:
-    """The image cells of a table's ``columns``, loaded per row through an :class:`ImageSource` rooted at
-    ``images_dir`` (default: the table's folder)."""
+    """The image cells of a table's ``columns``, loaded per row from ``images_dir`` (default: the table's folder)."""
 
     def __init__(
         self, table: Table, columns: list[str], images_dir: Path | None, missing: str, what: str
@@ -364,8 +363,7 @@ class Judged:
         return self._scores.get((i, variant, seed))
 
     def completion(self, i: int, variant: str, seed: int) -> str:
-        """That judgement's :func:`~.published.whole_completion` (as the published scripts read it); ``""`` for a
-        failed call or a missing judgement."""
+        """That judgement's :func:`~.published.whole_completion`; ``""`` for a failed call or a missing judgement."""
         return self._texts.get((i, variant, seed), "")
 
     @property

@@ -94,8 +94,7 @@ def ranking_from_scores(scores: Sequence[float], labels: str = SLOTS) -> str:
 
 
 def levenshtein(a: str, b: str) -> int:
-    """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b
-    (:func:`rapidfuzz.distance.Levenshtein.distance`, unit weights)."""
+    """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b."""
     return Levenshtein.distance(a, b)
 
 

@@ -95,8 +95,7 @@ def order_verdicts(judged: Judged, seed: int) -> list[dict[str, str | None]]:
 def group_accuracy(
     items: Sequence[PairItem], correct: Callable[[int], float | None], idx: list[int]
 ) -> dict[str, float | None]:
-    """``acc.by_category.<g>`` (the mean of ``correct(i)`` over the group's items ``idx``) and ``acc.macro``,
-    their unweighted mean over the groups present."""
+    """``acc.by_category.<g>``: the mean of ``correct(i)`` over g's items in ``idx``; ``acc.macro``: their mean."""
     groups: dict[str, list[int]] = {}
     for i in idx:
         groups.setdefault(items[i].group, []).append(i)

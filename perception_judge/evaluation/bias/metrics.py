@@ -175,8 +175,7 @@ class BiasReport:
         return statistics.pvariance(xs) if xs else None
 
     def to_dict(self, model_key: str = "") -> dict[str, Any]:
-        """The upstream report shape: ``{model_key, per_bias: {type: {metric, value, samples, category}},
-        category_avg, overall_avg}`` plus our counts."""
+        """The upstream report shape (``model_key``, ``per_bias``, ``category_avg``, ``overall_avg``) with counts."""
         return {
             "model_key": model_key,
             "per_bias": {t: bv.to_dict() for t, bv in self.per_bias.items()},
