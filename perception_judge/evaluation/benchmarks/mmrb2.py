@@ -67,9 +67,8 @@ def judge_prompt(task: str) -> str:
         return REASONING_PROMPT
     kind, names = RUBRICS[task].split(": ")
     rubric = "\n".join(f"- {n}: which response {CRITERIA[n]}" for n in names.split())
-    return RUBRIC_PROMPT.format(
-        kind=kind, rubric=rubric, keys=", ".join(f'"{n}": "..."' for n in names.split())
-    )
+    keys = ", ".join(f'"{n}": "..."' for n in names.split())
+    return RUBRIC_PROMPT.format(kind=kind, rubric=rubric, keys=keys)
 
 
 def _unfenced(text: str) -> str:  # api_pairwise_evaluator.py lines 69-70

@@ -84,9 +84,8 @@ def project_messages(item: ContentPair, parts: list[list[list[Any]]]) -> list[di
     messages = build_messages("pair", texts[0], texts[1:], n_images=lead)
     head, *rest = messages[1]["content"][-1]["text"].split(IMAGE)
     inline = [["text", head], *(p for piece in rest for p in (["image", None], ["text", piece]))]
-    messages[1]["content"][lead:] = user_turn([p for p in inline if p[0] == "image" or p[1].strip()])[0][
-        "content"
-    ]
+    blocks = user_turn([p for p in inline if p[0] == "image" or p[1].strip()])[0]["content"]
+    messages[1]["content"][lead:] = blocks
     return messages
 
 
