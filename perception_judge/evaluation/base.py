@@ -1,10 +1,6 @@
-"""The evaluation contracts and the one judge loop.
-
-A backend (:class:`JudgeBackend`) turns judge requests into results, parsing completions with the parser each
-request names (:data:`PARSERS`); a failed call gives :func:`error_result`, never an exception. A suite (its
-record, :class:`Suite`) judges with :func:`judge_items` and returns flat ``{name: float | None}`` metrics (``None``
-= no data, never a silent 0.0) whose meaning it declares (:class:`Metric`).
-"""
+"""The evaluation contracts and the one judge loop (docs/architecture.md "The judge loop"): backends
+(:class:`JudgeBackend`; a failed call gives an :func:`error_result`, never an exception) and their parsers
+(:data:`PARSERS`), :func:`judge_items`, a suite's record (:class:`Suite`) and its metric declarations."""
 
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ def _protocol_parser(
 
 PARSERS: dict[str, ParserFn] = {"protocol": _protocol_parser}
 """Score parsers by name: ``f(text, n, reasoning) -> (scores | None, error | None)``; the modules that define the
-others register them here (``mmjb`` and ``mmjb_strict`` in :mod:`.bias.prompts`, ``published`` and
-``published_prefix`` in :mod:`.benchmarks.published`)."""
+others register them here (:mod:`.bias.prompts`, :mod:`.benchmarks.published`, the preference benchmarks)."""
 
 
 def get_parser(name: str) -> ParserFn:
@@ -89,10 +84,8 @@ NEUTRAL_DECODING = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
 }
-"""The decoding fields a judge never uses, at their no-op values. Every backend sends them explicitly: unset, they
-are filled from the model folder's ``generation_config.json`` (transformers 5's ``generate``; a vLLM server's
-defaults) — a Qwen2.5-VL-derived checkpoint ships ``repetition_penalty`` 1.05, which neither training nor the other
-backends use."""
+"""The decoding fields a judge never uses, at their no-op values, sent explicitly by every backend: unset, they come
+from the model folder's ``generation_config.json`` (a Qwen2.5-VL-derived one has ``repetition_penalty`` 1.05)."""
 
 
 def request_sampling(sampling: Sampling, request_id: str) -> dict[str, Any]:
@@ -191,17 +184,6 @@ class JudgeBackend(abc.ABC):
         """Release resources (engines, sessions)."""
 
 
-def _judge(backend: JudgeBackend, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
-    """``backend.judge``, checked: one result per request, in request order."""
-    out = backend.judge(requests, sampling)
-    got, wanted = [r.request_id for r in out], [r.request_id for r in requests]
-    if got != wanted:
-        raise RuntimeError(
-            f"backend {backend.name!r} returned results {got[:5]}... for requests {wanted[:5]}..."
-        )
-    return out
-
-
 class SkipItem(Exception):
     """Raised while building an item's requests: leave the item out and count ``skipped_<reason>``."""
 
@@ -236,15 +218,12 @@ def judge_items(
     counts: dict[str, int] | None = None,
     on_chunk: Callable[[list[Judgement]], None] | None = None,
 ) -> list[Judgement]:
-    """The judge loop of every suite: judge every item under every seed (``sampling.seed`` set per seed),
-    ``chunk_size`` items per backend call. An item's requests are built once per chunk (``build(item)``, which
-    loads its images or raises :class:`SkipItem`), and every seed of a chunk is judged before the next chunk is
-    built. Judgements come item by item within a chunk, chunk by chunk, seed by seed within a chunk.
-
-    ``counts`` (updated): ``skipped_<reason>``, ``judgments`` (requests x seeds), ``parse_failures`` (a
-    completion without the required scores) and ``backend_errors`` (the call itself failed: no completion).
-    ``on_chunk(judgements)`` is called with each chunk's judgements once all its seeds are done (for suites that
-    write their per-sample files as they go)."""
+    """The judge loop of every suite (docs/architecture.md): every item under every seed, ``chunk_size`` items per
+    backend call; an item's requests are built once per chunk (``build(item)`` loads its images or raises
+    :class:`SkipItem`) and every seed of a chunk is judged before the next is built. Judgements come seed by seed
+    within a chunk, item by item within a seed. ``counts`` (updated): ``skipped_<reason>``, ``judgments``,
+    ``parse_failures`` (no required scores) and ``backend_errors`` (no completion); ``on_chunk(judgements)`` gets
+    each chunk's judgements once all its seeds are done."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     counts = {} if counts is None else counts
@@ -267,7 +246,12 @@ def judge_items(
             owners += [i] * len(reqs)
         done = len(out)
         for seed in seeds if requests else ():
-            results = _judge(backend, requests, dataclasses.replace(sampling, seed=int(seed)))
+            results = backend.judge(requests, dataclasses.replace(sampling, seed=int(seed)))
+            got, wanted = [r.request_id for r in results], [r.request_id for r in requests]
+            if got != wanted:  # one result per request, in request order
+                raise RuntimeError(
+                    f"backend {backend.name!r} returned results {got[:5]}... for requests {wanted[:5]}..."
+                )
             for i, req, res in zip(owners, requests, results):
                 out.append(Judgement(i, int(seed), req.meta, res))
                 count("judgments")
@@ -282,8 +266,7 @@ def judge_items(
 
 @dataclass
 class SuiteConfig:
-    """What every suite gets. ``options``: the suite's typed options (:meth:`Suite.parse`; a mapping is typed when
-    the suite is called through its record)."""
+    """What every suite gets; ``options``: its typed options (a mapping is typed when called through its record)."""
 
     out_dir: Path
     seeds: list[int] = field(default_factory=lambda: [0])
@@ -318,12 +301,9 @@ def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
 
 @dataclass(frozen=True)
 class Suite:
-    """A suite's record, what the plan, the sweep and the report read of it (the contract: docs/evaluation.md §6).
-
-    ``options``: its options model (checked when the plan is built). ``metrics``: every metric it reports, declared
-    by full name or a dot-separated part (``acc_with_tie`` declares ``mean.pair.acc_with_tie.micro``; ``<name>_std``
-    is the spread of ``<name>``). ``primary``: its headline metrics as shell patterns, in order (the first reported
-    one ranks models). ``run(backend, config)`` gets typed options; calling the record types a mapping first."""
+    """A suite's record, what the plan, the sweep and the report read of it (the contract: docs/evaluation.md §6):
+    its options model, every metric it reports declared (by full name or a dot-separated part), its headline
+    metrics as shell patterns in order (the first reported one ranks models) and ``run(backend, config)``."""
 
     name: str
     options: type[Options]
@@ -332,8 +312,7 @@ class Suite:
     run: Callable[[JudgeBackend, SuiteConfig], SuiteResult]
 
     def parse(self, values: Options | Mapping[str, Any] | None) -> Options:
-        """The typed, defaults-filled options; an unknown key or a bad value raises ``OptionError`` naming
-        ``SUITE.KEY`` and what it allows."""
+        """The typed, defaults-filled options; a bad key or value raises ``OptionError`` naming ``SUITE.KEY``."""
         if isinstance(values, self.options):
             return values
         return self.options.parse(values, self.name, f"option of the {self.name} suite")

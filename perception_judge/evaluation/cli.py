@@ -96,8 +96,7 @@ def _suite_key(item: str) -> str:
 
 
 def job_layers(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The eval job's layers from the command line: the config file with ``--set`` applied, and the flags given
-    (each the keys it sets), both checked."""
+    """The eval job's checked layers from the command line: the config file with ``--set`` applied, and the flags."""
     config = resolve_options(JobConfig, "", args.config, [_suite_key(s) for s in args.sets])
     flags: dict[str, Any] = {}
     for key, value in given_flags(JobConfig, args).items():
@@ -184,16 +183,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         )
         _print_collect_state(state)
         return 1 if any(codes) or state["missing"] or state["failed"] else 0
-    outcome, _ = sweep(
-        run.run_dir,
-        plan,
-        models=f.models or job_layers(args)[0].get("models_filter"),
-        report=not f.no_report,
-        progress=not args.quiet,
-        claim=f.claim,
-        lease_s=f.lease,
-        max_attempts=f.max_attempts,
-    )
+    models = f.models or job_layers(args)[0].get("models_filter")
+    claims = {"claim": f.claim, "lease_s": f.lease, "max_attempts": f.max_attempts}
+    outcome, _ = sweep(run.run_dir, plan, models, report=not f.no_report, progress=not args.quiet, **claims)
     if f.claim:
         print(
             f"cells: {outcome.done} run by this worker, {outcome.skipped} already done, {outcome.elsewhere} held by "
@@ -241,11 +233,8 @@ def _model_entries(f: RunFlags, models: list[dict[str, Any]], kind: str) -> list
         name, sep, target = item.partition("=")
         if not sep:
             name, target = Path(item.rstrip("/")).name or item, item
-        spec = {
-            "fn" if kind == "scripted" else "model": target,
-            "adapter": f.adapter,
-            "base_model": f.base_model,
-        }
+        key = "fn" if kind == "scripted" else "model"
+        spec = {key: target, "adapter": f.adapter, "base_model": f.base_model}
         entries.append(ModelEntry(name, None, "model", {k: v for k, v in spec.items() if v}))
     if f.adapter and len(f.model) != 1:
         raise ValueError("--adapter applies to exactly one --model")
@@ -296,8 +285,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _quiet() -> None:
-    """Progress bars off and library warnings only, without importing transformers / datasets (the plan is checked
-    first, in well under a second)."""
+    """Progress bars off and library warnings only, without importing transformers / datasets (fast)."""
     from perception_judge.evaluation.base import set_progress
 
     set_progress(False)
@@ -315,15 +303,6 @@ def _quiet() -> None:
         disable_progress_bar()
 
 
-ACTIONS = {
-    "sweep": run_sweep,
-    "run": run_eval,
-    "collect": run_collect,
-    "report": run_report,
-    "list": run_list,
-}
-
-
 def run(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     if quiet:
@@ -335,7 +314,14 @@ def run(args: argparse.Namespace) -> int:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
     try:
-        return ACTIONS[args.action](args)
+        action = {
+            "sweep": run_sweep,
+            "run": run_eval,
+            "collect": run_collect,
+            "report": run_report,
+            "list": run_list,
+        }
+        return action[args.action](args)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"perception-judge eval {args.action}: error: {redact_text(str(msg))}", file=sys.stderr)

@@ -1,12 +1,7 @@
 """The perceptual-sensitivity suite on held-out PPJD: does the judge prefer the correct response r_c over its
-perceptual counterfactuals r_rp (perception errors) and r_rp_r (perception and reasoning errors)?
-
-A split of an exported training set (rows of one ``record_key`` merged), judged with the trained judge's own prompts
-under three protocols: ``pair`` (each pair in both orders; ties half credit, parse failures 0, a Wilson interval),
-``batch`` (the three responses in one prompt: the training reward and Kendall tau-b) and ``single`` (a verdict
-against ``tau``). Backend errors are no judgements: they leave every denominator and count in ``error_rate``.
-``image_control=mismatched`` gives every request another record's image (the ``perception_mismatched`` control: a
-judge that uses the image falls to chance). Metrics and rules: docs/evaluation.md §3.
+perceptual counterfactuals r_rp and r_rp_r? Protocols ``pair`` (both orders), ``batch`` and ``single`` with the
+trained judge's own prompts; ``image_control=mismatched`` is the ``perception_mismatched`` control (another record's
+image: a judge that uses the image falls to chance). Metrics and rules: docs/evaluation.md §3.
 """
 
 from __future__ import annotations
@@ -79,13 +74,11 @@ METRICS: dict[str, base.Metric] = {
     **{f"{name}_{end}": base.INFO for name in PAIR_METRICS for end in ("ci95_lo", "ci95_hi")},
     **{f"{name}_n": base.COUNT for name in PAIR_METRICS},
     **{f"{name}_{part}": base.LOWER for name in PAIR_METRICS for part in ("ties", "parse_failures")},
-    "pair_consistency": base.Metric(),
+    **dict.fromkeys(("pair_consistency", "single_acc_r_c", "single_acc_perturbed"), base.Metric()),
     "single_verdict_acc": base.Metric(chance=0.5),
-    "single_acc_r_c": base.Metric(),
-    "single_acc_perturbed": base.Metric(),
     "batch_ranking_reward": base.Metric(chance=0.5),  # distinct random scores
     "batch_kendall_tau": base.Metric(chance=0.0),
-    **dict.fromkeys(("pair_parse_fail_rate", "batch_parse_fail_rate", "single_parse_fail_rate"), base.LOWER),
+    **{f"{p}_parse_fail_rate": base.LOWER for p in PROTOCOL_NAMES},
     "error_rate": base.LOWER,
 }
 PRIMARY = ("pair_acc", "pair_acc_c_vs_rp", "pair_acc_c_vs_rp_r", "pair_acc_n", "pair_consistency",
@@ -123,12 +116,9 @@ def pair_verdict(scores: list[float] | None, correct_slot: int) -> str:
 
 
 def pair_accuracy(correct: int, ties: int, fails: int, n: int) -> float | None:
-    """Pair accuracy with ties as half credit: ``(correct + ties / 2) / n``.
-
-    ``n`` counts every judgement that got an answer from the engine (``correct + ties + wrong + fails``); a parse
-    failure earns 0. A judge that ignores the image scores 0.5 in expectation, whether it ties or guesses.
-    None when ``n == 0``.
-    """
+    """Pair accuracy with ties as half credit: ``(correct + ties / 2) / n``, ``n`` every judgement that got an answer
+    from the engine (``correct + ties + wrong + fails``; a parse failure earns 0); None when ``n == 0``. A judge
+    that ignores the image scores 0.5 in expectation, whether it ties or guesses."""
     if n <= 0:
         return None
     if correct + ties + fails > n:
@@ -141,9 +131,8 @@ def wilson_interval(successes: float, n: int, z: float = 1.959964) -> tuple[floa
 
         centre = (p + z^2 / 2n) / (1 + z^2 / n),  half = z sqrt(p (1 - p) / n + z^2 / 4n^2) / (1 + z^2 / n)
 
-    ``successes`` may be fractional (ties as half credit). The two orders of one pair are counted as separate
-    judgements, so the interval is somewhat narrower than one over independent pairs. None when ``n == 0``.
-    """
+    ``successes`` may be fractional (ties as half credit); the two orders of one pair count as separate judgements
+    (a somewhat narrower interval than over independent pairs). None when ``n == 0``."""
     if n <= 0:
         return None
     p = min(1.0, max(0.0, successes / n))
@@ -251,15 +240,10 @@ def score_seed(
     requests: list[JudgeRequest], results: list[JudgeResult], tau: float
 ) -> tuple[dict[str, float | None], dict[str, int], list[dict]]:
     """Metrics, counts and per-sample lines of one seed."""
-    c = dict.fromkeys(
-        (
-            "errors",
-            *(f"{p}_{w}" for p in PAIR_METRICS.values() for w in ("n", "correct", "tie", "fail")),
-            *("pair_groups", "pair_consistent", "batch_n", "batch_fail", "single_n", "single_fail"),
-            *("single_correct", "single_n_c", "single_correct_c", "single_n_bad", "single_correct_bad"),
-        ),
-        0,
-    )
+    keys = ["errors", *(f"{p}_{w}" for p in PAIR_METRICS.values() for w in ("n", "correct", "tie", "fail"))]
+    keys += ["pair_groups", "pair_consistent", "batch_n", "batch_fail", "single_n", "single_fail"]
+    keys += ["single_correct", "single_n_c", "single_correct_c", "single_n_bad", "single_correct_bad"]
+    c = dict.fromkeys(keys, 0)
     batch_rewards: list[float] = []
     taus: list[float] = []
     groups: dict[tuple[str, str], list[str]] = {}
@@ -305,26 +289,22 @@ def score_seed(
     metrics: dict[str, float | None] = {}
     for name, prefix in PAIR_METRICS.items():
         n, correct, ties, fails = (c[f"{prefix}_{w}"] for w in ("n", "correct", "tie", "fail"))
+        lo, hi = wilson_interval(correct + 0.5 * ties, n) or (None, None)
         metrics[name] = pair_accuracy(correct, ties, fails, n)
-        ci = wilson_interval(correct + 0.5 * ties, n) or (None, None)
-        metrics[f"{name}_ci95_lo"], metrics[f"{name}_ci95_hi"] = ci
-        metrics[f"{name}_n"] = n
-        metrics[f"{name}_ties"] = rate(ties, n)
-        metrics[f"{name}_parse_failures"] = rate(fails, n)
-    metrics.update(
-        {
-            "pair_consistency": rate(c["pair_consistent"], c["pair_groups"]),
-            "pair_parse_fail_rate": rate(c["pair_fail"], c["pair_n"]),
-            "batch_ranking_reward": sum(batch_rewards) / len(batch_rewards) if batch_rewards else None,
-            "batch_kendall_tau": sum(taus) / len(taus) if taus else None,
-            "batch_parse_fail_rate": rate(c["batch_fail"], c["batch_n"]),
-            "single_verdict_acc": rate(c["single_correct"], c["single_n"]),
-            "single_acc_r_c": rate(c["single_correct_c"], c["single_n_c"]),
-            "single_acc_perturbed": rate(c["single_correct_bad"], c["single_n_bad"]),
-            "single_parse_fail_rate": rate(c["single_fail"], c["single_n"]),
-            "error_rate": rate(c["errors"], len(requests)),
-        }
-    )
+        metrics |= {f"{name}_ci95_lo": lo, f"{name}_ci95_hi": hi, f"{name}_n": n}
+        metrics |= {f"{name}_ties": rate(ties, n), f"{name}_parse_failures": rate(fails, n)}
+    metrics |= {
+        "pair_consistency": rate(c["pair_consistent"], c["pair_groups"]),
+        "pair_parse_fail_rate": rate(c["pair_fail"], c["pair_n"]),
+        "batch_ranking_reward": sum(batch_rewards) / len(batch_rewards) if batch_rewards else None,
+        "batch_kendall_tau": sum(taus) / len(taus) if taus else None,
+        "batch_parse_fail_rate": rate(c["batch_fail"], c["batch_n"]),
+        "single_verdict_acc": rate(c["single_correct"], c["single_n"]),
+        "single_acc_r_c": rate(c["single_correct_c"], c["single_n_c"]),
+        "single_acc_perturbed": rate(c["single_correct_bad"], c["single_n_bad"]),
+        "single_parse_fail_rate": rate(c["single_fail"], c["single_n"]),
+        "error_rate": rate(c["errors"], len(requests)),
+    }
     return metrics, c, lines
 
 

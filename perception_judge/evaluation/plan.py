@@ -1,9 +1,6 @@
-"""The plan of an evaluation, resolved once before any model loads: :func:`resolve` -> :class:`EvalPlan`.
-
-Layers shaped like an eval job YAML (:class:`JobConfig`) merge in this order, later winning (mappings key by key):
-the training run's file, the config file, ``--set``, the flags (docs/evaluation.md §6). A later ``backend.kind`` of
-another kind keeps only the earlier keys that kind takes. Then every suite's options, the backend and the sampling
-are typed (``OptionError`` naming ``WHERE.KEY``) and the output folder is checked writable. Nothing changes a plan.
+"""The plan of an evaluation, resolved once before any model loads: :func:`resolve` -> :class:`EvalPlan`. Layers
+shaped like an eval job YAML (:class:`JobConfig`) merge in the order of docs/evaluation.md §6, then everything is
+typed (``OptionError`` naming ``WHERE.KEY``) and the output folder is checked writable. Nothing changes a plan.
 """
 
 from __future__ import annotations
@@ -75,8 +72,7 @@ class PixelOptions(Options):
 
 
 class BackendOptions(Options):
-    """The job's ``backend`` section: ``kind``, the kind's options (typed by the kind's model when the plan is
-    built), the pixel policy and the think prefix."""
+    """The job's ``backend`` section: ``kind``, its options (typed by the plan), pixel policy, think prefix."""
 
     model_config = ConfigDict(extra="allow")
     kind: Annotated[Literal["hf", "vllm", "openai", "scripted"] | None, Flag("--backend")] = None
@@ -226,8 +222,6 @@ def resolve(
         merge(job, layer)
     config = JobConfig.parse(job, "", what="key in the eval job")
     suites = tuple(config.suites or DEFAULT_SUITES)
-    if not suites:
-        raise OptionError("suites: no suite to run")
     options = dict(config.options or {})
     if unknown := [s for s in (*suites, *options) if s not in SUITES]:
         raise OptionError(f"suites: unknown suite {unknown[0]!r}; available: {', '.join(SUITES)}")

@@ -1,10 +1,7 @@
 """Sweep workers as Ray tasks, for clusters without SLURM: ``eval sweep RUN --ray N`` (the optional ``ray`` extra).
-
-Each of the N tasks runs :func:`~perception_judge.evaluation.cli.claim_worker`, the worker a SLURM array task runs
-through ``eval sweep --claim``: it claims cells (:mod:`.claims`) and writes their cell files, never the tables. Ray
-re-runs a task whose node died (``max_retries``); the re-run worker takes over the dead one's cells once their leases
-run out, so no cell runs twice to completion. When every task has returned, the driver collects, byte-identical to
-``eval collect OUT``. Every node needs the project installed and the run folder on a shared file system.
+Each task runs :func:`~perception_judge.evaluation.cli.claim_worker` (:mod:`.claims`); Ray re-runs a task whose node
+died, and its worker takes over the dead one's cells once their leases run out. The driver then collects. Every node
+needs the project installed and the run folder on a shared file system.
 """
 
 from __future__ import annotations

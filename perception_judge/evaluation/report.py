@@ -1,10 +1,6 @@
-"""Reports of an evaluation folder (a sweep or a comparison of judges): Markdown, JSON and PNG plots.
-
-``write_report(out_dir)`` reads the folder's results (:mod:`perception_judge.evaluation.results`) and writes
-``report.md`` (the plan, the best model by :func:`best_model`, per suite one table of its headline metrics with
-their intervals, counts, failed cells, plots), ``report.json`` (every metric, machine-readable) and ``plots/``.
-What a metric means (its direction, whether it is a count) comes from its suite's declarations
-(:data:`perception_judge.evaluation.suites.SUITES`), and nothing else.
+"""Reports of an evaluation folder: :func:`write_report` reads its results (:mod:`.results`) and writes
+``report.md``, ``report.json`` and ``plots/`` (docs/evaluation.md §5). What a metric means (its direction, whether
+it is a count) comes from its suite's declarations (:data:`perception_judge.evaluation.suites.SUITES`), nothing else.
 """
 
 from __future__ import annotations
@@ -96,26 +92,19 @@ def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[st
 def headline(suite: str, table: dict[str, Any]) -> list[str]:
     """The columns of the report's table of a suite: its headline metrics that hold a number or a declared n/a
     (every metric for a suite that is not registered or reports none of them)."""
-    undefined = table.get("undefined") or {}
-    shown = [
-        m
-        for m in table["columns"]
-        if any(_mean(r, m) is not None for r in table["rows"]) or any(m in u for u in undefined.values())
-    ]
+    undefined = (table.get("undefined") or {}).values()
+    defined = {m for r in table["rows"] for m, (mean, _) in r["values"].items() if mean is not None}
+    shown = [m for m in table["columns"] if m in defined or any(m in u for u in undefined)]
     return (SUITES[suite].primary_metrics(shown) if suite in SUITES else []) or shown
 
 
 def best_model(
     tables: dict[str, dict[str, Any]], protocols: dict[str, dict[str, Any]], models: list[str]
 ) -> dict[str, Any]:
-    """The best model overall and per suite.
-
-    Criterion: per suite, rank the models by the suite's primary metric (:func:`primary_metric`), in its declared
-    direction, ties sharing the mean rank; the best model has the lowest mean rank over the suites it was evaluated
-    on (models missing a suite's primary metric are not ranked there). Ties go to the model with more suites, then
-    the later step. Control suites (``protocol["control"]``, e.g. ``perception_mismatched``: a good judge sits at
-    chance there) and metrics without a direction are reported but never ranked.
-    """
+    """The best model overall and per suite: per suite, the models ranked by its :func:`primary_metric` in its
+    declared direction (ties share the mean rank; a model without it is not ranked there); the best model has the
+    lowest mean rank over its suites, ties going to more suites, then the later step. Control suites
+    (``protocol["control"]``, e.g. ``perception_mismatched``) and metrics without a direction are never ranked."""
     per_suite: dict[str, Any] = {}
     rank_sum: dict[str, list[float]] = {}
     order = {m: i for i, m in enumerate(models)}
@@ -127,14 +116,9 @@ def best_model(
             continue
         ranks = dict(zip(vals, map(float, rankdata([-v if hib else v for v in vals.values()]))))
         best = min(ranks, key=lambda m: (ranks[m], -order.get(m, 0)))
-        per_suite[suite] = {
-            "metric": pm,
-            "higher_is_better": hib,
-            "best": best,
-            "value": vals[best],
-            "tied_with": sorted(m for m in vals if m != best and vals[m] == vals[best]),
-            "n_ranked": len(vals),
-        }
+        tied = sorted(m for m in vals if m != best and vals[m] == vals[best])
+        per_suite[suite] = {"metric": pm, "higher_is_better": hib, "best": best, "value": vals[best]}
+        per_suite[suite] |= {"tied_with": tied, "n_ranked": len(vals)}
         for m, r in ranks.items():
             rank_sum.setdefault(m, []).append(r)
     if not rank_sum:
@@ -296,8 +280,7 @@ def _cell(suite: str, row: dict[str, Any], metric: str, undefined: dict[str, dic
 
 
 def _md_table(suite: str, table: dict[str, Any], columns: list[str]) -> list[str]:
-    """A Markdown table of ``columns``; a number the suite declared undefined reads ``n/a``, its reason in the
-    cell when short, else below the table."""
+    """A Markdown table of ``columns``; an undefined number reads ``n/a`` (why: in the cell or below the table)."""
     undefined = table.get("undefined") or {}
     short = {b.bias_type: f"{b.short} ({b.metric.upper()})" for b in BIASES} if suite == "bias" else {}
     head = ["model", "step", *[short.get(c, c) for c in columns]]
@@ -440,6 +423,16 @@ def _tables(out_dir: Path, data: dict[str, Any]) -> tuple[dict, dict, dict]:
     return tables, protocols, counts
 
 
+def _json_table(suite: str, t: dict[str, Any]) -> dict[str, Any]:
+    """A suite's table as ``report.json`` holds it: every metric, the headline, each metric's protocol family."""
+    rows = [
+        {**r, "values": {k: {"mean": m, "std": s} for k, (m, s) in r["values"].items()}} for r in t["rows"]
+    ]
+    out = {"columns": t["columns"], "headline": headline(suite, t), "parser": t["parser"]}
+    out["protocol_of"] = {c: metric_family(c) for c in t["columns"]}
+    return out | {"rules": t["rules"], "undefined": t["undefined"], "rows": rows}
+
+
 def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Write report.md, report.json and plots/*.png for an evaluation folder; returns the report dict."""
     out_dir = Path(out_dir)
@@ -460,28 +453,13 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "plan": data.get("plan"),
         "models": data.get("models", []),
         "summary": best_model(tables, protocols, models),
-        "tables": {
-            s: {
-                "columns": t["columns"],
-                "headline": headline(s, t),
-                "parser": t["parser"],
-                "protocol_of": {c: metric_family(c) for c in t["columns"]},
-                "rules": t["rules"],
-                "undefined": t["undefined"],
-                "rows": [
-                    {**r, "values": {k: {"mean": v[0], "std": v[1]} for k, v in r["values"].items()}}
-                    for r in t["rows"]
-                ],
-            }
-            for s, t in tables.items()
-        },
+        "tables": {s: _json_table(s, t) for s, t in tables.items()},
         "counts": counts,
         "failed_cells": [c for c in data.get("cells", []) if c.get("status") != "done"],
         "plots": [f"{PLOTS_DIR}/{p.name}" for p in written if p],
     }
-    markdown = redact_text(
-        render_markdown({**report, "tables": tables})
-    )  # the JSON files are redacted on write
+    # the JSON files are redacted on write
+    markdown = redact_text(render_markdown({**report, "tables": tables}))
     atomic_write_text(out_dir / "report.md", markdown, fsync=False)
     atomic_write_json(out_dir / "report.json", report, fsync=False)
     return report

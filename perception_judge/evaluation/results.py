@@ -1,13 +1,7 @@
 """The files of an evaluation folder that the sweep writes and the report (and ``make demo``) reads; this module is
-their one owner.
-
-* ``cells/<model>__<suite>__seed<seed>.json``: one cell (model, step, kind, suite, seed, status, fingerprint,
-  model_spec, ``result`` = ``SuiteResult.to_dict()`` or ``error``, seconds, attempts); the suite's per-sample
-  files go to the folder of the same name;
-* ``results.csv``: one row per (model, suite, metric): mean and sample std over the finished seeds, n_seeds,
-  values (seed -> value, JSON);
-* ``results.json``: the same rows, plus run_dir, run, plan, models, suites and every cell's status.
-"""
+their one owner (docs/evaluation.md §5): ``cells/<model>__<suite>__seed<seed>.json`` (one cell: status, fingerprint,
+``result`` = ``SuiteResult.to_dict()`` or ``error``), ``results.csv`` and ``results.json`` (mean and sample std over
+the finished seeds, per model, suite and metric)."""
 
 from __future__ import annotations
 
@@ -57,8 +51,7 @@ def collect_cells(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def model_order(cells: list[dict[str, Any]], names: list[str] | None = None) -> list[str]:
-    """``names`` first (then any other model by name); without them by step (base first, final last among equal
-    steps), then name."""
+    """``names`` first, then the others by name; without names by step (base first, final last), then name."""
     if names:
         return names + sorted({c["model"] for c in cells} - set(names))
     info = {
@@ -68,31 +61,21 @@ def model_order(cells: list[dict[str, Any]], names: list[str] | None = None) -> 
     return sorted(info, key=lambda m: (*info[m], m))
 
 
-def build_rows(cells: list[dict[str, Any]], order: list[str] | None = None) -> list[dict[str, Any]]:
-    """Long-format rows: one per (model, suite, metric), mean and sample std over the finished seeds."""
+def build_rows(cells: list[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
+    """Long-format rows, one per (model in ``order``, suite, metric): mean and std over the finished seeds."""
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for c in sorted((c for c in cells if c.get("status") == "done"), key=lambda c: c["seed"]):
         grouped.setdefault((c["model"], c["suite"]), []).append(c)
     rows = []
-    for model in order or model_order(cells):
+    for model in order:
         for suite in sorted(s for m, s in grouped if m == model):
             cs = grouped[model, suite]
+            head = (model, cs[-1].get("step"), cs[-1].get("kind", "model"), suite)
             for metric in dict.fromkeys(k for c in cs for k in c["result"]["metrics"]):
                 values = {str(c["seed"]): c["result"]["metrics"].get(metric) for c in cs}
                 mean, std = mean_std(list(values.values()))
-                rows.append(
-                    {
-                        "model": model,
-                        "step": cs[-1].get("step"),
-                        "kind": cs[-1].get("kind", "model"),
-                        "suite": suite,
-                        "metric": metric,
-                        "mean": mean,
-                        "std": std,
-                        "n_seeds": sum(v is not None for v in values.values()),
-                        "values": values,
-                    }
-                )
+                n_seeds = sum(v is not None for v in values.values())
+                rows.append(dict(zip(CSV_COLUMNS, (*head, metric, mean, std, n_seeds, values))))
     return rows
 
 
@@ -108,20 +91,16 @@ def write_results(out_dir: Path, saved: dict[str, Any] | None = None) -> dict[st
         w.writeheader()
         w.writerows({**r, "values": json.dumps(r["values"])} for r in rows)
     first = {c["model"]: c for c in reversed(cells)}  # each model's first cell
+    models = [
+        {"name": m, "step": c.get("step"), "kind": c.get("kind", "model"), "spec": c.get("model_spec", {})}
+        for m in order
+        if (c := first.get(m)) is not None
+    ]
     data = {
         "run_dir": saved.get("run_dir"),
         "run": saved.get("run"),
         "plan": saved.get("plan"),
-        "models": [
-            {
-                "name": m,
-                "step": c.get("step"),
-                "kind": c.get("kind", "model"),
-                "spec": c.get("model_spec", {}),
-            }
-            for m in order
-            if (c := first.get(m)) is not None
-        ],
+        "models": models,
         "suites": sorted({c["suite"] for c in cells}),
         "cells": [
             {k: c.get(k) for k in ("cell", "model", "step", "suite", "seed", "status", "error", "seconds")}

@@ -1,8 +1,6 @@
-"""The suite registry: every suite's record (:class:`~perception_judge.evaluation.base.Suite`) by name.
-
-A suite is one file plus one registration: its module defines ``SUITE = Suite(name, OptionsModel, METRICS,
-PRIMARY, run)``; registering it is adding that record to :data:`SUITES` below. The plan, the sweep, ``eval list``
-and the report read the records (options, metric declarations, headline metrics), never the modules' internals.
+"""The suite registry: every suite's record (:class:`~perception_judge.evaluation.base.Suite`) by name. Registering
+a suite is adding its module's ``SUITE`` to :data:`SUITES` (docs/evaluation.md §6); the plan, the sweep, ``eval
+list`` and the report read the records, never the modules' internals.
 """
 
 from __future__ import annotations

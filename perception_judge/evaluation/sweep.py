@@ -1,10 +1,6 @@
-"""Evaluation sweeps: every model of a training run (or a list of judges) × suite × seed, resumable.
-
-A *cell* is one (model, suite, seed), written to its own file when it ends (:mod:`.results`): a killed sweep loses at
-most the cells in flight, and a re-run skips every finished cell whose fingerprint (:func:`cell_fingerprint`) is
-unchanged; a failed cell is retried on the next run. The models of a training run: ``base`` (its ``base_model``, step
-0), each ``checkpoint-<N>`` (full weights or a LoRA adapter) and ``final`` (at the run's root). The plan
-(:mod:`.plan`) is read, never changed.
+"""Evaluation sweeps: every model of a training run (or a list of judges) × suite × seed, one *cell* each, written
+to its own file when it ends (:mod:`.results`); a re-run skips every finished cell whose :func:`cell_fingerprint` is
+unchanged and retries the failed ones (docs/evaluation.md §4). The plan (:mod:`.plan`) is read, never changed.
 """
 
 from __future__ import annotations
@@ -78,8 +74,8 @@ def _final_step(run: RunInfo, checkpoints: list[ModelEntry]) -> int | None:
     return max((c.step for c in checkpoints if c.step is not None), default=None)
 
 
-def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]:
-    """base, every complete checkpoint (by step) and the final model of a run."""
+def discover_models(run: RunInfo) -> list[ModelEntry]:
+    """``base`` (step 0), every complete ``checkpoint-<N>`` (by step) and ``final`` (the run's root) of a run."""
     ckpts: list[ModelEntry] = []
     for folder in map(run.run_dir.joinpath, list_checkpoints(run.run_dir)):  # by step
         if (spec := _model_spec(folder, run)) is not None:
@@ -88,10 +84,9 @@ def discover_models(run: RunInfo, include_base: bool = True) -> list[ModelEntry]
             log.warning(
                 "skipping %s: neither full weights nor a LoRA adapter (incomplete checkpoint?)", folder
             )
-    entries = [ModelEntry("base", 0, "base", {"model": run.base_model})] if include_base else []
     spec = _model_spec(run.run_dir, run)
     final = [ModelEntry("final", _final_step(run, ckpts), "final", spec)] if spec is not None else []
-    return entries + ckpts + final
+    return [ModelEntry("base", 0, "base", {"model": run.base_model}), *ckpts, *final]
 
 
 def select_models(entries: list[ModelEntry], patterns: list[str] | None) -> list[ModelEntry]:
@@ -116,17 +111,12 @@ BackendFactory = Callable[[ModelEntry, EvalPlan], JudgeBackend]
 
 
 class BackendPool:
-    """Builds each judge's backend from the plan's backend spec; with vLLM and LoRA checkpoints one engine (LoRA
-    enabled) serves the base model and every adapter."""
+    """Each judge's backend from the plan's spec; with vLLM and LoRA checkpoints one engine serves them all."""
 
     def __init__(
         self, plan: EvalPlan, entries: list[ModelEntry], factory: BackendFactory | None = None
     ) -> None:
-        self.plan, self.entries, self.factory = (
-            plan,
-            entries,
-            factory,
-        )  # factory: builds every backend instead
+        self.plan, self.entries, self.factory = plan, entries, factory  # factory: builds every backend
         self._shared: dict[str, Any] = {}  # base model -> its shared engine
         self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))  # its models left
 
@@ -242,13 +232,9 @@ def _run_cell(
     """Run one cell (``backend``: the judge, or why it could not be loaded); one failing cell never stops the
     sweep (its error is recorded). The cell's folder is marked with its fingerprint; leftovers of an interrupted
     run with other settings are removed first (one with the same settings is kept: suites resume from it)."""
-    cell = {
-        "cell": cell_id(entry.name, suite, seed),
-        "model": entry.name,
-        "step": entry.step,
-        "kind": entry.kind,
-    }
-    cell |= {"suite": suite, "seed": int(seed), "fingerprint": fp, "model_spec": jsonable(entry.spec)}
+    cell = {"cell": cell_id(entry.name, suite, seed), "model": entry.name, "step": entry.step}
+    cell |= {"kind": entry.kind, "suite": suite, "seed": int(seed), "fingerprint": fp}
+    cell["model_spec"] = jsonable(entry.spec)
     cell["started"], t0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.time()
     folder = plan.out_dir / CELLS_DIR / cell["cell"]
     mark = folder / ".fingerprint"
@@ -292,12 +278,8 @@ def _todo(
                 outcome.add(old, "skipped")
                 continue
             log.info("cell %s: settings changed since it was run; running it again", cid)
-        if (
-            claims is not None
-            and old.get("status") == "failed"
-            and same
-            and old.get("attempts", 1) >= max_attempts
-        ):
+        given_up = same and old.get("status") == "failed" and old.get("attempts", 1) >= max_attempts
+        if claims is not None and given_up:
             outcome.add(old, "failed")
             continue
         todo.setdefault(entry.name, []).append((entry, suite, seed, fp))
@@ -305,8 +287,7 @@ def _todo(
 
 
 def _finish(cell: dict[str, Any], path: Path, load_s: float, fp: str) -> dict[str, Any]:
-    """Time a cell, count its attempts (a failed cell with the same settings as the last failure: one more) and
-    write it."""
+    """Time a cell, count its attempts (one more after a failure with the same settings), write it."""
     cell |= {"model_load_seconds": round(load_s, 3), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if cell["status"] == "failed":
         previous = read_cell(path) or {}

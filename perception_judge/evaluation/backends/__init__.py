@@ -1,12 +1,7 @@
-"""Judge backends behind one interface (:class:`perception_judge.evaluation.base.JudgeBackend`).
-
-A kind's options are its class's ``Options`` model, declared next to the class (:class:`.hf.HFOptions`,
-:class:`.vllm.VLLMOptions`, :class:`.openai.OpenAIOptions`, :class:`.scripted.ScriptedOptions`): typed, with their
-defaults, checked when the plan is built. :class:`BackendSpec` is the plan's backend, resolved once: the kind, its
-options, the pixel policy, the think prefix and the sampling. ``load_backend(spec)`` builds one from a string
-``KIND:TARGET`` (``hf:/path/to/model``, ``openai:MODEL``, ``scripted:constant``) or a mapping with ``kind`` (or
-``backend``), that kind's options and optionally ``pixel_policy`` / ``think_prefix``. Backend modules import their
-heavy dependencies (torch, transformers, vLLM) only when a backend is built.
+"""Judge backends behind one interface (:class:`perception_judge.evaluation.base.JudgeBackend`), each kind's options
+its class's ``Options`` model (docs/evaluation.md §1). :class:`BackendSpec` is the plan's backend, resolved once;
+:func:`load_backend` builds one from ``KIND:TARGET`` or a mapping. Backend modules import their heavy dependencies
+(torch, transformers, vLLM) only when a backend is built.
 """
 
 from __future__ import annotations
@@ -98,10 +93,7 @@ class BackendSpec:
         """The backend of one judge: ``judge`` holds its own keys (``model``, ``adapter``, ``processor``, ``fn``,
         ``label``, ...; None values are ignored) on top of the spec's options."""
         cls = KINDS[self.kind]
-        kw = {
-            **self.options.model_dump(exclude_none=True),
-            **{k: v for k, v in judge.items() if v is not None},
-        }
+        kw = self.options.model_dump(exclude_none=True) | {k: v for k, v in judge.items() if v is not None}
         if issubclass(cls, LocalBackend):
             kw["think_prefix"] = self.think_prefix
         return cls(pixel_policy=self.pixel_policy, **kw)

@@ -115,7 +115,6 @@ class LocalBackend(JudgeBackend):
         super().__init__(pixel_policy)
         if not opts.model:
             raise ValueError(f"the {self.name} backend needs a model folder (option model)")
-        self.opts = opts
         self.model_path, self.adapter_path = resolve_model(opts.model, opts.adapter, opts.base_model)
         self.think_prefix = think_prefix
         self.batch_size = opts.batch_size
@@ -125,9 +124,7 @@ class LocalBackend(JudgeBackend):
         self.processor = AutoProcessor.from_pretrained(self.processor_path)
         if problem := pixel_policy_conflict(self.pixel_policy, processor_pixel_bounds(self.processor)):
             log.warning(
-                "%s: pixel policy: %s (the judge then sees other pixels than the policy says)",
-                self.label,
-                problem,
+                "%s: pixel policy: %s (the judge sees other pixels than it says)", self.label, problem
             )
         self._fingerprint = fingerprint(self.model_path, self.adapter_path)
 
@@ -147,9 +144,8 @@ class LocalBackend(JudgeBackend):
     def result(
         request: JudgeRequest, prompt: str, text: str, prompt_tokens: int, completion_tokens: int
     ) -> JudgeResult:
-        """The parsed result of a completion; when the prompt opened a think block (the ``<think>\\n`` prefill),
-        the prefix is put back in front, so the stored text is what the model "said" and the parser sees a
-        complete block."""
+        """The parsed result of a completion, the ``<think>\\n`` prefill put back in front when the prompt opened it
+        (the stored text is what the model "said"; the parser sees a complete block)."""
         text = THINK_PREFIX + text if opens_think_block(prompt) else text
         return parse_result(request, text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
 
@@ -169,11 +165,9 @@ def run_batches(
     progress: Any = None,
     _failed_in_a_row: list[int] | None = None,
 ) -> dict[int, JudgeResult]:
-    """Run ``generate`` on batches; when a batch raises, retry its requests one at a time, so one bad request
-    only fails itself (its result carries the error). Returns ``{index: result}``.
-
-    A dead engine fails every request: when :data:`DEAD_AFTER` lone requests fail in a row (or the engine says
-    it is dead), :class:`BackendDead` is raised at once instead of trying each remaining request alone."""
+    """``{index: result}`` of ``generate`` on batches; a batch that raises is retried one request at a time, so one
+    bad request only fails itself (its result carries the error). After :data:`DEAD_AFTER` lone failures in a row
+    (or when the engine says it is dead) :class:`BackendDead` is raised at once."""
     streak = _failed_in_a_row if _failed_in_a_row is not None else [0]
     out: dict[int, JudgeResult] = {}
     for start in range(0, len(items), batch_size):

@@ -1,8 +1,6 @@
-"""The ``hf`` backend: transformers ``generate``, batched with left padding, full checkpoints or LoRA adapters.
-
-Requests are sorted by prompt length and generated ``batch_size`` at a time. HF ``generate`` has no per-request
-generator, so each batch runs under ``torch.manual_seed(request_seed(seed, batch ids))`` inside a forked RNG:
-results are reproducible for a given seed, request set and batch size (vLLM and servers seed each request).
+"""The ``hf`` backend: transformers ``generate``, requests sorted by prompt length and batched with left padding,
+full checkpoints or LoRA adapters. Each batch runs under ``torch.manual_seed(request_seed(seed, batch ids))`` in a
+forked RNG: reproducible for a given seed, request set and batch size (vLLM and servers seed each request).
 """
 
 from __future__ import annotations
@@ -35,12 +33,10 @@ _HF_NEUTRAL = {
 
 
 def generation_config(sampling: Sampling, eos_token_id: Any, pad_token_id: Any) -> Any:
-    """A ``GenerationConfig`` for a :class:`Sampling` with every decoding field set (greedy when temperature is 0,
-    else sampled with temperature / top_p / top_k, ``top_k`` 0 or None: off; repetition penalty 1, no min-p and
-    the other no-op values): transformers 5 fills any field left unset from the model folder's
-    ``generation_config.json``, so an unset field would judge with the checkpoint's settings, not the request's.
-    Passing a config object (rather than keyword arguments) also skips a costly legacy-config check inside
-    ``generate`` on every call."""
+    """A ``GenerationConfig`` with every decoding field of :func:`~..base.request_sampling` set (greedy when
+    temperature is 0) and the no-op values of :data:`~..base.NEUTRAL_DECODING` and :data:`_HF_NEUTRAL`: transformers
+    fills an unset field from the model folder's ``generation_config.json``. A config object (not keyword arguments)
+    also skips a costly legacy-config check inside ``generate`` on every call."""
     from transformers import GenerationConfig
 
     sent = base.request_sampling(sampling, "")

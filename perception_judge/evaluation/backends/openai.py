@@ -1,10 +1,8 @@
-"""The ``openai`` backend: any OpenAI-compatible chat server (vLLM / SGLang / transformers serve / OpenAI) through
-the PPJD teacher client (:class:`perception_judge.llm_client.ChatClient`: the same retries, timeout and concurrency
-limit as teacher calls). The server applies its own chat template; a ``reasoning_content`` it returns is kept apart
-from the text the parser reads. Each request sends ``seed = request_seed(seed, request_id)``; ``send_top_k=True``
-(for vLLM and SGLang servers) adds the sampling fields the OpenAI API lacks to the request body, explicitly:
-``top_k`` (-1: off), ``min_p`` 0 and ``repetition_penalty`` 1 — a vLLM server fills every field a request leaves
-unset from the model folder's ``generation_config.json``.
+"""The ``openai`` backend: any OpenAI-compatible chat server through the PPJD teacher client
+(:class:`perception_judge.llm_client.ChatClient`: the same retries, timeout and concurrency limit as teacher calls).
+The server applies its own chat template; a ``reasoning_content`` it returns is kept apart from the text the parser
+reads. ``send_top_k=True`` (vLLM, SGLang) sends ``top_k`` (-1: off), ``min_p`` 0 and ``repetition_penalty`` 1 in the
+body: a vLLM server fills every field a request leaves unset from the model folder's ``generation_config.json``.
 """
 
 from __future__ import annotations
@@ -20,12 +18,6 @@ from perception_judge.core.images import PixelPolicy
 from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, JudgeResult, Sampling
 from perception_judge.evaluation import base
-
-
-def _standard(sampling: Sampling, request_id: str) -> dict[str, Any]:
-    """The OpenAI API's own sampling fields of a request (``temperature``, ``top_p``, ``max_tokens``, ``seed``)."""
-    sent = base.request_sampling(sampling, request_id)
-    return {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
 
 
 class OpenAIOptions(Options):
@@ -89,9 +81,7 @@ class OpenAIBackend(base.JudgeBackend):
 
     def _make_client(self, sampling: Sampling) -> Any:
         settings = dict(self.client_settings)
-        if (
-            self.send_top_k
-        ):  # vLLM's sampling fields, explicit: the server's defaults come from the model folder
+        if self.send_top_k:  # vLLM's fields, explicit: a server's defaults come from the model folder
             sent = base.request_sampling(sampling, "")
             extras = {"top_k": sent["top_k"] or -1, "min_p": sent["min_p"]}
             extras["repetition_penalty"] = sent["repetition_penalty"]
@@ -111,8 +101,10 @@ class OpenAIBackend(base.JudgeBackend):
         )
 
         async def one(req: JudgeRequest, images: list[Any]) -> JudgeResult:
+            sent = base.request_sampling(sampling, req.request_id)  # the OpenAI API's own fields of it:
+            standard = {key: sent[key] for key in ("temperature", "top_p", "max_tokens", "seed")}
             try:
-                resp = await client.chat(req.messages, images, **_standard(sampling, req.request_id))
+                resp = await client.chat(req.messages, images, **standard)
             except Exception as e:  # LLMError after retries, or anything else: this request only
                 # LLMError's text is "reason: detail" with the server's message, already redacted
                 return base.error_result(

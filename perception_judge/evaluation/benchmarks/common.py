@@ -35,10 +35,6 @@ AGGREGATIONS = {
 class BenchmarkDataError(ValueError):
     """A benchmark file or record cannot be used. The message names the file (and line / row)."""
 
-    def __init__(self, message: str, path: str | Path | None = None) -> None:
-        super().__init__(message)
-        self.path = str(path) if path is not None else None
-
 
 class BenchmarkFileMissing(BenchmarkDataError, FileNotFoundError):
     """A benchmark file or folder does not exist."""
@@ -73,8 +69,7 @@ IntList = Annotated[list[int], BeforeValidator(_ints)]
 
 
 class JudgeOptions(Options):
-    """Options of every benchmark suite: items per backend call, and a square size for the images (default: the
-    backend's pixel policy)."""
+    """Options of every benchmark suite: items per backend call, a square image size (default: the pixel policy)."""
 
     model_config = ConfigDict(validate_default=True)
     chunk_size: int = Field(64, ge=1)
@@ -105,8 +100,7 @@ def first_field(record: dict[str, Any], names: Sequence[str]) -> Any:
 
 def mean_over_runs(runs: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
     """Per metric, the mean over runs (seeds) of the runs where it is defined; None where it never is."""
-    keys = dict.fromkeys(k for run in runs for k in run)
-    return {k: M.mean(run.get(k) for run in runs) for k in keys}
+    return {k: M.mean(run.get(k) for run in runs) for k in dict.fromkeys(k for run in runs for k in run)}
 
 
 def two_texts(value: Any) -> bool:
@@ -119,30 +113,29 @@ def prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, Any]:
 
 def require_file(path: Path, what: str) -> Path:
     if not path.exists():
-        raise BenchmarkFileMissing(f"{what}: no such file {str(path)!r}", path)
+        raise BenchmarkFileMissing(f"{what}: no such file {str(path)!r}")
     if not path.is_file():
-        raise BenchmarkDataError(f"{what}: {str(path)!r} is not a file", path)
+        raise BenchmarkDataError(f"{what}: {str(path)!r} is not a file")
     return path
 
 
 def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str, Any]]:
     """Records of a JSONL file (blank lines skipped) or of a JSON file holding a list of objects (or ``{"data":
-    [...]}``, ``{"pairs": [...]}``). Read with :mod:`json`, not ``datasets``: benchmark records mix types across
-    rows, and a bad line must be named."""
+    [...]}``, ``{"pairs": [...]}``); :mod:`json`, not ``datasets``: records mix types, and a bad line is named."""
     path = require_file(Path(path), what)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise BenchmarkDataError(f"{what}: cannot read {str(path)!r}: {e}", path) from None
+        raise BenchmarkDataError(f"{what}: cannot read {str(path)!r}: {e}") from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise BenchmarkDataError(f"{what}: {str(path)!r} is not valid JSON: {e}", path) from None
+            raise BenchmarkDataError(f"{what}: {str(path)!r} is not valid JSON: {e}") from None
         if isinstance(data, dict):
             data = next((data[k] for k in ("data", "pairs") if isinstance(data.get(k), list)), data)
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise BenchmarkDataError(f"{what}: {str(path)!r} must hold a list of JSON objects", path)
+            raise BenchmarkDataError(f"{what}: {str(path)!r} must hold a list of JSON objects")
         return data
     records = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -151,9 +144,9 @@ def read_jsonl(path: str | Path, what: str = "benchmark file") -> list[dict[str,
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: invalid JSON ({e.msg})", path) from None
+            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: invalid JSON ({e.msg})") from None
         if not isinstance(record, dict):
-            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: expected a JSON object", path)
+            raise BenchmarkDataError(f"{what}: {path!s}:{lineno}: expected a JSON object")
         records.append(record)
     return records
 
@@ -180,8 +173,7 @@ class Table:
         return any(isinstance(r.get(column), str) for r in self.rows)
 
     def view(self, columns: Sequence[str]) -> Any:
-        """Rows restricted to the given columns (those that exist), without decoding the others: text fields are
-        read through one view and image cells fetched per item through another."""
+        """Rows restricted to the given columns (those that exist), without decoding the others."""
         cols = [c for c in columns if c in self.columns]
         if isinstance(self.rows, list):
             return [{c: r.get(c) for c in cols} for r in self.rows]
@@ -195,7 +187,7 @@ def _parquet(files: list[Path], what: str) -> Table:
         ds = load_dataset("parquet", data_files=[str(f) for f in files], split="train")
     except Exception as e:  # pyarrow and datasets raise several types for a broken or mismatched file
         shown = str(files[0]) if len(files) == 1 else [str(f) for f in files]
-        raise BenchmarkDataError(f"{what}: cannot read parquet {shown!r}: {e}", files[0]) from None
+        raise BenchmarkDataError(f"{what}: cannot read parquet {shown!r}: {e}") from None
     return Table(files[0] if len(files) == 1 else files[0].parent, ds, list(ds.column_names))
 
 
@@ -205,20 +197,16 @@ def _from_disk(folder: Path, split: str | None, what: str) -> Table:
     try:
         ds = load_from_disk(str(folder))
     except Exception as e:  # datasets raises several types for a broken folder
-        raise BenchmarkDataError(
-            f"{what}: cannot load the datasets folder {str(folder)!r}: {e}", folder
-        ) from None
+        raise BenchmarkDataError(f"{what}: cannot load the datasets folder {str(folder)!r}: {e}") from None
     if isinstance(ds, DatasetDict):
         if split is None and len(ds) != 1:
             raise BenchmarkDataError(
-                f"{what}: {str(folder)!r} holds splits {sorted(ds)}; choose one with the 'split' option",
-                folder,
+                f"{what}: {str(folder)!r} holds splits {sorted(ds)}; choose one with the 'split' option"
             )
         split = split or next(iter(ds))
         if split not in ds:
             raise BenchmarkFileMissing(
-                f"{what}: split {split!r} not in the datasets folder {str(folder)!r} (splits: {sorted(ds)})",
-                folder,
+                f"{what}: split {split!r} not in the datasets folder {str(folder)!r} (splits: {sorted(ds)})"
             )
         ds = ds[split]
     return Table(folder, ds, list(ds.column_names))
@@ -229,15 +217,12 @@ def _is_datasets_folder(folder: Path) -> bool:
 
 
 def load_table(path: str | Path, split: str | None = None, what: str = "benchmark") -> Table:
-    """Load one split of a benchmark from ``path``:
-
-    * a ``.jsonl`` / ``.json`` / ``.parquet`` file;
-    * a folder written by ``datasets.save_to_disk`` (a ``Dataset``, or a ``DatasetDict`` → ``split``);
-    * a folder holding ``{split}.parquet``, ``{split}.jsonl``, ``{split}.json``, a ``{split}/`` datasets
-      folder, or parquet shards ``{split}-*.parquet`` (also under ``data/``, the Hugging Face hub layout)."""
+    """Load one split of a benchmark from ``path``: a ``.jsonl`` / ``.json`` / ``.parquet`` file, a
+    ``datasets.save_to_disk`` folder (a ``DatasetDict`` → ``split``), or a folder holding ``{split}.parquet``,
+    ``.jsonl``, ``.json``, a ``{split}/`` datasets folder or ``{split}-*.parquet`` shards (also under ``data/``)."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise BenchmarkFileMissing(f"{what}: no such file or folder {str(path)!r}", path)
+        raise BenchmarkFileMissing(f"{what}: no such file or folder {str(path)!r}")
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix == ".parquet":
@@ -246,14 +231,13 @@ def load_table(path: str | Path, split: str | None = None, what: str = "benchmar
             rows = read_jsonl(path, what)
             return Table(path, rows, sorted({k for r in rows for k in r}))
         raise BenchmarkDataError(
-            f"{what}: unsupported file type {str(path)!r} (expected .jsonl, .json or .parquet)", path
+            f"{what}: unsupported file type {str(path)!r} (expected .jsonl, .json or .parquet)"
         )
     if _is_datasets_folder(path):
         return _from_disk(path, split, what)
     if split is None:
         raise BenchmarkDataError(
-            f"{what}: {str(path)!r} is a folder but not a datasets folder; name a file or set the 'split' option",
-            path,
+            f"{what}: {str(path)!r} is a folder but not a datasets folder; name a file or set the 'split' option"
         )
     for name in (f"{split}.parquet", f"{split}.jsonl", f"{split}.json"):
         if (path / name).is_file():
@@ -265,8 +249,7 @@ def load_table(path: str | Path, split: str | None = None, what: str = "benchmar
             return _parquet(shards, what)
     raise BenchmarkFileMissing(
         f"{what}: no {split!r} split in {str(path)!r}: expected {split}.parquet, {split}.jsonl, {split}.json, "
-        f"a {split}/ datasets folder, {split}-*.parquet shards, or a datasets folder (save_to_disk)",
-        path / f"{split}.parquet",
+        f"a {split}/ datasets folder, {split}-*.parquet shards, or a datasets folder (save_to_disk)"
     )
 
 
@@ -303,9 +286,7 @@ class ImageSource:
                     candidates.append(resolve_under(root, cell))
                 except ImageError as e:
                     escaped = e
-            if (
-                escaped is not None and not candidates
-            ):  # the path itself leaves every root: never try its name
+            if escaped is not None and not candidates:  # the path leaves every root: never try its name
                 raise escaped
             for root in self.roots if len(Path(cell).parts) > 1 else ():
                 with contextlib.suppress(ImageError):
@@ -341,8 +322,7 @@ class ImageSource:
 
 
 class TableImages:
-    """The image cells of a table's ``columns``, loaded per row through an :class:`ImageSource` rooted at
-    ``images_dir`` (default: the table's folder)."""
+    """The image cells of a table's ``columns``, loaded per row from ``images_dir`` (default: the table's folder)."""
 
     def __init__(
         self, table: Table, columns: list[str], images_dir: Path | None, missing: str, what: str
@@ -383,9 +363,7 @@ class Judged:
         return self._scores.get((i, variant, seed))
 
     def completion(self, i: int, variant: str, seed: int) -> str:
-        """The whole completion of that judgement as the published scripts read it (the reasoning a backend split
-        off back in front, :func:`~perception_judge.evaluation.benchmarks.published.whole_completion`); ``""``
-        for a failed call or a missing judgement."""
+        """That judgement's :func:`~.published.whole_completion`; ``""`` for a failed call or a missing judgement."""
         return self._texts.get((i, variant, seed), "")
 
     @property
@@ -444,8 +422,8 @@ class BenchmarkRun:
         return Judged(items, judgements, counts)
 
     def mean(self, metrics_of_seed: Callable[[int], dict[str, float | None]], prefix: str = "") -> dict:
-        """The mean over seeds of ``metrics_of_seed(seed)``; each seed's metrics are kept (``prefix`` + name)
-        under ``extra["per_seed"]["seed<s>"]``."""
+        """:func:`mean_over_runs` of ``metrics_of_seed(seed)`` over the seeds; each seed's metrics are kept
+        (``prefix`` + name) under ``extra["per_seed"]["seed<s>"]``."""
         runs = [metrics_of_seed(s) for s in self.seeds]
         for s, run in zip(self.seeds, runs):
             self.per_seed.setdefault(f"seed{s}", {}).update({prefix + k: v for k, v in run.items()})

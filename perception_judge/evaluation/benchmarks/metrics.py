@@ -1,9 +1,7 @@
-"""Pure metric functions for the judge benchmarks and the conventional judge biases.
-
-Every function is deterministic, takes plain Python values and states its formula in the docstring. "No data"
-is ``None``, never a silent ``0.0``. A **verdict** is ``"A"`` (the first response is better), ``"B"`` (the
-second) or ``"C"`` (a tie), ``None`` a parse failure; a **ranking** is a string of slot letters, best first
-(``"CABD"``). ``flex_*`` replicate Flex-Judge's ``test/evaluate.py`` aggregation over seeds.
+"""Pure metric functions for the judge benchmarks and the conventional judge biases, each formula in its docstring.
+"No data" is ``None``, never a silent ``0.0``. A **verdict** is ``"A"`` (the first response is better), ``"B"`` or
+``"C"`` (a tie), ``None`` a parse failure; a **ranking** is slot letters, best first (``"CABD"``). ``flex_*``
+replicate Flex-Judge's ``test/evaluate.py`` aggregation over seeds.
 """
 
 from __future__ import annotations
@@ -37,15 +35,13 @@ METRICS: dict[str, Metric] = {
 
 
 def mean(values: Iterable[float | None]) -> float | None:
-    """Arithmetic mean Σx / n of the values that are not None (:func:`statistics.fmean`); None when there are
-    none."""
+    """Arithmetic mean Σx / n of the values that are not None (:func:`statistics.fmean`); None when none."""
     xs = [float(v) for v in values if v is not None]
     return statistics.fmean(xs) if xs else None
 
 
 def median(values: Iterable[float | None]) -> float | None:
-    """Median of the values that are not None (mean of the two middle values for an even count,
-    :func:`statistics.median`); None if there are none."""
+    """Median of the values that are not None (:func:`statistics.median`); None if there are none."""
     xs = [float(v) for v in values if v is not None]
     return statistics.median(xs) if xs else None
 
@@ -83,28 +79,22 @@ def pair_verdict(s1: float, s2: float) -> str:
 
 
 def swap_verdict(verdict: str | None) -> str | None:
-    """The verdict with the two responses' positions exchanged (A↔B; C and None unchanged). Used to un-swap
-    a judgment made on the swapped order."""
+    """The verdict with the two responses' positions exchanged (A↔B; C and None unchanged): un-swaps."""
     return {"A": "B", "B": "A"}.get(verdict, verdict) if verdict is not None else None
 
 
-def ranking_from_scores(scores: Sequence[float]) -> str:
-    """Slot letters sorted by score, highest first. **Ties**: the later slot comes first (D before C), the
-    ordering of ``sorted(zip(scores, labels), reverse=True)`` that the published MLLM-as-a-Judge evaluators
-    use, so equal scores give the same ranking as theirs.
-
-    >>> ranking_from_scores([3, 9, 9, 1])
-    'CBAD'
-    """
-    if len(scores) > len(SLOTS):
-        raise ValueError(f"at most {len(SLOTS)} scores, got {len(scores)}")
+def ranking_from_scores(scores: Sequence[float], labels: str = SLOTS) -> str:
+    """Slot letters (``labels``) sorted by score, highest first. **Ties**: the later slot comes first (D before C),
+    the ordering of ``sorted(zip(scores, labels), reverse=True)`` that the published MLLM-as-a-Judge evaluators
+    use, so equal scores give the same ranking as theirs: ``[3, 9, 9, 1]`` gives ``"CBAD"``."""
+    if len(scores) > len(labels):
+        raise ValueError(f"at most {len(labels)} scores, got {len(scores)}")
     order = sorted(range(len(scores)), key=lambda i: (scores[i], i), reverse=True)
-    return "".join(SLOTS[i] for i in order)
+    return "".join(labels[i] for i in order)
 
 
 def levenshtein(a: str, b: str) -> int:
-    """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b
-    (:func:`rapidfuzz.distance.Levenshtein.distance`, unit weights)."""
+    """Edit distance: the fewest single-character insertions, deletions and substitutions turning a into b."""
     return Levenshtein.distance(a, b)
 
 

@@ -20,18 +20,12 @@ from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, reque
 NAME = "mjbench"
 SPLITS: tuple[str, ...] = ("alignment", "safety", "quality")
 CRITERIA: dict[str, str] = {
-    "alignment": (
-        "how faithfully it depicts the prompt: every object named, its attributes (colour, count, size, gender, "
-        "texture), the actions, the spatial relations and the background"
-    ),
-    "safety": (
-        "safety: an image free of harmful content (violence, gore, sexual content, hate symbols, harassment, "
-        "self-harm, illegal activity or shocking imagery) is better than one that shows any"
-    ),
-    "quality": (
-        "visual quality: freedom from artifacts such as distorted faces, hands, fingers or limbs, blur, warped "
-        "or merged objects and garbled text"
-    ),
+    "alignment": "how faithfully it depicts the prompt: every object named, its attributes (colour, count, size, "
+    "gender, texture), the actions, the spatial relations and the background",
+    "safety": "safety: an image free of harmful content (violence, gore, sexual content, hate symbols, harassment, "
+    "self-harm, illegal activity or shocking imagery) is better than one that shows any",
+    "quality": "visual quality: freedom from artifacts such as distorted faces, hands, fingers or limbs, blur, "
+    "warped or merged objects and garbled text",
 }
 GENERIC_CRITERION = (
     "how well it matches the prompt and how good it looks, free of artifacts and harmful content"
@@ -78,15 +72,13 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[pairs.PairItem], 
         found = next((c for c in names if c in table.columns), None)
         if found is None:
             raise common.BenchmarkDataError(
-                f"MJ-Bench {split}: {str(table.path)!r} has no {names[0]!r} column (columns: {table.columns})",
-                table.path,
+                f"MJ-Bench {split}: {str(table.path)!r} has no {names[0]!r} column (columns: {table.columns})"
             )
         cols.append(found)
     if not any(c in table.columns for c in ("label", "preferred")) and opts.default_label is None:
         raise common.BenchmarkDataError(
             f"MJ-Bench {split}: {str(table.path)!r} has no 'label' column; set mjbench.default_label=0 if image0 "
-            "is the preferred image in your copy",
-            table.path,
+            "is the preferred image in your copy"
         )
     images = common.TableImages(table, cols, opts.images_dir, opts.missing_images, f"MJ-Bench {split} image")
     counts = {"rows": len(table), "skipped_no_gt": 0}
@@ -95,7 +87,7 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[pairs.PairItem], 
         where = f"{table.path} row {i} ({split})"
         caption = common.first_field(rec, ("caption", "prompt"))
         if not isinstance(caption, str):
-            raise common.BenchmarkDataError(f"MJ-Bench: {where}: no 'caption' text", table.path)
+            raise common.BenchmarkDataError(f"MJ-Bench: {where}: no 'caption' text")
         raw_label = common.first_field(rec, ("label", "preferred"))
         label = parse_label(raw_label if raw_label is not None else opts.default_label)
         if label is None:
@@ -153,12 +145,11 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         metrics[f"{split}.pred_tie_rate"] = M.rate(parsed.count("C"), len(parsed))
         for agg in opts.aggregation:
             if agg == "mean":
-                result = bench.mean(
-                    lambda s, kept=kept, verdicts=verdicts: split_accuracy(
-                        kept, [[v[o] for v in verdicts[s]] for o in pairs.ORDERS]
-                    ),
-                    prefix=f"{split}.",
-                )
+                runs = {
+                    s: split_accuracy(kept, [[v[o] for v in verdicts[s]] for o in pairs.ORDERS])
+                    for s in verdicts
+                }
+                result = bench.mean(runs.__getitem__, prefix=f"{split}.")
             else:
                 result = split_accuracy(kept, [pairs.voted_verdicts(list(verdicts.values()), len(kept))])
             per_split[agg][split] = result
@@ -183,10 +174,5 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     return bench.result(metrics, counts, protocol, "336x336 (Flex-Judge)")
 
 
-SUITE = Suite(
-    NAME,
-    MJBenchOptions,
-    M.METRICS,
-    ("*.avg.acc_with_tie", "*.avg.acc_without_tie", "mean.*.acc_with_tie"),
-    run,
-)
+PRIMARY = ("*.avg.acc_with_tie", "*.avg.acc_without_tie", "mean.*.acc_with_tie")
+SUITE = Suite(NAME, MJBenchOptions, M.METRICS, PRIMARY, run)

@@ -1,12 +1,7 @@
 """MLLM-as-a-Judge (``Dongping-Chen/MLLM-Judge``): pair, score and batch settings from the benchmark's
-``Dataset/Benchmark`` files, judged with our prompts (:func:`perception_judge.core.protocol.build_messages`).
-
-Pair: A if s1 > s2, B if s1 < s2, else C. Score: a 1-10 score mapped onto the human 1-5 scale with
-``ceil(s/2)``. Batch: slots sorted by score, equal scores broken towards the later slot (as the published
-evaluators sort).
-Metrics are ``{aggregation}.{setting}.{metric}.{scope}`` (``micro`` pooled, ``macro`` over ``original_dataset``
-subsets, ``by_dataset.<subset>``); ``*_compat`` apply the published failure conventions. Files, metrics and the
-``mean`` / ``vote`` / ``flex`` aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
+``Dataset/Benchmark`` files, judged with our prompts. Pair: A if s1 > s2, B if s1 < s2, else C; score: ``ceil(s/2)``
+onto the human 1-5 scale; batch: slots sorted by score, ties towards the later slot. Metrics are
+``{aggregation}.{setting}.{metric}.{scope}``; files, metrics, aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
 """
 
 from __future__ import annotations
@@ -23,9 +18,8 @@ from perception_judge.evaluation.benchmarks import common
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import (
     DESCRIPTIONS,
-    first_tag,
-    flex_batch_ranking,
-    notebook_batch_ranking,
+    block_ints,
+    published_ranking,
     request_parser,
     tag_ints,
 )
@@ -108,13 +102,12 @@ def _answer(value: Any, what: str, path: Path, row: int) -> tuple[str, str | Non
     if isinstance(value, str):
         return value, None
     raise common.BenchmarkDataError(
-        f"MLLM-as-a-Judge: {path!s} record {row}: {what} must be {{name, answer}}", path
+        f"MLLM-as-a-Judge: {path!s} record {row}: {what} must be {{name, answer}}"
     )
 
 
 def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
-    """Items of one setting, and counts of the records left out (``skipped_no_gt``, ``skipped_gt_short``,
-    ``skipped_bad_answers``)."""
+    """Items of one setting, and counts of the records left out (``skipped_<reason>``)."""
     records = common.read_jsonl(path, f"MLLM-as-a-Judge {setting} file")
     items: list[Item] = []
     counts: dict[str, int] = {"records": len(records)}
@@ -125,9 +118,7 @@ def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
     for row, rec in enumerate(records, 1):
         question = common.first_field(rec, ("instruction", "question"))
         if not isinstance(question, str):
-            raise common.BenchmarkDataError(
-                f"MLLM-as-a-Judge: {path!s} record {row}: no 'instruction' text", path
-            )
+            raise common.BenchmarkDataError(f"MLLM-as-a-Judge: {path!s} record {row}: no 'instruction' text")
         if setting == "pair":
             answers = [_answer(rec.get(k), repr(k), path, row) for k in ("answer1", "answer2")]
             gt, reason = pair_gt(rec), "no_gt"
@@ -168,8 +159,7 @@ def setting_file(setting: str, explicit: Path | None, data_dir: Path | None) -> 
 
 
 def image_source(images_dir: Path | None, files: list[Path], missing: str) -> common.ImageSource:
-    """The benchmark's images: under ``images_dir``, else each file's folder, its parent, and ``image/`` under
-    either."""
+    """The images: under ``images_dir``, else each file's folder, its parent, and ``image/`` under either."""
     roots = (
         r for f in files for r in (f.parent, f.parent.parent, f.parent / "image", f.parent.parent / "image")
     )
@@ -218,24 +208,21 @@ def published_prediction(setting: str, completion: str, gt: Any, rule: str) -> A
     * score: ``ceil(v/2)`` of the first tag integer ``v`` (the project's 1-10 prompt onto the 1-5 scale); the
       notebook makes a value above 5 a failure (-1), Flex keeps it (``test/evaluate.py`` lines 98-100: ``v[0]``,
       no range check, so 11 gives 6); ``flex_unmapped`` is ``v`` itself, what the unmodified script reads;
-    * batch: the notebook ranks the first ``len(gt)`` integers inside the ``<answer>`` blocks
-      (:func:`~perception_judge.evaluation.benchmarks.published.notebook_batch_ranking`), Flex every tag integer
-      (:func:`~perception_judge.evaluation.benchmarks.published.flex_batch_ranking`, lines 131-134)."""
+    * batch (:func:`~perception_judge.evaluation.benchmarks.published.published_ranking`): the notebook ranks the
+      first ``len(gt)`` integers inside the ``<answer>`` blocks, Flex **every** tag integer (lines 131-134: one
+      tag too many gives a longer ranking); none is a failure (distance 1.0)."""
     if rule not in PUBLISHED_RULES:
         raise ValueError(f"rule must be one of {list(PUBLISHED_RULES)}, got {rule!r}")
+    ints = tag_ints(completion)
     if setting == "pair":
-        ints = tag_ints(completion)
         return M.pair_verdict(ints[0], ints[1]) if len(ints) >= 2 else None
     if setting == "score":
-        first = first_tag(completion)
+        first = ints[0] if ints else None
         if rule == "flex_unmapped":
             return first
         mapped = None if first is None else M.ceil_half(first)
         return None if rule == "notebook" and mapped is not None and mapped > 5 else mapped
-    ranking = (
-        notebook_batch_ranking(completion, len(gt)) if rule == "notebook" else flex_batch_ranking(completion)
-    )
-    return ranking or None
+    return published_ranking(block_ints(completion)[: len(gt)] if rule == "notebook" else ints) or None
 
 
 def seed_predictions(
@@ -244,18 +231,14 @@ def seed_predictions(
     """Per seed, per judged item, the prediction: read from the completion by the published ``rule`` under
     ``parser="published"`` (:func:`published_prediction`), else from the parsed scores (:func:`prediction`; the
     first score itself for ``flex_unmapped``)."""
-    kept = judged.items
-    if rule == "flex_unmapped" and parser != "published":
-        return [[(judged.scores(i, "main", s) or [None])[0] for i in range(len(kept))] for s in seeds]
-    if parser == "published":
-        return [
-            [
-                published_prediction(setting, judged.completion(i, "main", s), kept[i].gt, rule)
-                for i in range(len(kept))
-            ]
-            for s in seeds
-        ]
-    return [[prediction(setting, judged.scores(i, "main", s)) for i in range(len(kept))] for s in seeds]
+
+    def one(i: int, seed: int) -> Any:
+        if parser == "published":
+            return published_prediction(setting, judged.completion(i, "main", seed), judged.items[i].gt, rule)
+        scores = judged.scores(i, "main", seed)
+        return (scores or [None])[0] if rule == "flex_unmapped" else prediction(setting, scores)
+
+    return [[one(i, s) for i in range(len(judged.items))] for s in seeds]
 
 
 def _groups(items: list[Item]) -> dict[str, list[int]]:
@@ -341,13 +324,13 @@ def flex_metrics(
     if setting == "pair":
         voted = [M.vote_verdict((run[i] or "C") for run in preds) for i in range(len(items))]
         for name, with_tie in (("acc_with_tie", True), ("acc_without_tie", False)):
-            scoped = _scoped(
-                f"pair.{name}",
-                items,
-                lambda idx, w=with_tie: M.pair_accuracy(
+
+            def acc(idx: list[int], w: bool = with_tie) -> float | None:
+                return M.pair_accuracy(
                     [voted[i] for i in idx], [gts[i] for i in idx], with_tie=w, failure="tie"
-                ),
-            )
+                )
+
+            scoped = _scoped(f"pair.{name}", items, acc)
             per = {k: _round3(v) for k, v in scoped.items() if ".by_dataset." in k}
             out |= scoped | per | {f"pair.{name}.macro": _round3(M.mean(per.values()))}
         return out

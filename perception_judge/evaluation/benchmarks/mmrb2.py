@@ -67,9 +67,8 @@ def judge_prompt(task: str) -> str:
         return REASONING_PROMPT
     kind, names = RUBRICS[task].split(": ")
     rubric = "\n".join(f"- {n}: which response {CRITERIA[n]}" for n in names.split())
-    return RUBRIC_PROMPT.format(
-        kind=kind, rubric=rubric, keys=", ".join(f'"{n}": "..."' for n in names.split())
-    )
+    keys = ", ".join(f'"{n}": "..."' for n in names.split())
+    return RUBRIC_PROMPT.format(kind=kind, rubric=rubric, keys=keys)
 
 
 def _unfenced(text: str) -> str:  # api_pairwise_evaluator.py lines 69-70
@@ -141,7 +140,7 @@ def load_items(opts: MMRB2Options, limit: int | None) -> tuple[list[Pair], dict[
             ]
             if not all(isinstance(p, list) and all(map(_part, p)) for p in parts):
                 msg = "prompt_content and response_content must be lists of ['text' | 'image', str]"
-                raise common.BenchmarkDataError(f"MMRB2: {where}: {msg}", path)
+                raise common.BenchmarkDataError(f"MMRB2: {where}: {msg}")
             refs, pid = [v for p in parts for k, v in p if k == "image"], rec.get("id", i)
             load = lambda refs=refs, w=where: [source.load(r, w) for r in refs]  # noqa: E731
             check = lambda refs=refs, w=where: [source.check(r, w) for r in refs]  # noqa: E731

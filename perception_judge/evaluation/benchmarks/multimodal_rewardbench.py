@@ -65,16 +65,16 @@ def load_items(opts: Any, limit: int | None) -> tuple[list[preference.ContentPai
     try:  # the prepared release (or a file named directly), else the hub mirror's parquet (split test)
         table = common.load_table(prepared[0] if prepared else d, None if prepared else "test", WHAT)
     except common.BenchmarkFileMissing as e:
-        raise common.BenchmarkFileMissing(f"{e}; or data/all_data.json", d) from None
+        raise common.BenchmarkFileMissing(f"{e}; or data/all_data.json") from None
     if missing := [c for c in (*COLUMNS, "Image") if c not in table.columns]:
-        raise common.BenchmarkDataError(f"{WHAT}: {str(table.path)!r} has no column {missing}", table.path)
+        raise common.BenchmarkDataError(f"{WHAT}: {str(table.path)!r} has no column {missing}")
     images = common.TableImages(table, ["Image"], opts.images_dir, opts.missing_images, f"{WHAT} image")
     items, counts = [], {"rows": len(table), "skipped_no_gt": 0}
     for i, rec in enumerate(table.view(COLUMNS)):
         where, texts = f"{table.path} row {i}", [rec.get(c) for c in ("Text", "Output1", "Output2")]
         if not all(isinstance(t, str) for t in texts):
             msg = "'Text', 'Output1' and 'Output2' must be text (0_download_data.py fills in 'Text')"
-            raise common.BenchmarkDataError(f"{WHAT}: {where}: {msg}", table.path)
+            raise common.BenchmarkDataError(f"{WHAT}: {where}: {msg}")
         if (preferred := {"Output1": "A", "Output2": "B"}.get(str(rec.get("Better")))) is None:
             counts["skipped_no_gt"] += 1
             continue

@@ -14,9 +14,6 @@ from perception_judge.core.schema import RESPONSE_KINDS
 from perception_judge.evaluation.benchmarks import common, mllm_judge, vlrewardbench
 from perception_judge.evaluation.benchmarks.pairs import PairItem
 
-SOURCE_PATH_OPTIONS: tuple[str, ...] = ("data_dir", "pair_file", "trainset_dir", "pairs_file")
-"""The options that name where the pairs are (one per source; :func:`infer_source` picks the source by them)."""
-
 
 class PairSourceOptions(common.JudgeOptions):
     """``split``: default ``validation`` (ppjd) or ``test`` (vlrewardbench)."""
@@ -105,11 +102,11 @@ def _ppjd_items(folder: Path, split: str) -> tuple[list[PairItem], dict[str, Any
     from perception_judge.core.trainset import load_training_set
 
     if not folder.is_dir():
-        raise common.BenchmarkFileMissing(f"PPJD training set: no such folder {str(folder)!r}", folder)
+        raise common.BenchmarkFileMissing(f"PPJD training set: no such folder {str(folder)!r}")
     try:
         ds = load_training_set(folder, splits=[split])[split]
     except FileNotFoundError as e:
-        raise common.BenchmarkFileMissing(f"PPJD training set: {e} (split {split!r})", folder) from None
+        raise common.BenchmarkFileMissing(f"PPJD training set: {e} (split {split!r})") from None
     imgs = ds.select_columns(["images"])
     rank = {k: i for i, k in enumerate(RESPONSE_KINDS)}
     seen: set[tuple[str, str, str]] = set()
@@ -145,13 +142,13 @@ def _jsonl_items(path: Path, opts: PairSourceOptions) -> tuple[list[PairItem], d
         responses = rec.get("responses")
         question = common.first_field(rec, ("question", "query", "instruction"))
         if not common.two_texts(responses):
-            raise common.BenchmarkDataError(f"{where}: 'responses' must be two strings", path)
+            raise common.BenchmarkDataError(f"{where}: 'responses' must be two strings")
         if not isinstance(question, str):
-            raise common.BenchmarkDataError(f"{where}: no 'question'", path)
+            raise common.BenchmarkDataError(f"{where}: no 'question'")
         try:
             preferred = _preferred(rec.get("preferred"))
         except ValueError as e:
-            raise common.BenchmarkDataError(f"{where}: {e}", path) from None
+            raise common.BenchmarkDataError(f"{where}: {e}") from None
         item = PairItem(
             item_id=str(rec.get("id", row)),
             question=question,

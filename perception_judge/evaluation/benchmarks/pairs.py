@@ -13,7 +13,7 @@ from typing import Any
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import JudgeRequest
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.common import Judged, slug
+from perception_judge.evaluation.benchmarks.common import BenchmarkRun, Judged, prefixed, slug
 
 ORIG, SWAP = "orig", "swap"
 ORDERS: tuple[str, ...] = (ORIG, SWAP)
@@ -82,9 +82,9 @@ def response_scores(scores: Sequence[float] | None, order: str) -> tuple[float, 
     return (scores[1], scores[0]) if order == SWAP else (scores[0], scores[1])
 
 
-def order_scores(judged: Judged, seed: int, tag: str = "") -> list[dict[str, list[float] | None]]:
+def order_scores(judged: Judged, seed: int) -> list[dict[str, list[float] | None]]:
     """Per judged item, its scores in each order under one seed (slot terms; None on a failure)."""
-    return [{o: judged.scores(i, f"{tag}{o}", seed) for o in ORDERS} for i in range(len(judged.items))]
+    return [{o: judged.scores(i, o, seed) for o in ORDERS} for i in range(len(judged.items))]
 
 
 def order_verdicts(judged: Judged, seed: int) -> list[dict[str, str | None]]:
@@ -95,16 +95,12 @@ def order_verdicts(judged: Judged, seed: int) -> list[dict[str, str | None]]:
 def group_accuracy(
     items: Sequence[PairItem], correct: Callable[[int], float | None], idx: list[int]
 ) -> dict[str, float | None]:
-    """``acc.by_category.<g>`` (the mean of ``correct(i)`` over the group's items ``idx``) and ``acc.macro``,
-    their unweighted mean over the groups present."""
+    """``acc.by_category.<g>``: the mean of ``correct(i)`` over g's items in ``idx``; ``acc.macro``: their mean."""
     groups: dict[str, list[int]] = {}
     for i in idx:
         groups.setdefault(items[i].group, []).append(i)
     per = {g: M.mean(correct(i) for i in ids) for g, ids in sorted(groups.items())}
-    return {
-        "acc.macro": M.mean(per.values()),
-        **{f"acc.by_category.{slug(g)}": v for g, v in per.items()},
-    }
+    return {"acc.macro": M.mean(per.values()), **{f"acc.by_category.{slug(g)}": v for g, v in per.items()}}
 
 
 def order_accuracy(
@@ -131,8 +127,8 @@ def order_accuracy(
 def order_metrics(
     items: Sequence[PairItem], verdicts: Sequence[dict[str, str | None]]
 ) -> dict[str, float | None]:
-    """:func:`order_accuracy`, ``pred_tie_rate`` (predicted ties / parsed judgments) and the accuracy per group
-    (:func:`group_accuracy`)."""
+    """:func:`order_accuracy`, ``pred_tie_rate`` (predicted ties / parsed judgments), the accuracy per group
+    (:func:`group_accuracy`) and ``order_consistency`` (:func:`~.metrics.consistency_rate` of the two orders)."""
     idx = [i for i, it in enumerate(items) if it.preferred in ("A", "B")]
     parsed = [v for vs in verdicts for v in vs.values() if v is not None]
     return {
@@ -141,6 +137,7 @@ def order_metrics(
         **group_accuracy(
             items, lambda i: M.mean(verdicts[i].get(o) == items[i].preferred for o in ORDERS), idx
         ),
+        "order_consistency": M.consistency_rate((v[ORIG], v[SWAP]) for v in verdicts),
     }
 
 
@@ -160,3 +157,18 @@ def voted_acc(items: Sequence[PairItem], voted: Sequence[str | None]) -> dict[st
         return voted[i] == items[i].preferred
 
     return {"acc": M.mean(correct(i) for i in idx), **group_accuracy(items, correct, idx)}
+
+
+def aggregated(
+    bench: BenchmarkRun, judged: Judged, seed_metrics: Callable[..., dict[str, float | None]] = order_metrics
+) -> tuple[dict[str, float | None], dict[int, list[dict[str, str | None]]]]:
+    """``parse_failure_rate`` and the metrics of each of the suite's aggregations (``mean``: ``seed_metrics(items,
+    verdicts)`` per seed, then the mean; ``vote``: :func:`voted_acc`), and each seed's :func:`order_verdicts`."""
+    kept, per_seed = judged.items, {s: order_verdicts(judged, s) for s in bench.seeds}
+    metrics: dict[str, float | None] = {"parse_failure_rate": judged.parse_failure_rate}
+    for agg in bench.opts.aggregation:
+        if agg == "mean":
+            metrics |= prefixed(agg, bench.mean(lambda s: seed_metrics(kept, per_seed[s])))
+        else:
+            metrics |= prefixed(agg, voted_acc(kept, voted_verdicts(list(per_seed.values()), len(kept))))
+    return metrics, per_seed

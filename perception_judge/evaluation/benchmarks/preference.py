@@ -30,8 +30,7 @@ METRICS = {**M.METRICS, "acc": Metric(chance=0.5), "acc_both_orders": Metric(cha
 
 
 class PreferenceOptions(common.BenchmarkOptions):
-    """``prompt``: the project's pair prompt or the benchmark's; ``parser=published`` (the benchmark's reading)
-    needs ``prompt=published``."""
+    """``prompt``: the project's pair prompt or the benchmark's (``parser=published`` needs ``published``)."""
 
     data_dir: common.DataPath
     prompt: Literal["project", "published"] = "project"
@@ -85,9 +84,8 @@ def project_messages(item: ContentPair, parts: list[list[list[Any]]]) -> list[di
     messages = build_messages("pair", texts[0], texts[1:], n_images=lead)
     head, *rest = messages[1]["content"][-1]["text"].split(IMAGE)
     inline = [["text", head], *(p for piece in rest for p in (["image", None], ["text", piece]))]
-    messages[1]["content"][lead:] = user_turn([p for p in inline if p[0] == "image" or p[1].strip()])[0][
-        "content"
-    ]
+    blocks = user_turn([p for p in inline if p[0] == "image" or p[1].strip()])[0]["content"]
+    messages[1]["content"][lead:] = blocks
     return messages
 
 
@@ -102,12 +100,11 @@ def requests(name: str, item: ContentPair, images: list[Any], render: Any, parse
 
 
 def seed_metrics(items: list[ContentPair], verdicts: list[dict[str, str | None]]) -> dict[str, float | None]:
-    """:func:`pairs.order_metrics`, ``acc_both_orders`` by group, order consistency and Wilson intervals."""
+    """:func:`pairs.order_metrics`, ``acc_both_orders`` by group and Wilson intervals."""
     m = pairs.order_metrics(items, verdicts)
     right = [set(v.values()) == {it.preferred} for it, v in zip(items, verdicts)]
     both = pairs.group_accuracy(items, right.__getitem__, list(range(len(items))))
     m |= {k.replace("acc", "acc_both_orders", 1): v for k, v in both.items()}
-    m["order_consistency"] = M.consistency_rate((v[pairs.ORIG], v[pairs.SWAP]) for v in verdicts)
     for name, n in (("acc", 2 * len(items)), ("acc_both_orders", len(items))):
         ci = wilson_interval(m[name] * n, n) if m[name] is not None else None
         m[f"{name}_ci95_lo"], m[f"{name}_ci95_hi"] = ci or (None, None)
@@ -128,14 +125,7 @@ def run(spec: Benchmark, backend: JudgeBackend, config: SuiteConfig) -> SuiteRes
     build = lambda it: requests(spec.name, it, bench.images(it), render, parser)  # noqa: E731
     log = lambda it: {"item_id": it.item_id, "group": it.group, "preferred": it.preferred}  # noqa: E731
     judged = bench.judge(items, build, spec.name, counts, log)
-    kept, per_seed = judged.items, {s: pairs.order_verdicts(judged, s) for s in bench.seeds}
-    metrics: dict[str, float | None] = {"parse_failure_rate": judged.parse_failure_rate}
-    for agg in opts.aggregation:
-        if agg == "mean":
-            metrics |= common.prefixed(agg, bench.mean(lambda s: seed_metrics(kept, per_seed[s])))
-        else:
-            voted = pairs.voted_verdicts(list(per_seed.values()), len(kept))
-            metrics |= common.prefixed(agg, pairs.voted_acc(kept, voted))
+    metrics = pairs.aggregated(bench, judged, seed_metrics)[0]
     rule = f"{opts.parser}: {spec.parsers[opts.parser][1]}" if published else DESCRIPTIONS["strict"]
     protocol = {"benchmark": spec.name, "path": str(path), "prompt": PROMPTS[opts.prompt], "parser": rule}
     protocol["correct"] = "the human's preferred response, in both orders; a tie or a failure is wrong"

@@ -11,9 +11,7 @@ block included); nothing else (no ``[[n]]`` brackets, no spaces, no decimals) is
   Perception-Judge notebook's batch cell (``re.findall(r"<answer>(.*?)</answer>", t, flags=re.DOTALL)``, then
   ``re.findall(r"\\d+", block)``).
 
-Request parsers: ``published`` takes the first ``n`` tag integers (fewer is a failure); ``published_prefix`` the
-first ``min(k, n)`` of the ``k >= 1`` block integers (the notebook's batch). Out-of-range values are kept for each
-benchmark's own rule. See ``docs/benchmarks.md`` (Prompts, parsing and failures).
+Out-of-range values are kept for each benchmark's own rule (``docs/benchmarks.md``, Prompts, parsing and failures).
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from typing import Annotated
 from pydantic import AfterValidator
 
 from perception_judge.evaluation.base import PARSERS as PARSER_FNS
+from perception_judge.evaluation.benchmarks.metrics import ranking_from_scores
 
 TAG = re.compile(r"<answer>(\d+)</answer>")
 BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -53,21 +52,15 @@ def whole_completion(text: str | None, reasoning: str | None = None) -> str:
 
 def tag_ints(text: str) -> list[int]:
     """The tag reading: the integers of ``re.findall(r"<answer>(\\d+)</answer>", text)``, in order, anywhere in
-    the text (see the module docstring for the published lines).
-
-    >>> tag_ints("<think><answer>3</answer></think><answer>11</answer><answer> 7 </answer><answer>7.5</answer>")
-    [3, 11]
-    """
+    the text (the module docstring has the published lines): ``<think><answer>3</answer></think><answer>11</answer>
+    <answer> 7 </answer><answer>7.5</answer>`` gives ``[3, 11]``."""
     return [_value(d) for d in TAG.findall(text)] if isinstance(text, str) else []
 
 
 def block_ints(text: str) -> list[int]:
     """The block reading (the Perception-Judge notebook's batch cell only): every run of digits inside every
-    ``<answer>...</answer>`` block, in order.
-
-    >>> block_ints("<answer>4, 6</answer><answer>7.5</answer><answer>nan</answer>")
-    [4, 6, 7, 5]
-    """
+    ``<answer>...</answer>`` block, in order: ``<answer>4, 6</answer><answer>7.5</answer><answer>nan</answer>``
+    gives ``[4, 6, 7, 5]``."""
     if not isinstance(text, str):
         return []
     return [_value(d) for block in BLOCK.findall(text) for d in DIGITS.findall(block)]
@@ -96,33 +89,9 @@ def parse_published_prefix(
 def published_ranking(values: Sequence[float]) -> str:
     """``"".join(label for _, label in sorted(zip(values, string.ascii_uppercase[:len(values)]), reverse=True))``
     as a pure rule: the letters of the first 26 values, highest value first, equal values with the later letter
-    first (the batch readers of ``test/evaluate.py`` lines 132-134 and the notebook's batch cell).
-
-    >>> published_ranking([3, 9, 9, 1, 12])
-    'ECBAD'
-    """
-    pairs = list(zip(values, LETTERS))
-    order = sorted(range(len(pairs)), key=lambda i: (pairs[i][0], i), reverse=True)
-    return "".join(pairs[i][1] for i in order)
-
-
-def notebook_batch_ranking(completion: str, gt_length: int) -> str:
-    """The Perception-Judge notebook's batch prediction: :func:`published_ranking` of the first ``gt_length``
-    :func:`block_ints` (``[:len(gt)]``); ``""`` (distance 1.0) when there is none."""
-    return published_ranking(block_ints(completion)[:gt_length])
-
-
-def flex_batch_ranking(completion: str) -> str:
-    """Flex-Judge's batch prediction (``test/evaluate.py`` lines 131-134): :func:`published_ranking` of **every**
-    tag integer, never cut to the number of answers (one tag too many gives a longer ranking)."""
-    return published_ranking(tag_ints(completion))
-
-
-def first_tag(completion: str) -> int | None:
-    """The first tag integer, whatever its range (``test/evaluate.py`` lines 98-100: ``v[0]``); None when there is
-    none (Flex's ``-1``)."""
-    ints = tag_ints(completion)
-    return ints[0] if ints else None
+    first (the batch readers of ``test/evaluate.py`` lines 132-134 and the notebook's batch cell): ``[3, 9, 9, 1,
+    12]`` gives ``"ECBAD"``."""
+    return ranking_from_scores(list(values)[: len(LETTERS)], LETTERS)
 
 
 def _check_parser(value: str) -> str:

@@ -56,12 +56,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 def pad_response(
     text: str, question: str, key: str, ratio_min: float = 1.5, ratio_max: float = 2.0, seed: int = 0
 ) -> str:
-    """``text`` padded with redundant sentences to about ``ratio_min``–``ratio_max`` × its length.
-
-    Deterministic in (seed, key). No new facts: only generic filler, a restatement of the question (if at most
-    200 characters) and a repetition of the response's first sentence. A lead-in sentence goes first; the rest
-    is inserted before the last line when the response has several lines (so a final-answer line stays last),
-    else appended. At least one sentence is always added."""
+    """``text`` padded with redundant sentences (no new facts; docs/benchmarks.md, "Verbosity bias") to about
+    ``ratio_min``–``ratio_max`` × its length, at least one sentence, a final line kept last; deterministic in
+    (seed, key)."""
     if not 1.0 <= ratio_min <= ratio_max:
         raise ValueError(f"need 1 <= pad_ratio_min <= pad_ratio_max, got {ratio_min}, {ratio_max}")
     rng = random.Random(int(sha256_hex(f"{seed}:{key}")[:16], 16))

@@ -8,14 +8,8 @@ judgement file it reads and its rule, so that the unmodified script scores the p
 lines 99-100 turn it and ``ranking`` into the rejected answer's number), ``filter_choice`` (the verdict as the
 sentence its regex reads, line 102: ``Overall Judgment: Answer N is better.``, N the slot shown first (1) or second
 (2); a tie or a parse failure gets a sentence the regex does not match) and ``flag_status`` (the same verdict for
-its ``reparse=False`` path, line 94), plus the project's ``seed``, ``order`` and ``item_id``.
-
-**Rule** (:func:`official_metrics`): each judgement is *agree* (the human's response preferred), *reject* (the
-other one) or *doesntMatch* (a tie or no verdict). An item (key ``id + query + sorted responses``, line 92) over
-its k judgements is, with ``total = agree + reject + doesntMatch`` (``classify``, lines 188-210), *agree* if
-``agree > total / 2``, *reject* if ``reject > total / 2``, else *doesntMatch* / *other*. Per group (general /
-hallucination / reasoning, from the id's source, lines 39-62 and 241-248) accuracy = agree items ÷ (agree + reject)
-items; Overall = Σ agree ÷ Σ (agree + reject); Macro = the mean of the three group ratios (lines 249-276).
+its ``reparse=False`` path, line 94), plus the project's ``seed``, ``order`` and ``item_id``. **Rule**:
+:func:`official_metrics`.
 """
 
 from __future__ import annotations
@@ -52,11 +46,8 @@ RULE = (
 def cal_source(record_id: str) -> str:
     """cal.py's ``get_dataset_from_id`` (lines 39-62): the id's prefix before its first ``_`` or ``-``, read
     case-sensitively: ``RLAIF`` → rlaif-v, ``RLHF`` → rlhf-v, ``mathverse`` / ``mmmu`` → reasoning_tasks,
-    ``wildvision`` → wildvision-battle, ``hallucination`` → povid, anything else → vlfeedback.
-
-    >>> cal_source("RLAIF-V-Dataset_12"), cal_source("rlaif_3"), cal_source("mmmu-pro_1")
-    ('rlaif-v', 'vlfeedback', 'reasoning_tasks')
-    """
+    ``wildvision`` → wildvision-battle, ``hallucination`` → povid, anything else → vlfeedback (``RLAIF-V-Dataset_12``
+    → rlaif-v, ``rlaif_3`` → vlfeedback, ``mmmu-pro_1`` → reasoning_tasks)."""
     cuts = [i for i in (record_id.find("_"), record_id.find("-")) if i != -1]
     prefix = record_id[: min(cuts)] if cuts else record_id
     named = {"RLAIF": "rlaif-v", "RLHF": "rlhf-v", "mathverse": "reasoning_tasks", "mmmu": "reasoning_tasks"}
@@ -83,20 +74,11 @@ def filter_choice(slot_verdict: str | None) -> str:
 def cal_record(item: PairItem, order: str, seed: int, verdict: str | None) -> dict[str, Any]:
     """One judgement as a line of cal.py's input (see the module docstring); ``verdict`` in response terms."""
     slot = M.swap_verdict(verdict) if order == SWAP else verdict
-    return {
-        "id": item.record_id or item.item_id,
-        "query": item.question,
-        "response": list(item.responses),
-        "ranking": [0, 1] if item.preferred == "A" else [1, 0],
-        "meta": {
-            "random_number": RANDOM_NUMBER[order],
-            "filter_choice": filter_choice(slot),
-            "flag_status": judgement_status(verdict, str(item.preferred)),
-            "seed": seed,
-            "order": order,
-            "item_id": item.item_id,
-        },
-    }
+    meta = {"random_number": RANDOM_NUMBER[order], "filter_choice": filter_choice(slot)}
+    meta |= {"flag_status": judgement_status(verdict, str(item.preferred)), "seed": seed, "order": order}
+    record = {"id": item.record_id or item.item_id, "query": item.question, "response": list(item.responses)}
+    ranking = [0, 1] if item.preferred == "A" else [1, 0]
+    return record | {"ranking": ranking, "meta": meta | {"item_id": item.item_id}}
 
 
 def cal_records(
@@ -143,10 +125,12 @@ def item_classes(records: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, s
 
 
 def official_metrics(records: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float | None], dict[str, str]]:
-    """cal.py's numbers on its input lines (the module docstring's rule): ``acc`` (Overall), ``acc.macro``,
-    ``acc.by_category.<group>`` for the three groups, ``n`` (decided items, agree + reject) and ``n_undecided``;
-    and, for each number that is undefined, why (cal.py divides by zero there): a group without a decided item,
-    the macro without all three groups, the overall without any decided item."""
+    """cal.py's numbers on its input lines: each judgement is :func:`judgement_status`, each item (:func:`cal_key`)
+    the :func:`classify` class of all its judgements, its group that of its id's :func:`cal_source`; per group
+    ``acc.by_category.<group>`` = agree items ÷ (agree + reject) items, ``acc`` (Overall) = Σ agree ÷ Σ (agree +
+    reject), ``acc.macro`` = the mean of the three group ratios (lines 249-276); ``n`` (decided items, agree +
+    reject) and ``n_undecided``. And, for each number that is undefined, why (cal.py divides by zero there): a group
+    without a decided item, the macro without all three groups, the overall without any decided item."""
     agree = dict.fromkeys(GROUPS, 0)
     decided = dict.fromkeys(GROUPS, 0)
     classes = item_classes(records).values()

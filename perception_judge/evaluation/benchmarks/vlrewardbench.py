@@ -1,8 +1,6 @@
-"""VL-RewardBench (HF ``MMInstruction/VL-RewardBench``, split ``test``): image-question pairs with a human
-preference between two responses, each pair judged in **both orders** with our pair prompt; a tie or a parse
-failure is wrong. ``official.*`` follows the benchmark's ``cal.py`` on every judgement, which are also written in
-its input layout (``vlrewardbench.cal.jsonl``, :mod:`~perception_judge.evaluation.benchmarks.vlrb_cal`). Files,
-fields, categories, protocol and metrics: ``docs/benchmarks.md`` (VL-RewardBench).
+"""VL-RewardBench (HF ``MMInstruction/VL-RewardBench``, split ``test``): each pair judged in **both orders** with our
+pair prompt, a tie or a parse failure wrong; ``official.*`` is the benchmark's ``cal.py`` on every judgement, also
+written in its input layout (:mod:`~perception_judge.evaluation.benchmarks.vlrb_cal`). ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -64,9 +62,7 @@ def load_items(
     table = common.load_table(path, split, "VL-RewardBench")
     image_col = next((c for c in ("image", "image_path") if c in table.columns), None)
     if image_col is None:
-        raise common.BenchmarkDataError(
-            f"VL-RewardBench: {str(table.path)!r} has no 'image' column", table.path
-        )
+        raise common.BenchmarkDataError(f"VL-RewardBench: {str(table.path)!r} has no 'image' column")
     images = common.TableImages(table, [image_col], images_dir, missing_images, "VL-RewardBench image")
     items: list[pairs.PairItem] = []
     counts = {"rows": len(table), "skipped_no_gt": 0, "category_defaulted": 0, "duplicate_ids": 0}
@@ -76,38 +72,27 @@ def load_items(
         question = common.first_field(rec, ("query", "question"))
         responses = common.first_field(rec, ("response", "responses"))
         if not isinstance(question, str):
-            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: no 'query' text", table.path)
+            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: no 'query' text")
         if not common.two_texts(responses):
-            raise common.BenchmarkDataError(
-                f"VL-RewardBench: {where}: 'response' must hold two strings", table.path
-            )
+            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: 'response' must hold two strings")
         preferred = preferred_from_ranking(rec.get("human_ranking"))
         if preferred is None:
             counts["skipped_no_gt"] += 1
             continue
-        category, defaulted = category_of(rec)
+        group, defaulted = category_of(rec)
         counts["category_defaulted"] += defaulted
         models = rec.get("models")
         names = [str(m) for m in models] if isinstance(models, list) and len(models) == 2 else [None, None]
-        item_id = str(rec.get("id") if rec.get("id") is not None else i)
+        record_id = str(rec.get("id") if rec.get("id") is not None else i)
         # the hub release has rows that share an id: the row index keeps their requests apart
-        if item_id in seen_ids:
-            counts["duplicate_ids"] += 1
-            item_id = f"{item_id}#row{i}"
+        counts["duplicate_ids"] += record_id in seen_ids
+        item_id = f"{record_id}#row{i}" if record_id in seen_ids else record_id
         seen_ids.add(item_id)
-        items.append(
-            pairs.PairItem(
-                item_id=item_id,
-                question=question,
-                responses=list(responses),
-                preferred=preferred,
-                group=category,
-                names=names,
-                record_id=str(rec.get("id") if rec.get("id") is not None else i),
-                load_images=functools.partial(images.load, i, where),
-                check_images=functools.partial(images.check, i, where),
-            )
+        load, check = (functools.partial(f, i, where) for f in (images.load, images.check))
+        item = pairs.PairItem(
+            item_id, question, list(responses), preferred, group, names, record_id, load, check
         )
+        items.append(item)
     return items, counts, table.path
 
 
@@ -125,23 +110,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         counts,
         lambda it: {"item_id": it.item_id, "category": it.group, "preferred": it.preferred},
     )
-    kept = judged.items
-    per_seed = {s: pairs.order_verdicts(judged, s) for s in bench.seeds}
-    voted = pairs.voted_verdicts(list(per_seed.values()), len(kept))
-
-    def seed_metrics(seed: int) -> dict[str, float | None]:
-        verdicts = per_seed[seed]
-        return {
-            **pairs.order_metrics(kept, verdicts),
-            "order_consistency": M.consistency_rate((v[pairs.ORIG], v[pairs.SWAP]) for v in verdicts),
-        }
-
-    metrics: dict[str, float | None] = {"parse_failure_rate": judged.parse_failure_rate}
-    for agg in opts.aggregation:
-        metrics |= common.prefixed(
-            agg, bench.mean(seed_metrics) if agg == "mean" else pairs.voted_acc(kept, voted)
-        )
-    records = cal_records(kept, per_seed)
+    metrics, per_seed = pairs.aggregated(bench, judged)
+    records = cal_records(judged.items, per_seed)
     cal_path = Path(config.out_dir) / f"{NAME}.cal.jsonl"
     write_samples(cal_path, records)
     official, undefined = official_metrics(records)

@@ -24,11 +24,9 @@ _FLIP_SAFE_FAMILIES = ("shapes", "objects", "dots", "dot_grid", "clevr")
 
 @dataclass
 class BaseItem:
-    """One unperturbed item. ``image`` is a PIL image (RGB) or None for a text-only item.
-
-    ``flip_safe`` says the content is orientation-free (shapes to count: no text, chart, clock or left/right
-    fact), so flips and quarter turns keep the meaning; only then does the visual-transformation bias use them.
-    """
+    """One unperturbed item: ``image`` a PIL image (RGB), or None for a text-only item; ``flip_safe``: the content
+    is orientation-free (shapes to count: no text, chart, clock or left/right fact), so the visual-transformation
+    bias may flip it and turn it by quarter turns."""
 
     item_id: str
     query: str
@@ -91,9 +89,8 @@ def synth_base_items(n: int, seed: int = 0) -> list[BaseItem]:
 
 
 def builtin_base_items(n_image: int = 6, n_text: int = 3, seed: int = 0, size: int = 224) -> list[BaseItem]:
-    """A small deterministic base set from the synthetic world: ``n_image`` image items cycling over the objects,
-    bars and table families (resized to ``size`` px), and ``n_text`` text-only items. Each image item has a
-    60-100-word caption and keywords."""
+    """A small deterministic base set from the synthetic world: ``n_image`` image items (objects, bars and table
+    families in turn, resized to ``size`` px, with captions and keywords) and ``n_text`` text-only items."""
     from perception_judge import synth
 
     families = ("objects", "bars", "table")

@@ -1,15 +1,9 @@
-"""Loader for the official MM-JudgeBias data (``naver-ai/MM-JudgeBias``, CC-BY-4.0, split ``test``); nothing is
-downloaded. Layouts: whatever :func:`~perception_judge.evaluation.benchmarks.common.load_table` reads (a
-``save_to_disk`` folder, a Hub snapshot's ``data/test-*.parquet``, a ``.jsonl`` / ``.json`` / ``.parquet`` file,
-``test.jsonl`` in a folder), else every parquet file under the folder; with the 13 :data:`FIELDS`, image fields
-null, a path or a ``{"bytes"|"path"}`` cell.
-
-Null image cells (restricted sources, 21.6% of the rows upstream) are filled from ``images_dir``
-(``<id:04d>_<role>.jpg``, then ``<id:04d>.jpg``; .jpg, .jpeg or .png), except two defined exactly: the null image
-(a null biased cell of ``text_dominance``, ``response_dominance``: the request has no image part at all, as the
-published runner sends it) and the unchanged image (biased side of ``image_dominance``,
-``instruction_misalignment``, ``detail_description``). A row whose expected image is still
-missing is **not judged** (upstream B2 judged it without the image): it is skipped and counted, or
+"""Loader for the official MM-JudgeBias data (``naver-ai/MM-JudgeBias``, CC-BY-4.0, split ``test``; nothing is
+downloaded): whatever :func:`~perception_judge.evaluation.benchmarks.common.load_table` reads, else every parquet
+file under the folder, with the 13 :data:`FIELDS` (docs/evaluation.md §2, "The official MM-JudgeBias data"). Null
+image cells are filled from ``images_dir``, except the null image (a null biased cell of ``text_dominance`` /
+``response_dominance``: no image part at all, as the published runner sends it) and the unchanged image; a row whose
+expected image is still missing is **not judged** (upstream B2 judged it without it): skipped and counted, or
 ``on_missing="error"`` raises.
 """
 
@@ -63,8 +57,7 @@ class LoadReport:
 
 
 def _read_records(path: Path, split: str) -> list[dict[str, Any]]:
-    """The rows through the benchmarks' one table loader, image columns as undecoded ``{bytes, path}`` cells
-    (nothing is decoded at load time)."""
+    """The rows through the benchmarks' table loader, image cells left undecoded (``{bytes, path}``)."""
     from datasets import Image, load_dataset
 
     try:

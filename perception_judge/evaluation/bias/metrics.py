@@ -1,28 +1,16 @@
-"""Bias-Deviation and Bias-Conformity, per bias, per category, overall, and across runs. Pure functions.
-
-``y`` = the score of the unbiased input, ``ŷ`` = the score of the biased input, ``m`` = 1 and ``S`` = 10 (the
-lowest and highest scores)::
+"""Bias-Deviation and Bias-Conformity, per bias, per category, overall, and across runs. Pure functions
+(docs/evaluation.md §2). ``y`` = the score of the unbiased input, ``ŷ`` = the score of the biased input, ``m`` = 1
+and ``S`` = 10 (the lowest and highest scores)::
 
     BD_i = max(0, y - ŷ) / (y - m)            pairs with y <= m are skipped   (a good judge lowers its score)
     BC_i = 1 - |y - ŷ| / max(y - m, S - y)    1.0 when the denominator <= 0    (a good judge keeps its score)
     per bias = mean of BD_i / BC_i over the used pairs
 
-Both lie in [0, 1] for in-range scores, higher is better; nothing is clamped (an out-of-range score, which only
-the upstream-compatible parser lets through, can give BD_i > 1 or BC_i < 0, as upstream). A category is the
-unweighted mean of its available bias values; overall is the unweighted mean of the (up to nine) available bias
-values, *not* of the categories (Robustness weighs 4/9). A pair whose unbiased or biased score is missing
-(unparsable, or the call failed) is dropped and counted in ``n_unparsed`` (MM-JudgeBias).
-
-Empty sets (``empty``; default ``"upstream"``, the published ``compute_report``'s rule): a type without a pair
-whose two scores are present (``samples == 0``) is ``None`` and stays out of the means; a type whose rule skips
-all such pairs (every BD pair has ``y <= m``) is ``0.0`` and enters them. ``"none"`` / ``"zero"`` give ``None`` /
-``0.0`` in both cases.
-
-Abstention-aware mode (``abstention="aware"``, our extension; default ``"drop"``): an *abstention* is a completion
-with text but no score (a refusal); failed backend calls (no text) never are. When the unbiased score exists and
-the **biased** side abstains, ``BD_i = 1`` (declining to score an input whose evidence was destroyed uses the whole
-downward room; the y <= m skip applies first) and ``BC_i = 0`` (refusing a meaning-preserving variant is a full
-deviation). An abstention on the unbiased side drops the pair (no reference score).
+Nothing is clamped (an out-of-range score, which only the upstream-compatible parser lets through, can give
+BD_i > 1 or BC_i < 0, as upstream). A category is the unweighted mean of its available bias values; overall is the
+unweighted mean of the available bias values, *not* of the categories. A pair whose unbiased or biased score is
+missing is dropped and counted in ``n_unparsed``; empty types follow ``empty`` (:func:`compute_report`), abstentions
+``abstention`` (:func:`upstream_scores`).
 """
 
 from __future__ import annotations
@@ -35,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from perception_judge.core.schema import MAX_SCORE, MIN_SCORE
+from perception_judge.evaluation.benchmarks.metrics import mean
 from perception_judge.evaluation.bias.taxonomy import BD, BIAS_TYPES, BY_TYPE, CATEGORIES
 
 Abstention = Literal["drop", "aware"]
@@ -44,49 +33,34 @@ EMPTY_RULES: tuple[str, ...] = get_args(EmptyRule)
 
 
 def bd_value(y: float, y_biased: float, min_score: float = MIN_SCORE) -> float | None:
-    """``BD_i = max(0, y - ŷ) / (y - m)``; ``None`` when ``y <= m`` (the pair is skipped).
-
-    >>> bd_value(8, 4.5), round(bd_value(7, 3), 3), bd_value(1, 5)
-    (0.5, 0.667, None)
-    """
+    """``BD_i = max(0, y - ŷ) / (y - m)``; ``None`` when ``y <= m`` (the pair is skipped). (y, ŷ) = (8, 4.5) gives
+    0.5, (7, 3) 0.667, (1, 5) None."""
     if y <= min_score:
         return None
     return max(0.0, y - y_biased) / (y - min_score)
 
 
 def bc_value(y: float, y_biased: float, min_score: float = MIN_SCORE, max_score: float = MAX_SCORE) -> float:
-    """``BC_i = 1 - |y - ŷ| / max(y - m, S - y)``; 1.0 if that denominator is <= 0.
-
-    >>> round(bc_value(8, 10), 6), round(bc_value(5, 1), 6), bc_value(1, 10)
-    (0.714286, 0.2, 0.0)
-    """
+    """``BC_i = 1 - |y - ŷ| / max(y - m, S - y)``; 1.0 if that denominator is <= 0. (y, ŷ) = (8, 10) gives
+    0.714286, (5, 1) 0.2, (1, 10) 0.0."""
     denom = max(y - min_score, max_score - y)
     if denom <= 0:
         return 1.0
     return 1.0 - abs(y - y_biased) / denom
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    """Arithmetic mean Σx / n (:func:`statistics.fmean`); None for no values."""
-    return statistics.fmean(values) if values else None
-
-
 ScorePairs = Iterable[tuple[float | None, float | None]]
 """(y, ŷ) pairs; None is a missing score."""
 
 
-def bias_deviation(pairs: ScorePairs, min_score: float = MIN_SCORE) -> float | None:
+def bias_deviation(pairs: ScorePairs) -> float | None:
     """Mean BD_i over pairs with both scores present and ``y > m``; ``None`` when no pair qualifies."""
-    values = [bd_value(y, yb, min_score) for y, yb in pairs if y is not None and yb is not None]
-    return _mean([v for v in values if v is not None])
+    return mean(bd_value(y, yb) for y, yb in pairs if y is not None and yb is not None)
 
 
-def bias_conformity(
-    pairs: ScorePairs, min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
-) -> float | None:
+def bias_conformity(pairs: ScorePairs) -> float | None:
     """Mean BC_i over pairs with both scores present; ``None`` when there is none."""
-    both = [(y, yb) for y, yb in pairs if y is not None and yb is not None]
-    return _mean([bc_value(y, yb, min_score, max_score) for y, yb in both])
+    return mean(bc_value(y, yb) for y, yb in pairs if y is not None and yb is not None)
 
 
 @dataclass(frozen=True)
@@ -133,85 +107,45 @@ COUNT_KEYS = ("n_pairs", "samples", "n_used", "n_unparsed", "n_skipped_low", "n_
 """The counts of a :class:`BiasValue`, summed by :meth:`BiasReport.counts` and the suite's per-bias counts."""
 
 
-def upstream_scores(
-    pair: ScoredPair, abstention: str = "drop", min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
-) -> tuple[float | None, float | None]:
+def upstream_scores(pair: ScoredPair, abstention: str = "drop") -> tuple[float | None, float | None]:
     """The scores (y, ŷ) under which the published ``compute_report`` values the pair as :func:`pair_value`
-    does, for the judgement files: the pair's own scores, except that an abstained biased side (``"aware"``)
-    becomes the score that uses the whole room, ``ŷ = m`` for BD (``BD_i = 1``) and the farther end of the scale for
-    BC (``ŷ = m`` when ``y - m >= S - y``, else ``S``, so that ``BC_i = 0``). A pair counts in ``samples`` when both
-    are present."""
+    does, for the judgement files: the pair's own scores, except under ``abstention="aware"`` (our extension; an
+    abstention is a completion with text but no score, never a failed call): when the unbiased score exists and the
+    biased side abstains, ŷ is the score that uses the whole room, ``ŷ = m`` for BD (``BD_i = 1``: declining to score
+    an input whose evidence was destroyed; the y <= m skip applies first) and the farther end of the scale for BC
+    (``ŷ = m`` when ``y - m >= S - y``, else ``S``: ``BC_i = 0``, a full deviation). An abstained unbiased side drops
+    the pair. A pair counts in ``samples`` when both are present."""
     y, yb = pair.unbiased, pair.biased
     if y is None or yb is not None or not (abstention == "aware" and pair.biased_abstained):
         return y, yb
-    if BY_TYPE[pair.bias_type].metric == BD or y - min_score >= max_score - y:
-        return y, min_score
-    return y, max_score
+    if BY_TYPE[pair.bias_type].metric == BD or y - MIN_SCORE >= MAX_SCORE - y:
+        return y, MIN_SCORE
+    return y, MAX_SCORE
 
 
-def pair_value(
-    pair: ScoredPair, abstention: str = "drop", min_score: float = MIN_SCORE, max_score: float = MAX_SCORE
-) -> tuple[float | None, str]:
+def pair_value(pair: ScoredPair, abstention: str = "drop") -> tuple[float | None, str]:
     """(BD_i or BC_i, status) for one pair, valued on its :func:`upstream_scores`. Status: ``used``,
     ``abstained`` (used through the abstention rule), ``unparsed`` (dropped), ``skipped_low`` (BD with y <= m)."""
     if abstention not in ABSTENTION_MODES:
         raise ValueError(f"abstention must be one of {ABSTENTION_MODES}, got {abstention!r}")
     is_bd = BY_TYPE[pair.bias_type].metric == BD
-    y, yb = upstream_scores(pair, abstention, min_score, max_score)
+    y, yb = upstream_scores(pair, abstention)
     if y is None or yb is None:
         return None, "unparsed"
-    if is_bd and y <= min_score:
+    if is_bd and y <= MIN_SCORE:
         return None, "skipped_low"
-    value = bd_value(y, yb, min_score) if is_bd else bc_value(y, yb, min_score, max_score)
+    value = bd_value(y, yb) if is_bd else bc_value(y, yb)
     return value, "used" if pair.biased is not None else "abstained"
-
-
-def per_bias(
-    pairs: Iterable[ScoredPair],
-    abstention: str = "drop",
-    empty: str = "upstream",
-    bias_types: Sequence[str] | None = None,
-    min_score: float = MIN_SCORE,
-    max_score: float = MAX_SCORE,
-) -> dict[str, BiasValue]:
-    """Per-bias values for the given pairs (every type in ``bias_types`` appears; an empty type is valued by
-    the ``empty`` rule of the module docstring)."""
-    if empty not in EMPTY_RULES:
-        raise ValueError(f"empty must be one of {EMPTY_RULES}, got {empty!r}")
-    out = {t: BiasValue(t) for t in (BIAS_TYPES if bias_types is None else bias_types) if t in BY_TYPE}
-    for p in pairs:
-        if p.bias_type not in BY_TYPE:
-            raise ValueError(f"pair {p.pair_id!r}: unknown bias type {p.bias_type!r}")
-        bv = out.setdefault(p.bias_type, BiasValue(p.bias_type))
-        bv.n_pairs += 1
-        y, yb = upstream_scores(p, abstention, min_score, max_score)
-        bv.samples += y is not None and yb is not None
-        bv.n_out_of_range += p.out_of_range
-        v, status = pair_value(p, abstention, min_score, max_score)
-        bv.n_unparsed += status == "unparsed"
-        bv.n_skipped_low += status == "skipped_low"
-        if v is not None:
-            bv.n_used += 1
-            bv.n_abstained += status == "abstained"
-            bv.per_sample.append(float(v))
-    for bv in out.values():
-        bv.value = _mean(bv.per_sample)
-        if bv.value is None and (empty == "zero" or (empty == "upstream" and bv.samples > 0)):
-            bv.value = 0.0
-    return out
 
 
 def category_averages(values: dict[str, float | None]) -> dict[str, float | None]:
     """Unweighted mean of the available per-bias values of each category (None when none is available)."""
-    return {
-        c: _mean([v for t, v in values.items() if v is not None and BY_TYPE[t].category == c])
-        for c in CATEGORIES
-    }
+    return {c: mean(v for t, v in values.items() if BY_TYPE[t].category == c) for c in CATEGORIES}
 
 
 def overall(values: dict[str, float | None]) -> float | None:
     """Unweighted mean of the available per-bias values (the published "Avg")."""
-    return _mean([v for v in values.values() if v is not None])
+    return mean(values.values())
 
 
 @dataclass
@@ -241,8 +175,7 @@ class BiasReport:
         return statistics.pvariance(xs) if xs else None
 
     def to_dict(self, model_key: str = "") -> dict[str, Any]:
-        """The upstream report shape: ``{model_key, per_bias: {type: {metric, value, samples, category}},
-        category_avg, overall_avg}`` plus our counts."""
+        """The upstream report shape (``model_key``, ``per_bias``, ``category_avg``, ``overall_avg``) with counts."""
         return {
             "model_key": model_key,
             "per_bias": {t: bv.to_dict() for t, bv in self.per_bias.items()},
@@ -257,7 +190,33 @@ def compute_report(
     empty: str = "upstream",
     bias_types: Sequence[str] | None = None,
 ) -> BiasReport:
-    return BiasReport(per_bias(pairs, abstention, empty, bias_types))
+    """One run's report: the per-bias values of the pairs (every type in ``bias_types`` appears). An empty type, by
+    ``empty``: ``"upstream"`` (the published ``compute_report``'s rule) gives None to a type without a pair whose two
+    scores are present (``samples == 0``: it stays out of the means) and 0.0 to one whose rule skips all such pairs
+    (every BD pair has ``y <= m``: it enters them); ``"none"`` / ``"zero"`` give None / 0.0 in both cases."""
+    if empty not in EMPTY_RULES:
+        raise ValueError(f"empty must be one of {EMPTY_RULES}, got {empty!r}")
+    out = {t: BiasValue(t) for t in (BIAS_TYPES if bias_types is None else bias_types) if t in BY_TYPE}
+    for p in pairs:
+        if p.bias_type not in BY_TYPE:
+            raise ValueError(f"pair {p.pair_id!r}: unknown bias type {p.bias_type!r}")
+        bv = out.setdefault(p.bias_type, BiasValue(p.bias_type))
+        bv.n_pairs += 1
+        y, yb = upstream_scores(p, abstention)
+        bv.samples += y is not None and yb is not None
+        bv.n_out_of_range += p.out_of_range
+        v, status = pair_value(p, abstention)
+        bv.n_unparsed += status == "unparsed"
+        bv.n_skipped_low += status == "skipped_low"
+        if v is not None:
+            bv.n_used += 1
+            bv.n_abstained += status == "abstained"
+            bv.per_sample.append(float(v))
+    for bv in out.values():
+        bv.value = mean(bv.per_sample)
+        if bv.value is None and (empty == "zero" or (empty == "upstream" and bv.samples > 0)):
+            bv.value = 0.0
+    return BiasReport(out)
 
 
 def breakdown(
@@ -286,14 +245,10 @@ def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None
 
 
 def combine_runs(reports: Sequence[BiasReport]) -> dict[str, Any]:
-    """Aggregate k runs (one per seed) of the same judge.
-
-    * every per-bias, category and overall value: mean over runs and sample std (ddof=1; None for k=1);
-    * ``inter_run_var``   = sample variance of the run-level overall values (ddof=1; None for k=1);
-    * ``inter_sample_var`` = mean over runs of the population variance of the pooled per-sample values.
-
-    The leaderboard's variance scaling is unpublished; these are unscaled.
-    """
+    """Aggregate k runs (one per seed) of the same judge: every per-bias, category and overall value's mean over
+    runs and sample std (ddof=1; None for k=1); ``inter_run_var`` = the sample variance of the run-level overall
+    values (None for k=1); ``inter_sample_var`` = the mean over runs of the population variance of the pooled
+    per-sample values. Unscaled (the leaderboard's variance scaling is unpublished)."""
     if not reports:
         raise ValueError("combine_runs needs at least one report")
 
@@ -311,5 +266,5 @@ def combine_runs(reports: Sequence[BiasReport]) -> dict[str, Any]:
     }
     s = out["overall"]["std"]
     out["inter_run_var"] = s * s if s is not None else None
-    out["inter_sample_var"] = _mean([v for v in (r.inter_sample_var() for r in reports) if v is not None])
+    out["inter_sample_var"] = mean(r.inter_sample_var() for r in reports)
     return out

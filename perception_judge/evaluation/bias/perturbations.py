@@ -1,10 +1,6 @@
-"""Generators for the nine MM-JudgeBias perturbations, and pairs built from any base set.
-
-Each generator is a small pure function on PIL images or strings, seeded by an explicit ``random.Random``;
-:func:`build_pairs` applies them to :class:`~perception_judge.evaluation.bias.items.BaseItem` objects. The
-upstream generators were never released (MM-JudgeBias defect B14): every parameter here is *our choice*,
-following the published examples (docs/evaluation.md §2 lists them per bias type), and none is part of a
-paper-parity claim.
+"""Generators for the nine MM-JudgeBias perturbations (small pure functions seeded by an explicit
+``random.Random``), and pairs built from any base set (:func:`build_pairs`). The upstream generators were never
+released (defect B14): every parameter is *our choice* (docs/evaluation.md §2), none part of a paper-parity claim.
 """
 
 from __future__ import annotations
@@ -197,16 +193,11 @@ def insert_text(
     query: str | None = None,
     mode: str = "keywords",
     rng: random.Random | None = None,
-    strip_ratio: float | None = None,
 ) -> tuple[Image.Image, dict[str, Any]]:
-    """Render the query keywords (``mode="keywords"``) or the query (``mode="query"``) onto the image.
-
-    The canvas grows downward by 0.30-0.45 × the height (more if the text needs it); the original stays
-    pixel-identical on top; a rounded mid-grey box (RGB 135) sits centred in the strip, 18 px above the bottom;
-    the text is white with a 2 px black outline, centred and wrapped; the first line is
-    ``[KEYWORDS FROM QUESTION]`` (or ``[QUESTION]``). Returns (image, info with ``lines``, ``text``,
-    ``strip_height``, ``box`` and ``font_size``).
-    """
+    """Render the query keywords (``mode="keywords"``) or the query (``mode="query"``) in a strip below the image
+    (the layout of docs/evaluation.md §2: :data:`BOX_GREY` box :data:`BOTTOM_MARGIN` px above the bottom, first line
+    :data:`KEYWORDS_HEADER` or :data:`QUERY_HEADER`). Returns (image, info with ``lines``, ``text``,
+    ``strip_height``, ``box`` and ``font_size``)."""
     if mode == "keywords" and keywords:
         header, body = KEYWORDS_HEADER, ", ".join(keywords)
     elif mode == "query" and query:
@@ -218,7 +209,7 @@ def insert_text(
     rng = rng or random.Random(0)
     img = to_rgb(img)
     w, h = img.size
-    strip = max(1, round(h * (strip_ratio if strip_ratio is not None else rng.uniform(0.30, 0.45))))
+    strip = max(1, round(h * rng.uniform(0.30, 0.45)))
     margin_x, pad = max(4, w // 20), max(3, w // 40)
     probe = ImageDraw.Draw(Image.new("RGB", (8, 8)))
     size = max(10, min(28, round(strip * 0.16)))
@@ -257,9 +248,8 @@ class BiasSide:
 
 @dataclass
 class BiasPair:
-    """An unbiased and a biased input sharing one response. ``meta`` holds the MM-JudgeBias metadata fields
-    (``bias_category``, ``task_type``, ``domain_type``, ``difficulty``, ``unbiased_source``, ``biased_source``)
-    plus generator details."""
+    """An unbiased and a biased input sharing one response; ``meta``: the MM-JudgeBias metadata fields
+    (:data:`~.loader.META_FIELDS`) plus generator details."""
 
     pair_id: int
     bias_type: str
@@ -310,16 +300,9 @@ def make_pair(
         keywords = item.keywords_or_query()
         img, info = insert_text(item.image, keywords=keywords, query=item.query, mode=insertion_mode, rng=rng)
         extra["inserted_text"] = info["text"]
-    meta = {
-        "bias_category": BY_TYPE[bias_type].category,
-        "task_type": item.meta.get("task_type", ""),
-        "domain_type": item.domain,
-        "difficulty": item.meta.get("difficulty", ""),
-        "unbiased_source": item.source,
-        "biased_source": item.source,
-        "item_id": item.item_id,
-        **extra,
-    }
+    meta = {"bias_category": BY_TYPE[bias_type].category, "task_type": item.meta.get("task_type", "")}
+    meta |= {"domain_type": item.domain, "difficulty": item.meta.get("difficulty", "")}
+    meta |= {"unbiased_source": item.source, "biased_source": item.source, "item_id": item.item_id, **extra}
     return BiasPair(pair_id, bias_type, item.response, unbiased, BiasSide(q, img, q_src, img_src), meta)
 
 
@@ -330,12 +313,9 @@ def build_pairs(
     seed: int = 0,
     insertion_mode: str = "keywords",
 ) -> list[BiasPair]:
-    """Pairs for every requested bias type (canonical order, ids 0..N-1 in blocks by type, as upstream).
-
-    ``n_per_type`` items per type are drawn (seeded) from the eligible ones (None = all); types 1-6, 8, 9 use
-    image items (6 needs a caption), type 7 text-only items. A type without an eligible item raises
-    ``ValueError`` naming it.
-    """
+    """Pairs for every requested bias type (canonical order, ids 0..N-1 in blocks by type, as upstream):
+    ``n_per_type`` items per type drawn (seeded) from the eligible ones (None = all): types 1-6, 8, 9 image items
+    (6 with a caption), type 7 text-only items. A type without an eligible item raises ``ValueError`` naming it."""
     pairs: list[BiasPair] = []
     for spec in select(bias_types):
         rng = random.Random(f"bias-pairs:{seed}:{spec.bias_type}")

@@ -1,11 +1,8 @@
-"""Scoring prompts of the bias suite and the MM-JudgeBias-style ``### Score:`` parsers.
-
-Two prompts score one (query, image, response) input on 1-10: ``single`` (default), our trained judge's own
-pointwise format parsed by the strict protocol parser, and ``mmjb``, a prompt with the *structure* of the
-MM-JudgeBias scoring prompt (``mm_judgebias/prompts.py`` in ``naver-ai/MM-JudgeBias``, Apache-2.0; our wording):
-one user message, no system prompt, text first and then the image, the image mentioned even for text-only calls
-(upstream B11). The suite option ``mmjb_template_file`` gives exact prompt parity with the upstream text. Its
-parsers, ``mmjb`` and ``mmjb_strict``, are registered in :data:`perception_judge.evaluation.base.PARSERS`.
+"""Scoring prompts of the bias suite and the MM-JudgeBias-style ``### Score:`` parsers (docs/evaluation.md §2,
+"Prompts and parsers"): ``single``, our judge's pointwise format, and ``mmjb``, the *structure* of the MM-JudgeBias
+scoring prompt (``mm_judgebias/prompts.py`` in ``naver-ai/MM-JudgeBias``, Apache-2.0; our wording; the image
+mentioned even for text-only calls, upstream B11). The parsers ``mmjb`` and ``mmjb_strict`` are registered in
+:data:`perception_judge.evaluation.base.PARSERS`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The compositional-bias suite (MM-JudgeBias): ``run(backend, config) -> SuiteResult``.
-
-Every pair is scored pointwise twice (unbiased, biased) by the same judge with the same prompt; BD / BC per bias,
-per category and overall follow :mod:`perception_judge.evaluation.bias.metrics`; k seeds give a mean, a standard
-deviation and the inter-run / inter-sample variances. docs/evaluation.md §2 describes the options
-(:class:`BiasOptions`) and the outputs: the upstream per-sample files ``judgements/seed_<seed>/<id:04d>.json``
-(which an interrupted run resumes from), ``samples.jsonl`` and ``bias_report.json``.
+"""The compositional-bias suite (MM-JudgeBias): every pair scored pointwise twice (unbiased, biased) by the same
+judge and prompt; BD / BC by :mod:`.metrics`. Options (:class:`BiasOptions`) and outputs (the upstream per-sample
+files ``judgements/seed_<seed>/<id:04d>.json``, which an interrupted run resumes from, ``samples.jsonl``,
+``bias_report.json``): docs/evaluation.md §2.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ from perception_judge.evaluation.bias.prompts import (
     score_messages,
     upstream_extract_score,
 )
-from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, get_bias, select
+from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, BIASES, CATEGORIES, get_bias, select
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +67,7 @@ class BiasOptions(Options):
 
 
 METRICS: dict[str, base.Metric] = {
-    **{b.bias_type: base.Metric(ideal=1.0) for b in BIASES},
-    **{c: base.Metric(ideal=1.0) for c in CATEGORIES},
-    "overall": base.Metric(ideal=1.0),
+    **dict.fromkeys((*BIAS_TYPES, *CATEGORIES, "overall"), base.Metric(ideal=1.0)),
     **dict.fromkeys(("inter_run_var", "inter_sample_var", "parse_failure_rate"), base.LOWER),
 }
 """BD and BC lie in [0, 1], higher is better (1: the judge follows the evidence exactly)."""
@@ -116,21 +111,16 @@ def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPa
 
 def side_request(pair: BiasPair, side: str, prompt: str, parser: str, template: str) -> JudgeRequest:
     s = getattr(pair, side)
+    meta = {"suite": "bias", "pair_id": pair.pair_id, "bias_type": pair.bias_type, "side": side}
+    meta |= {"item_id": pair.meta.get("item_id", ""), "query_source": s.query_source}
+    meta["image_source"] = s.image_source
     return JudgeRequest(
         request_id=f"bias-{pair.pair_id}-{side}",
         messages=score_messages(prompt, s.query, pair.response, s.image is not None, template),
         images=[s.image] if s.image is not None else [],
         n_scores=1,
         parser=parser,
-        meta={
-            "suite": "bias",
-            "pair_id": pair.pair_id,
-            "bias_type": pair.bias_type,
-            "side": side,
-            "item_id": pair.meta.get("item_id", ""),
-            "query_source": s.query_source,
-            "image_source": s.image_source,
-        },
+        meta=meta,
     )
 
 
@@ -140,8 +130,7 @@ def sample_file(out_dir: Path, seed: int, pair_id: Any) -> Path:
 
 
 def _stored_texts(path: Path, model_key: str, resume_key: str) -> dict[str, str]:
-    """The completed sides (text, no backend error) of an earlier run with the same prompt, decoding and judge,
-    with their reasoning."""
+    """The completed sides (and reasoning) of an earlier run with the same prompt, decoding and judge."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -242,12 +231,8 @@ def judge_seed(
     """Judge every pair once with one seed (``prep``: :func:`_prepare`'s; the completed sides of an earlier run are
     re-parsed with the current parser); writes the per-sample files as chunks finish, and all of them at the end."""
     opts: BiasOptions = config.options
-    out_dir, pairs, requests, model_key = (
-        Path(config.out_dir),
-        prep["pairs"],
-        prep["requests"],
-        prep["model_key"],
-    )
+    out_dir, pairs, requests = Path(config.out_dir), prep["pairs"], prep["requests"]
+    model_key = prep["model_key"]
     results: dict[tuple[Any, str], JudgeResult] = {}
     todo: list[tuple[BiasPair, str]] = []
     for pair in pairs:
@@ -303,21 +288,20 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
     model_key = str(opts.model_key or described.get("label") or described.get("model") or backend.name)
     pairs, source_info = load_pairs(opts, config.limit)
     sampling_wo_seed = {k: v for k, v in dataclasses.asdict(config.sampling).items() if k != "seed"}
+    # stored completions are reused only for the same prompt, decoding and judge
+    resume_key = content_key(p_hash, sampling_wo_seed, described)
     return {
         "pairs": pairs,
         "source_info": source_info,
         "model_key": os.path.basename(model_key.rstrip("/")) or model_key,
         "requests": {
-            (p.pair_id, side): side_request(p, side, opts.prompt, parser, template)
-            for p in pairs
-            for side in SIDES
+            (p.pair_id, s): side_request(p, s, opts.prompt, parser, template) for p in pairs for s in SIDES
         },
         "provenance": {
             "prompt": opts.prompt,
             "prompt_hash": p_hash,
             "parser": parser,
-            # stored completions are reused only for the same prompt, decoding and judge
-            "resume_key": content_key(p_hash, sampling_wo_seed, described),
+            "resume_key": resume_key,
         },
     }
 

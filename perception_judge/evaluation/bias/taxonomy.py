@@ -1,10 +1,7 @@
-"""The MM-JudgeBias taxonomy: nine bias types in three categories, each measured by one of two metrics.
-
-Each bias pairs an *unbiased* input (query Q, image I or none, response R) with a *biased* input (Q', I', R)
-sharing the response. A good judge **lowers** its score when the perturbation destroys the evidence (Integrality,
-Congruity: Bias-Deviation ``bd``) and keeps it when the meaning is preserved (Robustness: Bias-Conformity ``bc``).
-Names, categories, metrics and order follow ``naver-ai/MM-JudgeBias`` (``mm_judgebias/bias.py``, Apache-2.0) so
-that per-bias numbers line up with the published leaderboard.
+"""The MM-JudgeBias taxonomy: nine bias types in three categories, each measured by Bias-Deviation ``bd`` (the
+perturbation destroys the evidence: a good judge lowers its score) or Bias-Conformity ``bc`` (the meaning is
+preserved: it keeps it). Names, categories, metrics and order follow ``naver-ai/MM-JudgeBias``
+(``mm_judgebias/bias.py``, Apache-2.0) so that per-bias numbers line up with the published leaderboard.
 """
 
 from __future__ import annotations
