@@ -3,7 +3,7 @@
     python bench/bench_ppjd_concurrency.py            # full run (about a minute on 2 CPU cores)
     python bench/bench_ppjd_concurrency.py --quick    # smaller, for a smoke check
 
-1. **Concurrency.** The fake OpenAI-compatible server (``perception_judge.testing.fake_openai``, started as its
+1. **Concurrency.** The fake OpenAI-compatible server (``tests/support/fake_openai.py``, started as its
    own process so it does not share our GIL) adds ``--latency`` seconds (default 0.2) to every call. The LLM
    teacher makes three calls per record (verify, attributes, rewrite). Records per second at concurrency 32
    must be at least 20x the rate at concurrency 1 (ideal: 32x).
@@ -55,7 +55,7 @@ def emit(name: str, value: float, target: float | None, unit: str, higher_is_bet
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perception_judge.testing.fake_openai", "--latency", str(latency)],
+        [sys.executable, str(REPO / "tests" / "support" / "fake_openai.py"), "--latency", str(latency)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

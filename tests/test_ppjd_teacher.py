@@ -8,6 +8,7 @@ import dataclasses
 from collections import Counter
 
 import pytest
+from support.fake_openai import FakeOpenAIServer, Faults
 
 from perception_judge import synth
 from perception_judge.core.answers import answers_match, extract_final_answer
@@ -29,7 +30,6 @@ from perception_judge.ppjd.validate import (
     similarity,
     validate,
 )
-from perception_judge.testing.fake_openai import FakeOpenAIServer, Faults
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """A local OpenAI-compatible server for tests and benchmarks: plausible teacher replies, latency and faults.
 
-In a thread (``with FakeOpenAIServer() as srv``) or a process (``python -m perception_judge.testing.fake_openai``
+In a thread (``with FakeOpenAIServer() as srv``) or a process (``python tests/support/fake_openai.py``
 prints ``READY <base_url>``). It answers our PPJD stage prompts like a teacher (rewrite: every number but step
 labels +1 for r_rp, +2 and a wrong sentence for r_rp+r) and judge prompts with ``<answer>`` tags, deterministically;
 faults come at the rates of :class:`Faults` or scripted by :meth:`FakeOpenAIServer.force`.
