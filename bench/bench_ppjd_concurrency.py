@@ -68,11 +68,28 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     return proc, line.split(" ", 1)[1]
 
 
+class ItemsSource:
+    """A build source over items already in memory (PIL images): the build waits on the teacher alone."""
+
+    name = "items"
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def estimate_count(self) -> int:
+        return len(self.items)
+
+    def describe(self) -> dict:
+        return {"kind": "items", "name": self.name, "count": len(self.items)}
+
+
 def throughput(url: str, concurrency: int, n: int, workdir: Path) -> dict:
     from perception_judge import synth
     from perception_judge.ppjd.options import BuildOptions, TeacherOptions
     from perception_judge.ppjd.runner import build
-    from perception_judge.ppjd.sources import ItemsSource
     from perception_judge.ppjd.teacher import LLMTeacher
 
     items = synth.generate_items(n, seed=100 + concurrency, text_only_fraction=0.0)
