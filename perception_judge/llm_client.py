@@ -182,7 +182,10 @@ def to_openai_messages(
                             f"messages have more image placeholders than the {len(images)} images given"
                         )
                     img, used = images[used], used + 1
-                parts.append(_image_part(img, image_max_side, image_format))
+                if not (isinstance(img, str) and img.startswith(("data:", "http://", "https://"))):
+                    img = img if isinstance(img, Image.Image) else load_image(img)
+                    img = to_data_url(img, max_side=image_max_side, fmt=image_format)
+                parts.append({"type": "image_url", "image_url": {"url": img}})
             elif kind == "image_url":
                 parts.append(part)
             else:
@@ -192,14 +195,6 @@ def to_openai_messages(
     if used != len(images):
         raise ValueError(f"{len(images)} images given but the messages have {used} image placeholders")
     return out
-
-
-def _image_part(img: Any, max_side: int | None, fmt: str) -> dict[str, Any]:
-    if not (isinstance(img, str) and img.startswith(("data:", "http://", "https://"))):
-        img = to_data_url(
-            img if isinstance(img, Image.Image) else load_image(img), max_side=max_side, fmt=fmt
-        )
-    return {"type": "image_url", "image_url": {"url": img}}
 
 
 def _retry_after_seconds(headers: Any) -> float | None:

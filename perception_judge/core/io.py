@@ -43,15 +43,6 @@ def temp_name(path: Path) -> Path:
     return path.with_name(sibling_name(path.name, tag))
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not every file system lets a folder be opened and synced
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "w", fsync: bool = True) -> Iterator[IO[Any]]:
     """``with atomic_open(path) as f: ...`` writes a temporary file and renames it onto ``path`` when the block
@@ -74,7 +65,12 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", fsync: bool = Tru
             tmp.unlink()
         raise
     if fsync:
-        _fsync_dir(path.parent)
+        with contextlib.suppress(OSError):  # not every file system lets a folder be opened and synced
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, fsync: bool = True) -> None:

@@ -6,13 +6,9 @@ per job or suite, which is also the runtime configuration of the code it drives.
         '''seed of the slot permutations'''      # documented: the flag --seed, this text its help
         chunk_rows: int = 256                     # undocumented: a config-file / --set key only
 
-**Flags** are the documented fields: ``--key-name`` unless a :class:`Flag` in the ``Annotated`` metadata names it;
-a bool is a switch (``--x/--no-x`` unless it defaults to False), a Literal lists its choices, a list repeats, a
-dict takes ``KEY=VALUE`` entries; a documented ``Options`` field is a section of ``SECTION.KEY`` flags.
-**Precedence**, lowest first: defaults < ``--config`` YAML < each ``--set KEY=VALUE`` in order < explicit flags (a
-dict flag adds to the mapping below it, a partial mapping for a sub-model keeps the rest of its default).
-**Errors** are :class:`OptionError`, one line per problem: ``WHERE.KEY: what is wrong (got VALUE)``, secrets
-redacted.
+Flags, precedence and errors (:class:`OptionError`): docs/architecture.md. A bool flag is a switch (``--x/--no-x``
+unless it defaults to False), a Literal lists its choices, a list repeats, a dict takes ``KEY=VALUE`` entries (added
+to the mapping below it).
 """
 
 from __future__ import annotations

@@ -72,15 +72,6 @@ _N_RESPONSES = {
 }
 
 
-def _check_responses(protocol: str, responses: list[str]) -> None:
-    lo, hi, what = _N_RESPONSES[protocol]
-    if not lo <= len(responses) <= hi:
-        raise ValueError(f"the {protocol} protocol judges {what}, got {len(responses)}")
-    for i, r in enumerate(responses):
-        if not isinstance(r, str):
-            raise TypeError(f"response {i + 1} is {type(r).__name__}, expected str")
-
-
 def user_text(protocol: str, question: str, responses: list[str]) -> str:
     """The text part of the user turn: the question, then each answer under its own heading."""
     if protocol == "single":
@@ -114,7 +105,12 @@ def build_messages(
     validate_protocol(protocol)
     if style not in PROMPT_STYLES:
         raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
-    _check_responses(protocol, responses)
+    lo, hi, what = _N_RESPONSES[protocol]
+    if not lo <= len(responses) <= hi:
+        raise ValueError(f"the {protocol} protocol judges {what}, got {len(responses)}")
+    for i, r in enumerate(responses):
+        if not isinstance(r, str):
+            raise TypeError(f"response {i + 1} is {type(r).__name__}, expected str")
     if n_images < 0:
         raise ValueError("n_images must be >= 0")
     if style == "tiny":

@@ -78,12 +78,7 @@ def is_greedy(sampling: Sampling) -> bool:
     return not sampling.temperature or sampling.temperature <= 0
 
 
-NEUTRAL_DECODING = {
-    "min_p": 0.0,
-    "repetition_penalty": 1.0,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-}
+NEUTRAL_DECODING = dict(min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
 """The decoding fields a judge never uses, at their no-op values, sent explicitly by every backend: unset, they come
 from the model folder's ``generation_config.json`` (a Qwen2.5-VL-derived one has ``repetition_penalty`` 1.05)."""
 

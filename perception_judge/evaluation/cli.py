@@ -314,13 +314,7 @@ def run(args: argparse.Namespace) -> int:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
     try:
-        action = {
-            "sweep": run_sweep,
-            "run": run_eval,
-            "collect": run_collect,
-            "report": run_report,
-            "list": run_list,
-        }
+        action = dict(sweep=run_sweep, run=run_eval, collect=run_collect, report=run_report, list=run_list)
         return action[args.action](args)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e

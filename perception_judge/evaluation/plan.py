@@ -184,14 +184,6 @@ def _run_layer(run: RunInfo | None) -> dict[str, Any]:
     return layer
 
 
-def _pair_sources(options: dict[str, Any], train_set: str | None) -> None:
-    """The position / verbosity pairs come from the run's training set unless a source names others."""
-    for suite in PAIR_SOURCE_SUITES if train_set else ():
-        opts = options.get(suite) or {}
-        if opts.get("source") in (None, "ppjd") and not any(opts.get(k) for k in PAIR_SOURCE_PATHS):
-            options[suite] = {**opts, "trainset_dir": train_set}
-
-
 def check_writable(folder: Path) -> None:
     """Create ``folder`` and write a probe file in it; an ``OptionError`` names the folder when that fails (a
     read-only run folder, a full disk), before any model loads."""
@@ -225,7 +217,10 @@ def resolve(
     options = dict(config.options or {})
     if unknown := [s for s in (*suites, *options) if s not in SUITES]:
         raise OptionError(f"suites: unknown suite {unknown[0]!r}; available: {', '.join(SUITES)}")
-    _pair_sources(options, run.train_set if run else None)
+    for suite in PAIR_SOURCE_SUITES if run and run.train_set else ():  # unless a source names other pairs
+        opts = options.get(suite) or {}
+        if opts.get("source") in (None, "ppjd") and not any(opts.get(k) for k in PAIR_SOURCE_PATHS):
+            options[suite] = {**opts, "trainset_dir": run.train_set}
     typed = {s: SUITES[s].parse(options.get(s)) for s in dict.fromkeys((*suites, *options))}
     sampling = (config.sampling or SamplingOptions()).sampling()
     backend = BackendSpec.parse({"kind": "hf", **job.get("backend", {})}, sampling)

@@ -59,11 +59,6 @@ def _mean(row: dict[str, Any], metric: str) -> float | None:
     return row["values"].get(metric, (None, None))[0]
 
 
-def _is_aux(metric: str) -> bool:
-    """Metrics shown only as error bars / in JSON, not as their own columns or panels (seed std)."""
-    return metric.endswith("_std") or metric.startswith("std.")
-
-
 def primary_metric(suite: str, metrics: list[str]) -> str | None:
     """The metric that ranks models on a suite: the first reported one its record's ``primary`` patterns match;
     None for a suite that is not registered or reports none of them."""
@@ -84,7 +79,8 @@ def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[st
     for r in rows:
         by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
         steps[r["model"]] = r["step"]
-    columns = list(dict.fromkeys(r["metric"] for r in rows if not _is_aux(r["metric"])))
+    metrics = dict.fromkeys(r["metric"] for r in rows)  # a seed std is an error bar (and JSON), not a column
+    columns = [m for m in metrics if not (m.endswith("_std") or m.startswith("std."))]
     out_rows = [{"model": m, "step": steps.get(m), "values": by_model[m]} for m in models if m in by_model]
     return {"columns": columns, "rows": out_rows}
 
@@ -334,19 +330,6 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _plan_lines(plan: dict[str, Any]) -> list[str]:
-    b = dict(plan.get("backend") or {})
-    s, policy, think = b.pop("sampling", {}), b.pop("pixel_policy", None), b.pop("think_prefix", None)
-    return [
-        f"Suites: {', '.join(plan.get('suites', []))}; seeds: {plan.get('seeds')}; limit: {plan.get('limit')}.",
-        f"Decoding: temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}, "
-        f"max_new_tokens {s.get('max_new_tokens')}. Backend: `{json.dumps(b)}`. "
-        f"Pixel policy: `{json.dumps(policy)}`; think prefix: {think}.",
-        *[f"**Warning**: {w}." for w in plan.get("warnings") or []],
-        "",
-    ]
-
-
 def _suite_lines(suite: str, table: dict[str, Any], counts: dict[str, dict[str, Any]]) -> list[str]:
     """A suite's section: its headline table (a table per protocol family), the parser, the counts."""
     lines = [f"## {suite}", ""]
@@ -381,7 +364,16 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report.get("run_dir"):
         lines += [f"Training run: `{report['run_dir']}`", ""]
     if plan := report.get("plan"):
-        lines += _plan_lines(plan)
+        b = dict(plan.get("backend") or {})
+        s, policy, think = b.pop("sampling", {}), b.pop("pixel_policy", None), b.pop("think_prefix", None)
+        lines += [
+            f"Suites: {', '.join(plan.get('suites', []))}; seeds: {plan.get('seeds')}; limit: {plan.get('limit')}.",
+            f"Decoding: temperature {s.get('temperature')}, top_p {s.get('top_p')}, top_k {s.get('top_k')}, "
+            f"max_new_tokens {s.get('max_new_tokens')}. Backend: `{json.dumps(b)}`. "
+            f"Pixel policy: `{json.dumps(policy)}`; think prefix: {think}.",
+            *[f"**Warning**: {w}." for w in plan.get("warnings") or []],
+            "",
+        ]
     lines += ["## Summary", "", *_summary_lines(report["summary"]), ""]
     for suite, table in report["tables"].items():
         lines += _suite_lines(suite, table, report.get("counts", {}).get(suite) or {})

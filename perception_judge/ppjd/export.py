@@ -169,16 +169,6 @@ def _image_cell(ppjd_dir: Path, record: PPJDRecord) -> dict[str, Any] | None:
     return {"bytes": data, "path": path.name}
 
 
-def _check_record(record: PPJDRecord) -> None:
-    for name in ("question", "r_c", "r_rp", "r_rp_r"):
-        if not isinstance(value := getattr(record, name), str) or not value.strip():
-            raise ExportError(f"record {record.key}: field {name!r} is empty")
-        if name != "question" and (tag := JUDGE_TAGS.search(value)):
-            raise ExportError(
-                f"record {record.key}: {name} contains {tag.group()!r}, a verdict a judge would read"
-            )
-
-
 def _records(ppjd_dir: Path, allow_incomplete: bool) -> tuple[list[tuple[Path, PPJDRecord]], dict[str, Any]]:
     """Every record with the folder it lives in, in key order (see the module docstring), the parts of a split
     build merged, and what the export records about the folder. A key in two parts, or a damaged record line
@@ -279,7 +269,13 @@ def _write_splits(
             if ("validation" if group in val_groups else "train") != split:
                 continue
             try:
-                _check_record(record)
+                for name in ("question", "r_c", "r_rp", "r_rp_r"):
+                    if not isinstance(value := getattr(record, name), str) or not value.strip():
+                        raise ExportError(f"record {record.key}: field {name!r} is empty")
+                    if name != "question" and (tag := JUDGE_TAGS.search(value)):
+                        raise ExportError(
+                            f"record {record.key}: {name} contains {tag.group()!r}, a verdict a judge would read"
+                        )
                 cell = _image_cell(folder, record)
             except ExportError as e:
                 if not options.skip_invalid:

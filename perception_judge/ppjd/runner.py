@@ -237,11 +237,8 @@ class Builder:
 
     def _write_manifest(self, status: str) -> None:
         counted = ("records_new", "failed_new", "skipped_done", "skipped_failed", "duplicates", "other_parts")
-        self.run_info["status"] = status
-        self.run_info["summary"] = {k: getattr(self.summary, k) for k in counted} | {
-            "usage": self.teacher.usage()
-        }
-        self.run_info["updated"] = now()
+        summary = {k: getattr(self.summary, k) for k in counted} | {"usage": self.teacher.usage()}
+        self.run_info |= {"status": status, "summary": summary, "updated": now()}
         with self._writing():
             self.store.write_manifest(runs=self.runs)
         self.last_manifest = time.monotonic()
@@ -378,7 +375,11 @@ class Builder:
         """Build (resumable): every item ends as a record or a failure, or stays pending when the run stops."""
         started, self.stop = time.monotonic(), asyncio.Event()
         self._open()
-        progress = _Progress(self.options.progress, self._remaining())
+        o, total = self.options, self.source.estimate_count()  # total: the items left, when the source knows
+        if total is not None:
+            total = max(0, total - len(self.store.done) - (0 if o.retry_failed else len(self.store.failed)))
+            total = total if o.limit is None else min(total, o.limit)
+        progress = _Progress(o.progress, total)
         queue: asyncio.Queue[tuple[str, SourceItem] | None] = asyncio.Queue(maxsize=self.concurrency * 2)
         status = "interrupted"
         try:
@@ -400,14 +401,6 @@ class Builder:
             progress.close()
             self._finish(status, started)
         return self.summary
-
-    def _remaining(self) -> int | None:
-        total = self.source.estimate_count()
-        if total is None:
-            return None
-        o = self.options
-        total = max(0, total - len(self.store.done) - (0 if o.retry_failed else len(self.store.failed)))
-        return total if o.limit is None else min(total, o.limit)
 
     def _finish(self, status: str, started: float) -> None:
         s = self.summary

@@ -144,11 +144,9 @@ SCAFFOLDING_TOKENS: tuple[str, ...] = (
 )
 
 
-def clean_attributes(
-    raw: Any, question: str = "", drop_stated: bool = True, max_words: int = 12, max_chars: int = 150
-) -> list[str]:
-    """Strings (and numbers) from a teacher's fact list: trimmed, de-duplicated, short, at most 6. With
-    ``drop_stated``, facts whose text already appears in the question are dropped (they do not need the image)."""
+def clean_attributes(raw: Any, question: str = "", drop_stated: bool = True) -> list[str]:
+    """A teacher's fact list as strings (numbers too): trimmed, de-duplicated, at most 12 words and 150 characters
+    each, at most 6; with ``drop_stated``, facts already in the question's text are dropped (they need no image)."""
     if not isinstance(raw, list):
         return []
     q = f" {normalize_answer(question)} "
@@ -157,7 +155,7 @@ def clean_attributes(
         if isinstance(x, bool) or not isinstance(x, str | int | float):
             continue
         s = " ".join(str(x).split()).strip(" -*\u2022.;:")
-        if not s or len(s) > max_chars or len(s.split()) > max_words or s.lower() in map(str.lower, out):
+        if not s or len(s) > 150 or len(s.split()) > 12 or s.lower() in map(str.lower, out):
             continue
         if not (drop_stated and question and f" {normalize_answer(s)} " in q):
             out.append(s)
@@ -173,12 +171,6 @@ def _seed_for(seed: int, key: str, stage: str, attempt: int) -> int:
 
 
 _VERDICTS = {"true": True, "yes": True, "correct": True, "false": False, "no": False, "incorrect": False}
-
-
-def _as_bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    return _VERDICTS.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 class _Retry(Exception):
@@ -262,7 +254,7 @@ class LLMTeacher:
         if not cfg.skip_verify:
 
             def check_verify(obj: dict[str, Any]) -> dict[str, Any]:
-                verdict = _as_bool(obj.get("correct"))
+                verdict = _VERDICTS.get(str(obj.get("correct")).strip().lower())  # JSON true/false, or words
                 if verdict is None:
                     raise _Retry("bad_json", f"'correct' is {obj.get('correct')!r}, not true/false")
                 return {"correct": verdict, "note": str(obj.get("note", ""))[:300]}

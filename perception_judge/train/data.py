@@ -107,20 +107,10 @@ def _undecoded_images(ds: Any) -> Any:
     return ds.select_columns([COL_IMAGES]).cast_column(COL_IMAGES, List(Image(decode=False)))[COL_IMAGES]
 
 
-def _image_problem(cell: dict[str, Any]) -> str | None:
-    """Why one undecoded image cell cannot be read (None when its header and checksums are sound)."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]) as im:
-            im.verify()  # PNG: every chunk's CRC; a zeroed stretch of an uncompressed parquet page lands here
-    except Exception as e:  # PIL raises many types for a damaged image
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
 def check_rows(ds: Any, split: str, source: str = "") -> None:
     """Fail on the first malformed row: protocol, ground truth, image count vs placeholders, unreadable image."""
+    from PIL import Image
+
     columns = [ds[column] for column in (COL_PROMPT, COL_PROTOCOL, COL_GROUND_TRUTH, COL_RECORD_KEY)]
     for i, (prompt, protocol, truth, key, images) in enumerate(zip(*columns, _undecoded_images(ds))):
         where = f"{source}: {split} row {i} ({key})" if source else f"{split} row {i} ({key})"
@@ -133,9 +123,12 @@ def check_rows(ds: Any, split: str, source: str = "") -> None:
             raise DataError(
                 f"{where}: {n_placeholders} image placeholder(s) in the prompt but {n_images} image(s)"
             )
-        for k, problem in enumerate(map(_image_problem, images or []), 1):
-            if problem:
-                raise DataError(f"{where}: image {k} is damaged ({problem})")
+        for k, cell in enumerate(images or [], 1):
+            try:
+                with Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]) as im:
+                    im.verify()  # PNG: every chunk's CRC; a zeroed stretch of an uncompressed parquet page lands here
+            except Exception as e:  # PIL raises many types for a damaged image
+                raise DataError(f"{where}: image {k} is damaged ({type(e).__name__}: {e})") from None
 
 
 def protocol_mix_indices(

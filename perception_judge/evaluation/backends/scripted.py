@@ -67,10 +67,6 @@ def format_scores(request: JudgeRequest, scores: Sequence[int], reasoning: str =
     return answer_tags(*scores, reasoning=reasoning)
 
 
-def constant_judge(value: int = 8) -> ScriptFn:
-    return lambda request, sampling: format_scores(request, [value] * request.n_scores)
-
-
 def random_judge(request: JudgeRequest, sampling: Sampling) -> str:
     """Scores 1-10 drawn from a hash of the seed, the request id and the score's place."""
     digests = (
@@ -88,7 +84,8 @@ def scripted_fn(name: str) -> ScriptFn:
     """A built-in judge by name (``constant``, ``constant:5``, ``random``, ``garbage``) or ``module:function``."""
     head, _, arg = name.partition(":")
     if head == "constant":
-        return constant_judge(int(arg) if arg else 8)
+        value = int(arg) if arg else 8
+        return lambda request, sampling: format_scores(request, [value] * request.n_scores)
     if not arg and head in ("random", "garbage"):
         return random_judge if head == "random" else garbage_judge
     if not arg:

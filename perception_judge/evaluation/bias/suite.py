@@ -297,12 +297,7 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
         "requests": {
             (p.pair_id, s): side_request(p, s, opts.prompt, parser, template) for p in pairs for s in SIDES
         },
-        "provenance": {
-            "prompt": opts.prompt,
-            "prompt_hash": p_hash,
-            "parser": parser,
-            "resume_key": resume_key,
-        },
+        "provenance": dict(prompt=opts.prompt, prompt_hash=p_hash, parser=parser, resume_key=resume_key),
     }
 
 
