@@ -33,6 +33,18 @@ VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "pyth
 NAME = "eval_vllm_over_hf_throughput"
 
 
+def run_in_vllm_env(script: str, name: str, target: float) -> int | None:
+    """None where vLLM imports here; else the exit code of ``script`` re-run in ``.venv-vllm/``, or 0 after
+    reporting ``name`` as not measured where that environment does not exist."""
+    if importlib.util.find_spec("vllm") is not None:
+        return None
+    if VLLM_PYTHON.is_file() and Path(sys.prefix).resolve() != VLLM_PYTHON.parents[1].resolve():
+        return subprocess.call([str(VLLM_PYTHON), script, *sys.argv[1:]])
+    print("vLLM is not installed here and .venv-vllm/ does not exist: run `make install-vllm` first")
+    emit(name, None, target, "x", skipped="no vLLM environment")
+    return 0
+
+
 def best_rate(backend, requests, sampling, rounds: int) -> float:
     from perception_judge.evaluation.base import is_backend_error
 
@@ -55,12 +67,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
     args = ap.parse_args()
-    if importlib.util.find_spec("vllm") is None:
-        if VLLM_PYTHON.is_file() and Path(sys.prefix).resolve() != VLLM_PYTHON.parents[1].resolve():
-            return subprocess.call([str(VLLM_PYTHON), __file__, *sys.argv[1:]])
-        print("vLLM is not installed here and .venv-vllm/ does not exist: run `make install-vllm` first")
-        emit(NAME, None, TARGET_RATIO, "x", skipped="no vLLM environment")
-        return 0
+    if (code := run_in_vllm_env(__file__, NAME, TARGET_RATIO)) is not None:
+        return code
 
     from PIL import Image
 

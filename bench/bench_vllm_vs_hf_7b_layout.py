@@ -15,15 +15,13 @@ regime). Runs in ``.venv-vllm`` (re-executes itself there; reports "not measured
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_vllm_vs_hf import VLLM_PYTHON, best_rate
+from bench_vllm_vs_hf import best_rate, run_in_vllm_env
 from benchlib import emit
 
 TARGET_RATIO = 2.0
@@ -92,12 +90,8 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    if importlib.util.find_spec("vllm") is None:
-        if VLLM_PYTHON.is_file() and Path(sys.prefix).resolve() != VLLM_PYTHON.parents[1].resolve():
-            return subprocess.call([str(VLLM_PYTHON), __file__, *sys.argv[1:]])
-        print("vLLM is not installed here and .venv-vllm/ does not exist: run `make install-vllm` first")
-        emit(NAME, None, TARGET_RATIO, "x", skipped="no vLLM environment")
-        return 0
+    if (code := run_in_vllm_env(__file__, NAME, TARGET_RATIO)) is not None:
+        return code
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_judge(Path(tmp) / "judge")
