@@ -3,7 +3,7 @@
     python bench/bench_ppjd_concurrency.py            # full run (about a minute on 2 CPU cores)
     python bench/bench_ppjd_concurrency.py --quick    # smaller, for a smoke check
 
-1. **Concurrency.** The fake OpenAI-compatible server (``perception_judge.testing.fake_openai``, started as its
+1. **Concurrency.** The fake OpenAI-compatible server (``tests/support/fake_openai.py``, started as its
    own process so it does not share our GIL) adds ``--latency`` seconds (default 0.2) to every call. The LLM
    teacher makes three calls per record (verify, attributes, rewrite). Records per second at concurrency 32
    must be at least 20x the rate at concurrency 1 (ideal: 32x).
@@ -55,7 +55,7 @@ def emit(name: str, value: float, target: float | None, unit: str, higher_is_bet
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perception_judge.testing.fake_openai", "--latency", str(latency)],
+        [sys.executable, str(REPO / "tests" / "support" / "fake_openai.py"), "--latency", str(latency)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -68,11 +68,28 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     return proc, line.split(" ", 1)[1]
 
 
+class ItemsSource:
+    """A build source over items already in memory (PIL images): the build waits on the teacher alone."""
+
+    name = "items"
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def estimate_count(self) -> int:
+        return len(self.items)
+
+    def describe(self) -> dict:
+        return {"kind": "items", "name": self.name, "count": len(self.items)}
+
+
 def throughput(url: str, concurrency: int, n: int, workdir: Path) -> dict:
     from perception_judge import synth
     from perception_judge.ppjd.options import BuildOptions, TeacherOptions
     from perception_judge.ppjd.runner import build
-    from perception_judge.ppjd.sources import ItemsSource
     from perception_judge.ppjd.teacher import LLMTeacher
 
     items = synth.generate_items(n, seed=100 + concurrency, text_only_fraction=0.0)

@@ -157,12 +157,10 @@ def to_openai_messages(
     image_max_side: int | None = 1024,
     image_format: str = "JPEG",
 ) -> list[dict[str, Any]]:
-    """trl-style messages -> OpenAI chat messages.
-
-    String content passes through. In list content, ``{"type": "image"}`` placeholders are filled with ``images``
-    in order (or the part's own ``"image"``) as base64 data-URL ``image_url`` parts; text and ``image_url`` parts
-    stay; a lone text part becomes string content. The number of placeholders must equal ``len(images)``.
-    """
+    """trl-style messages -> OpenAI chat messages. String content passes through. In list content,
+    ``{"type": "image"}`` placeholders are filled with ``images`` in order (or the part's own ``"image"``) as
+    base64 data-URL ``image_url`` parts; text and ``image_url`` parts stay; a lone text part becomes string
+    content. The number of placeholders must equal ``len(images)``."""
     images = list(images)
     out: list[dict[str, Any]] = []
     used = 0

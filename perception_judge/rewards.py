@@ -57,11 +57,9 @@ def ranking_reward(scores: Sequence[float] | None, order: str, ties: str = "zero
 
 
 def pair_reward(scores: Sequence[float] | None, order: str, ties: str = "zero") -> float:
-    """1 when the higher of two scores goes to the labelled better response, else 0.
-
-    ``order`` is ``"AB"`` (Assistant 1 better) or ``"BA"``. A tie gives 0 (``ties="half"``: 1/2); a parse
-    failure gives 0. This is :func:`ranking_reward` with N = 2.
-    """
+    """1 when the higher of two scores goes to the labelled better response, else 0. ``order`` is ``"AB"``
+    (Assistant 1 better) or ``"BA"``. A tie gives 0 (``ties="half"``: 1/2); a parse failure gives 0. This is
+    :func:`ranking_reward` with N = 2."""
     validate_order(order, 2)
     return ranking_reward(scores, order, ties)
 
@@ -106,13 +104,11 @@ def completion_text(completion: Any) -> tuple[str, str | None]:
 
 @dataclasses.dataclass(eq=False)
 class JudgeReward:
-    """A named, configurable trl reward callable: :meth:`score` of every row whose protocol is in ``protocols``,
-    None for the others (trl skips those); trl logs it under ``__name__`` (``rewards/<name>/mean``).
-
-    ``think_open``: the rendered prompt ends inside an open think block (read from the chat template), so a
-    completion that never writes ``</think>`` is unclosed and earns nothing. ``log_parse_failures``: also log
-    ``<name>/parse_failure_rate`` through trl's ``log_metric``.
-    """
+    """A named, configurable trl reward callable: :meth:`score` of every row whose protocol is in
+    ``protocols``, None for the others (trl skips those); trl logs it under ``__name__``
+    (``rewards/<name>/mean``). ``think_open``: the rendered prompt ends inside an open think block (read from
+    the chat template), so a completion that never writes ``</think>`` is unclosed and earns nothing.
+    ``log_parse_failures``: also log ``<name>/parse_failure_rate`` through trl's ``log_metric``."""
 
     name: str
     protocols: tuple[str, ...]

@@ -10,9 +10,9 @@ import time
 
 import pytest
 from PIL import Image
+from support.fake_openai import FakeOpenAIServer, Faults
 
 from perception_judge.llm_client import ChatClient, ClientConfig, LLMError, to_openai_messages
-from perception_judge.testing.fake_openai import FakeOpenAIServer, Faults
 
 SECRET = "sk-test-Very-Secret-Key-0123456789"
 MSG = [{"role": "user", "content": "hello"}]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from support.fake_openai import FakeOpenAIServer, Faults
 
 from perception_judge import synth
 from perception_judge.core.schema import sha256_hex
@@ -23,7 +24,6 @@ from perception_judge.ppjd.runner import BuildSummary, build
 from perception_judge.ppjd.sources import TableSource, item_key, synthetic_source
 from perception_judge.ppjd.store import iter_records, read_failures, read_manifest, shard_paths
 from perception_judge.ppjd.teacher import STAGES, LLMTeacher
-from perception_judge.testing.fake_openai import FakeOpenAIServer, Faults
 
 SECRET = "sk-build-Secret-Value-42xyz"
 REPO = Path(__file__).resolve().parents[1]

@@ -132,7 +132,7 @@ def test_a_part_killed_with_sigkill_and_rerun_gives_the_one_machine_result(tmp_p
     import signal
     import time
 
-    from perception_judge.testing.fake_openai import FakeOpenAIServer, Faults
+    from support.fake_openai import FakeOpenAIServer, Faults
 
     table = _table_source(tmp_path / "src")
     with FakeOpenAIServer(latency_s=0.03, faults=Faults(rate_429=0.1, rate_500=0.1), seed=2) as srv:

@@ -8,6 +8,7 @@ import dataclasses
 from collections import Counter
 
 import pytest
+from support.fake_openai import FakeOpenAIServer, Faults, stage_of_messages
 
 from perception_judge import synth
 from perception_judge.core.answers import answers_match, extract_final_answer
@@ -21,7 +22,6 @@ from perception_judge.ppjd.teacher import (
     TeacherInput,
     clean_attributes,
     stage_messages,
-    stage_of_messages,
 )
 from perception_judge.ppjd.validate import (
     find_leak,
@@ -29,7 +29,6 @@ from perception_judge.ppjd.validate import (
     similarity,
     validate,
 )
-from perception_judge.testing.fake_openai import FakeOpenAIServer, Faults
 
 
 @pytest.fixture(scope="module")

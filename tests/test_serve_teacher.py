@@ -69,7 +69,7 @@ def test_a_server_that_answers_gives_the_base_url(tmp_path):
     shim = _shim(
         tmp_path,
         'while [ $# -gt 0 ]; do [ "$1" = --port ] && port=$2; shift; done\n'
-        f'exec {sys.executable} -m perception_judge.testing.fake_openai --port "$port"',
+        f'exec {sys.executable} {REPO}/tests/support/fake_openai.py --port "$port"',
     )
     try:
         proc, _ = _run(tmp_path, shim, port)

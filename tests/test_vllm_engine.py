@@ -31,7 +31,7 @@ API_KEY = "not-a-secret"  # the server checks none; it must still never reach a 
 
 
 def _env() -> dict[str, str]:
-    from perception_judge.testing.vllm_server import cpu_env
+    from support.vllm_server import cpu_env
 
     return cpu_env() | {"OPENAI_API_KEY": API_KEY}
 
@@ -207,8 +207,9 @@ def test_vllm_backend_sampling_is_seeded_per_request(engine, requests_):
 def _server(judge_dir: Path, adapter_dir: Path, folder: Path, port: int | None = None):
     """A server for the judge and its adapter (served as ``checkpoint-2``), rendering the judge's chat template
     with the think prefill as the other backends do."""
+    from support.vllm_server import VLLMServer
+
     from perception_judge.evaluation.chat_template import judge_chat_template
-    from perception_judge.testing.vllm_server import VLLMServer
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "judge.jinja").write_text(judge_chat_template(judge_dir))
@@ -367,7 +368,7 @@ def test_server_killed_mid_sweep_fails_the_cells_and_a_rerun_completes(judge_dir
 def test_build_ppjd_with_a_served_teacher_loses_nothing(judge_dir, tmp_path):
     """data_gen/serve_teacher.sh starts the CPU server; build-ppjd --teacher llm runs against it. A tiny random
     teacher writes nonsense, so most items fail -- each with a stage and a reason -- and none is lost."""
-    from perception_judge.testing.vllm_server import cpu_env, free_port
+    from support.vllm_server import cpu_env, free_port
 
     port = free_port()
     env = cpu_env() | {"MODEL": str(judge_dir), "GPUS": "cpu", "PYTHON": sys.executable, "BASE_PORT": str(port),

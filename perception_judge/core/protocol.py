@@ -170,9 +170,8 @@ def template_opens_think(processing_class: Any) -> bool:
 
 def prepare_processor(processing_class: Any, think_prefix: str = "auto") -> Any:
     """Install the think prefix into a processor's (and its tokenizer's) chat template, in place; idempotent.
-
-    ``"auto"`` appends ``<think>\\n`` to the generation prompt unless the template opens a think block
-    itself; ``"off"`` leaves it alone. Call it on the processor trl's GRPOTrainer gets;
+    ``"auto"`` appends ``<think>\\n`` to the generation prompt unless the template opens a think block itself;
+    ``"off"`` leaves it alone. Call it on the processor trl's GRPOTrainer gets;
     :func:`render_generation_prompt` calls it for evaluation, so both see the same template."""
     if think_prefix not in ("auto", "off"):
         raise ValueError(f"think_prefix must be 'auto' or 'off', got {think_prefix!r}")
@@ -258,12 +257,10 @@ def _answer_tags(text: str) -> list[str] | None:
 
 
 def parse_scores(text: str, n: int, reasoning: str | None = None, think_open: bool = False) -> ParseResult:
-    """Parse exactly ``n`` integer scores in 1-10 from the final answer of a judge completion.
-
-    Rules: only ``<answer>…</answer>`` tags after the reasoning count; exactly ``n`` of them; each holds an
-    unsigned integer (surrounding whitespace allowed) between 1 and 10. Decimals, signs, words, empty tags,
-    out-of-range values, unbalanced tags and unclosed think blocks are errors. Never raises on bad text.
-    """
+    """Parse exactly ``n`` integer scores in 1-10 from the final answer of a judge completion. Rules: only
+    ``<answer>…</answer>`` tags after the reasoning count; exactly ``n`` of them; each holds an unsigned
+    integer (surrounding whitespace allowed) between 1 and 10. Decimals, signs, words, empty tags,
+    out-of-range values, unbalanced tags and unclosed think blocks are errors. Never raises on bad text."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     final, err = final_answer_part(text, reasoning, think_open)
@@ -288,10 +285,8 @@ def parse_scores(text: str, n: int, reasoning: str | None = None, think_open: bo
 
 def format_ok(text: str, n: int, reasoning: str | None = None, think_open: bool = False) -> bool:
     """A closed think block followed by exactly the ``n`` answer tags the protocol requires, and nothing else.
-
     Without the prefill (``think_open=False``) the completion must open the block itself; with it, the
-    completion must close it exactly once and never reopen it.
-    """
+    completion must close it exactly once and never reopen it."""
     if not isinstance(text, str):
         return False
     if reasoning is not None:  # the reasoning came separately: the text is the final answer alone

@@ -115,12 +115,10 @@ def ground_truth_for(protocol: str, kinds: list[str] | tuple[str, ...]) -> str:
 
 @dataclass
 class SourceItem:
-    """One input of the PPJD builder: (image, question, ground-truth answer, correct response r_c).
-
-    ``image`` is a path (already resolved under the source's root), raw bytes, a PIL image, or None for
-    text-only items. ``spec`` holds the scene spec of synthetic items (every perceptual attribute, known
-    exactly); real sources leave it None.
-    """
+    """One input of the PPJD builder: (image, question, ground-truth answer, correct response r_c). ``image``
+    is a path (already resolved under the source's root), raw bytes, a PIL image, or None for text-only items.
+    ``spec`` holds the scene spec of synthetic items (every perceptual attribute, known exactly); real sources
+    leave it None."""
 
     item_id: str
     question: str
@@ -134,11 +132,8 @@ class SourceItem:
 
 @dataclass
 class PPJDRecord:
-    """A finished PPJD record: r_c and its two verified counterfactuals.
-
-    ``image`` is a path relative to the PPJD folder (images are stored there by content hash), or None for
-    text-only records.
-    """
+    """A finished PPJD record: r_c and its two verified counterfactuals. ``image`` is a path relative to the
+    PPJD folder (images are stored there by content hash), or None for text-only records."""
 
     key: str
     item_id: str
@@ -225,11 +220,9 @@ class Sampling:
 @dataclass
 class JudgeRequest:
     """One judge call: conversational messages with ``{"type": "image"}`` placeholders and the images.
-
     ``n_scores`` is how many scores the parser must find (batch N, pair 2, single 1); ``parser`` names the
     parser: ``"protocol"`` (``<answer>`` tags, perception_judge.core.protocol.parse_scores) or another name
-    registered by the evaluation package (e.g. the MM-JudgeBias ``### Score:`` format).
-    """
+    registered by the evaluation package (e.g. the MM-JudgeBias ``### Score:`` format)."""
 
     request_id: str
     messages: list[dict[str, Any]]

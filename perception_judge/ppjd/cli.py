@@ -179,9 +179,7 @@ def _export_run(args: argparse.Namespace) -> int:
 
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("ppjd_dir", help="PPJD folder written by build-ppjd")
-    p.add_argument(
-        "--out", required=True, help="training-set folder (train.parquet, validation.parquet, README.md)"
-    )
+    p.add_argument("--out", required=True, help="training-set folder (train/validation.parquet, README.md)")
     add_flags(p, ExportOptions)
 
 

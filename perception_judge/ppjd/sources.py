@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -307,24 +307,6 @@ def synthetic_source(folder: str | os.PathLike[str]) -> TableSource:
 def is_synth_folder(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
     return p.is_dir() and (p / "items.jsonl").is_file() and (p / "synth_info.json").is_file()
-
-
-class ItemsSource:
-    """Items already in memory (PIL images, bytes or resolved paths)."""
-
-    def __init__(self, items: Iterable[SourceItem], name: str = "items", count: int | None = None) -> None:
-        self._items = items
-        self.name = name
-        self._count = count if count is not None else (len(items) if isinstance(items, Sequence) else None)
-
-    def __iter__(self) -> Iterator[SourceItem]:
-        return iter(self._items)
-
-    def estimate_count(self) -> int | None:
-        return self._count
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "items", "name": self.name, "count": self._count}
 
 
 def open_source(

@@ -162,9 +162,7 @@ class PPJDStore:
         self._scan()
         try:
             self.manifest = read_manifest(self.folder) or {}
-        except (
-            ManifestError
-        ) as e:  # the next write_manifest rebuilds it from the shards (earlier runs are lost)
+        except ManifestError as e:  # write_manifest rebuilds it from the shards (earlier runs are lost)
             self.report.manifest_rebuilt, self.manifest = str(e), {}
         shards = shard_paths(self.folder)
         index = int(shards[-1].stem[len(SHARD_PREFIX) :]) if shards else 0

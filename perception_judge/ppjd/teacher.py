@@ -54,7 +54,7 @@ class Teacher(Protocol):
     async def aclose(self) -> None: ...
 
 
-# Each system prompt starts with a sentence unique to its stage (stage_of_messages recognises it).
+# Each system prompt opens with a sentence of its stage alone (the tests' fake server tells stages by it).
 STAGE_MARKERS: dict[str, str] = {
     "verify": "You are grading a worked solution before it is used as a reference.",
     "attributes": "You extract the evidence a worked solution depends on.",
@@ -132,31 +132,6 @@ def stage_messages(
         {"role": "system", "content": _SYSTEM_PROMPTS[stage](has_image)},
         {"role": "user", "content": [*images, {"type": "text", "text": text}]},
     ]
-
-
-def message_text(messages: list[dict[str, Any]], role: str) -> str:
-    """The text of the ``role`` messages: string content and the text parts of list content, one per line."""
-    out = []
-    for m in messages:
-        content = m.get("content") if m.get("role") == role else None
-        if isinstance(content, str):
-            out.append(content)
-        elif isinstance(content, list):
-            out.extend(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return "\n".join(out)
-
-
-def stage_of_messages(messages: list[dict[str, Any]]) -> str | None:
-    """Which teacher stage a request is (by its system prompt), or None (used by the fake server)."""
-    system = message_text(messages, "system")
-    return next((stage for stage, marker in STAGE_MARKERS.items() if system.startswith(marker)), None)
-
-
-def extract_block(text: str, tag: str) -> str | None:
-    """The body of ``<tag>...</tag>`` in a user prompt (last closing tag), or None."""
-    open_, close = f"<{tag}>\n", f"\n</{tag}>"
-    i, j = text.find(open_), text.rfind(close)
-    return None if i == -1 or j < i else text[i + len(open_) : j]
 
 
 # Never in a counterfactual: our prompt tags and JSON keys, the published release's leaked keys, think tags and

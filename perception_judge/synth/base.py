@@ -34,14 +34,12 @@ class Unsolvable(ValueError):
 
 @dataclass(frozen=True)
 class Family:
-    """One synthetic family, registered in :data:`perception_judge.synth.world.REGISTRY`.
-
-    ``scene(rng)`` draws the attributes and a question about them: ``(attributes, qtype, params, question)``.
-    ``questions`` maps each question type to its solver and the reasoning slips it can make (for r_rp+r);
+    """One synthetic family, registered in :data:`perception_judge.synth.world.REGISTRY`. ``scene(rng)`` draws
+    the attributes and a question about them: ``(attributes, qtype, params, question)``. ``questions`` maps
+    each question type to its solver and the reasoning slips it can make (for r_rp+r);
     ``perturb(attributes, params, rng)`` misreads one fact in place, on a copy :func:`world.perturb` makes
     (for r_rp); ``facts`` lists 3-6 short phrases of the attributes. ``draw`` and ``caption`` are None for a
-    text-only family.
-    """
+    text-only family."""
 
     name: str
     domain: str

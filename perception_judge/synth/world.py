@@ -48,11 +48,9 @@ SLIPS: dict[tuple[str, str], tuple[str, ...]] = {
 def solve(
     spec: dict[str, Any], attributes: dict[str, Any] | None = None, slip: dict | None = None
 ) -> tuple[str, str]:
-    """(response, final answer) for a spec's question, from ``attributes`` (default: the true ones).
-
-    ``slip`` (``{"kind": ..., "delta": ...}``, kinds in :data:`SLIPS`) injects a reasoning error. Raises
-    :class:`Unsolvable` when the attributes give no well-defined answer or the slip does not apply.
-    """
+    """(response, final answer) for a spec's question, from ``attributes`` (default: the true ones). ``slip``
+    (``{"kind": ..., "delta": ...}``, kinds in :data:`SLIPS`) injects a reasoning error. Raises
+    :class:`Unsolvable` when the attributes give no well-defined answer or the slip does not apply."""
     key = (spec["family"], spec["qtype"])
     if key not in SLIPS:
         raise ValueError(f"unknown synthetic question type {key}")
@@ -170,10 +168,8 @@ def write_synthetic(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Write ``items.jsonl``, ``images/<id>.png`` and ``synth_info.json`` into ``out_dir``; returns the info.
-
     Streams (constant memory). ``items.jsonl`` appears only once complete (written to a temp file, then
-    renamed); an existing one is an error unless ``overwrite``.
-    """
+    renamed); an existing one is an error unless ``overwrite``."""
     fams = _check_args(n, families, text_only_fraction)
     out = Path(out_dir)
     items_path = out / "items.jsonl"

@@ -20,16 +20,10 @@ from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, sha
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", required=True, help="LoRA adapter folder or hub id")
-    parser.add_argument(
-        "--base", help="base model folder or hub id (default: base_model of the run the adapter belongs to)"
-    )
+    parser.add_argument("--base", help="base model folder or hub id (default: the adapter run's base_model)")
     parser.add_argument("--out", required=True, help="output folder for the merged model and its processor")
-    parser.add_argument(
-        "--dtype",
-        default="bfloat16",
-        choices=["bfloat16", "float16", "float32", "auto"],
-        help="weights dtype",
-    )
+    dtypes = ["bfloat16", "float16", "float32", "auto"]
+    parser.add_argument("--dtype", default="bfloat16", choices=dtypes, help="weights dtype")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow custom model code")
 
 
@@ -61,9 +55,7 @@ MERGE_LORA = Command(add_arguments=_add_arguments, run=_run, description=__doc__
 
 def _memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="a training recipe (YAML), e.g. recipes/flex7b.yaml")
-    parser.add_argument(
-        "overrides", nargs="*", help="recipe overrides, as train_grpo.py takes them (--key value)"
-    )
+    parser.add_argument("overrides", nargs="*", help="overrides, as train_grpo.py takes them (--key value)")
     parser.add_argument("--world", type=int, default=8, help="GPUs the run uses (default 8)")
     parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
     help_ = "the model's shape (default: its config.json, else known)"

@@ -141,12 +141,10 @@ def check_rows(ds: Any, split: str, source: str = "") -> None:
 def protocol_mix_indices(
     protocols: list[str], mix: dict[str, float] | None, seed: int = 0, strict: bool = True
 ) -> list[int]:
-    """Row indices that realise ``mix`` (relative weights per protocol) without oversampling any protocol.
-
-    The kept count of protocol p is ``round(w_p * N)`` with the largest N such that no protocol needs more rows
-    than it has (weight 0 or unlisted: dropped), picked at random (seeded), in their original order. A protocol
-    the mix asks for but the data lacks is an error (``strict``) or is left out of the proportions.
-    """
+    """Row indices that realise ``mix`` (relative weights per protocol) without oversampling any protocol: the
+    kept count of protocol p is ``round(w_p * N)`` with the largest N such that no protocol needs more rows
+    than it has (weight 0 or unlisted: dropped), picked at random (seeded), in their original order; a
+    protocol the mix asks for but the data lacks is an error (``strict``) or left out of the proportions."""
     if mix is None:
         return list(range(len(protocols)))
     by_protocol: dict[str, list[int]] = {}

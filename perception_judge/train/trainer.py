@@ -29,15 +29,9 @@ from perception_judge.train.models import keep_vision_tower_in_step
 # tuple by these names; tests/test_train_components.py checks them against the installed trl's source, so a trl
 # release that changes the layout fails loudly there instead of silently here.
 GENERATE_FIELDS = (
-    "prompt_ids",
-    "completion_ids",
-    "tool_mask",
-    "completions",
-    "logprobs",
-    "extra_fields",
-    "images",
+    "prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs", "extra_fields", "images",
     "tool_images",
-)
+)  # fmt: skip
 
 
 def _text(content: Any, image: str = "") -> Any:
@@ -148,12 +142,8 @@ class JudgeGRPOTrainer(GRPOTrainer):
         from perception_judge.train.models import load_weights_into
 
         target = model if model is not None else self.model
-        if (
-            isinstance(target, PeftModel)
-            or self.is_deepspeed_enabled
-            or self.is_fsdp_enabled
-            or not has_full_weights(resume_from_checkpoint)
-        ):
+        trainers_own = isinstance(target, PeftModel) or self.is_deepspeed_enabled or self.is_fsdp_enabled
+        if trainers_own or not has_full_weights(resume_from_checkpoint):
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
         load_weights_into(target, resume_from_checkpoint)
 
@@ -218,18 +208,16 @@ class CompletionSamplesCallback(_Bound):
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(data)
                 files.append(f"images/{path.name}")
-            records.append(
-                {
-                    "step": step,
-                    "prompt": _user_text(prompts[i]),
-                    "completion": f"{reasoning}\n{text}" if reasoning else text,
-                    "rewards": {
-                        name: (None if v[i] != v[i] else v[i]) for name, v in rewards.items() if i < len(v)
-                    },
-                    "advantage": advantages[i] if i < len(advantages) else None,
-                    "images": files,
-                }
-            )
+            scores = {name: (None if v[i] != v[i] else v[i]) for name, v in rewards.items() if i < len(v)}
+            record = {
+                "step": step,
+                "prompt": _user_text(prompts[i]),
+                "completion": f"{reasoning}\n{text}" if reasoning else text,
+                "rewards": scores,
+                "advantage": advantages[i] if i < len(advantages) else None,
+                "images": files,
+            }
+            records.append(record)
         if records:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / f"step-{step:06d}.jsonl"

