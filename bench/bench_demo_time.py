@@ -9,9 +9,11 @@ it did). Both modes run `perception-judge demo --fresh` in a temporary folder wi
     python bench/bench_demo_time.py           # short (make bench): every stage, a tenth of its steps; ~3 min
     python bench/bench_demo_time.py --full    # the real `make demo` (seed 0): about 7 minutes on a quiet 2-core machine
 
-Targets: the full demo's wall time under 8 minutes on the reference host (a quiet 2-core machine whose calibration
-took REFERENCE_CALIBRATION_S), i.e. ``demo wall / calibration`` at most 480 / REFERENCE_CALIBRATION_S; the short
-mode's ratio target was measured the same way.
+Targets: the full demo's wall time under 8 minutes on the reference host (the 2-core machine this project is
+built on, where one calibration takes REFERENCE_CALIBRATION_S CPU seconds), i.e. ``demo wall / calibration CPU`` at
+most 480 / REFERENCE_CALIBRATION_S. The calibration's CPU seconds hardly move with load (single-threaded work);
+its wall seconds do, so a wall ratio far above the CPU ratio says the host was busy, not that the demo got slower.
+The short mode has no target: it tells whether the stages still run, and their shares.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from pathlib import Path
 from benchlib import emit
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_CALIBRATION_S = 10.0  # the calibration's wall seconds on the reference host (quiet, 2 cores)
-TARGETS = {"full": 480.0 / REFERENCE_CALIBRATION_S, "short": 240.0 / REFERENCE_CALIBRATION_S}
+REFERENCE_CALIBRATION_S = 3.4  # one calibration's CPU seconds on the reference host (3.38-3.39 s measured)
+TARGETS = {"full": 480.0 / REFERENCE_CALIBRATION_S, "short": None}
 SHORT = ["--learnability-steps", "200", "--blind-steps", "30", "--explore-steps", "90", "--train-steps", "60"]
 
 
@@ -91,7 +93,7 @@ def main() -> None:
     emit(f"demo_{mode}_wall_s", demo["wall_s"], 480.0 if args.full else None, "s", higher_is_better=False,
          stages=stages)  # fmt: skip
     emit(f"demo_{mode}_cpu_s", demo["cpu_s"], unit="s", higher_is_better=False)
-    emit(f"demo_{mode}_wall_per_calibration", demo["wall_s"] / cal["wall_s"], TARGETS[mode], "ratio",
+    emit(f"demo_{mode}_wall_per_calibration_cpu", demo["wall_s"] / cal["cpu_s"], TARGETS[mode], "ratio",
          higher_is_better=False)  # fmt: skip
     emit(
         f"demo_{mode}_cpu_per_calibration", demo["cpu_s"] / cal["cpu_s"], unit="ratio", higher_is_better=False

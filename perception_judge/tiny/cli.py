@@ -50,9 +50,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--reset-connector", action="store_true", help="also re-initialise the vision connector first"
     )
-    p.add_argument(
-        "--processes", type=int, default=1, help="CPU processes that train it (one thread each; 1)"
-    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -71,7 +68,6 @@ def _run(args: argparse.Namespace) -> int:
                 "seed": args.seed,
                 "reset_connector": args.reset_connector,
                 "explore_steps": args.explore_steps,
-                "processes": args.processes,
             }
             stats = make_blind(staging, args.blind_steps, **blind)
         print(

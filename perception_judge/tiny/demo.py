@@ -30,15 +30,11 @@ from perception_judge import __version__
 from perception_judge.cli import Command
 from perception_judge.core.runinfo import RUN_FILE, read_run_info
 from perception_judge.core.schema import sha256_hex
-from perception_judge.tiny.supervised import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
-ACCELERATE_CONFIG = "configs/accelerate/cpu_2proc.yaml"  # two gloo processes of one thread each
-PROCESSES = (
-    2  # the supervised stages too: both cores, one thread each (the draws do not depend on the core count)
-)
+ACCELERATE_CONFIG = "configs/accelerate/cpu_2proc.yaml"  # GRPO on two gloo processes of one thread each
 DEMO_FORMAT = 4
 FAMILIES = "colour,count"
 _NOISE = (
@@ -165,6 +161,14 @@ def _child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # two demos (or a demo and the slow test) at once must not share one
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     cli = [sys.executable, "-m", "perception_judge.cli"]
     seed = ["--seed", str(args.seed)]
@@ -219,7 +223,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
                 "4a/5 learnability check: done before, skipped" if done["learn"] else None,
                 [sys.executable, "-m", "perception_judge.tiny.learnability", "--steps",
                  str(args.learnability_steps), *seed, "--out", f"{rel}/learnability.json", "--no-progress",
-                 "--keep-model", f"{rel}/supervised-model", "--processes", str(PROCESSES)],
+                 "--keep-model", f"{rel}/supervised-model"],
                 (0, 1),
             ),
             Stage(
@@ -229,7 +233,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
                 "4b/5 base judge: done before, skipped" if done["base"] else None,
                 [*cli, "make-tiny-model", "--from-supervised", f"{rel}/supervised-model", "--out",
                  f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), "--explore-steps",
-                 str(args.explore_steps), *seed, "--processes", str(PROCESSES),
+                 str(args.explore_steps), *seed,
                  *(["--reset-connector"] if args.reset_connector else [])],
             ),
         ]  # fmt: skip
@@ -240,7 +244,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
             "4/5 training: finished before, skipped" if done["train"] else None,
             [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG,
-             "--main_process_port", str(free_port()), "train_grpo.py", RECIPE, "--model_name_or_path",
+             "--main_process_port", str(_free_port()), "train_grpo.py", RECIPE, "--model_name_or_path",
              f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset", "--output_dir", f"{rel}/train",
              "--resume_from_checkpoint", "auto", *extra],
         ),
@@ -366,15 +370,15 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, default, text in (
         ("--train-steps", None, "GRPO steps (default: the recipe's max_steps); saves 4 checkpoints"),
         ("--warm-start-steps", None, "format warm-start steps of a generated judge (default: the recipe's)"),
-        ("--blind-steps", 150, "steps that make the supervised judge blind (default %(default)s)"),
+        ("--blind-steps", 300, "steps that make the supervised judge blind (default %(default)s)"),
         (
             "--explore-steps",
-            450,
+            900,
             "then steps that make its think explore the answers' values (default %(default)s)",
         ),
         (
             "--learnability-steps",
-            1400,
+            2000,
             "supervised steps of the learnability check run before GRPO (default %(default)s, about 3 minutes; 0 "
             "skips it)",
         ),

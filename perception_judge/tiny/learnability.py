@@ -81,20 +81,16 @@ def run_check(
     progress: bool = False,
     keep_model: str | Path | None = None,
     threads: int = 1,
-    processes: int = 1,
 ) -> dict[str, Any]:
     """Run the check; returns the measurements and ``passed``. ``keep_model`` saves the supervised judge there.
     ``threads``: torch threads while it runs (one is as fast for this model, and the float reduction order, hence
-    the draw, then does not depend on the machine's core count); ``processes``: train on that many CPU processes of
-    one thread each (the same batches split between them)."""
+    the draw, then does not depend on the machine's core count)."""
     from perception_judge.tiny.models import make_tiny_model
-    from perception_judge.tiny.supervised import train_supervised
+    from perception_judge.tiny.supervised import supervised_tiny_judge
 
     with _torch_threads(threads), tempfile.TemporaryDirectory(prefix="pj-learnability-") as tmp:
         model_dir = make_tiny_model(arch, Path(work_dir or tmp) / "model", seed=seed)
-        train = train_supervised(
-            model_dir, steps, processes, think_source="truth", seed=seed, progress=progress
-        )
+        train = supervised_tiny_judge(model_dir, steps, think_source="truth", seed=seed, progress=progress)
         records = heldout_records(n_heldout, heldout_seed)
         real = score_pairs(model_dir, records, "none")["metrics"]
         control = score_pairs(model_dir, records, "mismatched")["metrics"]
@@ -136,9 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the result as JSON here")
     p.add_argument("--keep-model", help="save the supervised judge in this folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--processes", type=int, default=1, help="CPU processes that train (one thread each; default 1)"
-    )
     args = p.parse_args(argv)
     result = run_check(
         args.steps,
@@ -147,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         args.heldout_seed,
         progress=not args.no_progress,
         keep_model=args.keep_model,
-        processes=args.processes,
     )
     if args.out:
         atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")

@@ -136,89 +136,6 @@ def _supervised_batch(processor: Any, examples: list[tuple[list[dict[str, Any]],
     return batch
 
 
-def _batches(
-    processor: Any, steps: int, size: int, seed: int, think_source: str, policy: PixelPolicy, shard: slice
-) -> Any:
-    """The batches of a supervised run: fresh tiny-world records every step (drawn in blocks of 8 steps); every
-    process draws the whole batch (the same draws whatever the process count) and prepares its ``shard`` of it."""
-    rng, pool = random.Random(f"tiny-sft/{think_source}/{seed}"), []
-    for step in range(steps):
-        if len(pool) < size:
-            pool = tiny_records(size * 8, seed=10_000 * (seed + 1) + step)
-        examples = [_tiny_example(rng, pool.pop(), think_source) for _ in range(size)][shard]
-        yield _supervised_batch(processor, [(m, policy.apply(im), t) for m, im, t in examples])
-
-
-def free_port() -> int:
-    """A TCP port free on this host now (for a process group's rendezvous)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def data_parallel(fn: Any, processes: int, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` in ``processes`` forked processes of one torch thread each, joined by a gloo process
-    group (``fn`` shards its batches and averages gradients when one is initialised); returns rank 0's result. A
-    process that fails stops the others (none waits forever on a collective) and raises here."""
-    import multiprocessing as mp
-
-    # fork: the parent holds torch with one thread (safe to fork), and the children skip the imports
-    ctx = mp.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    port = free_port()
-    procs = [
-        ctx.Process(target=_rank_main, args=(rank, processes, port, send, fn, args, kwargs))
-        for rank in range(processes)
-    ]
-    for proc in procs:
-        proc.start()
-    while any(proc.is_alive() for proc in procs):
-        if any(proc.exitcode not in (None, 0) for proc in procs):
-            for proc in procs:
-                proc.kill()
-        time.sleep(0.1)
-    for proc in procs:
-        proc.join()
-    codes = [proc.exitcode for proc in procs]
-    if any(codes) or not receive.poll():
-        raise RuntimeError(f"a data-parallel process of {fn.__name__} failed (exit codes {codes}); see above")
-    return receive.recv()
-
-
-def _rank_main(rank: int, world: int, port: int, send: Any, fn: Any, args: Any, kwargs: Any) -> None:
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        result = fn(*args, **kwargs)
-        if rank == 0:
-            send.send(result)
-    finally:
-        dist.destroy_process_group()
-
-
-def _average(params: list[Any], loss: Any) -> float:
-    """Average the gradients (and the loss) over the process group, in one all-reduce; returns the mean loss."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return float(loss.item())
-    grads = [p.grad for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [loss.detach().reshape(1)])
-    dist.all_reduce(flat)
-    flat /= dist.get_world_size()
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
-    return float(flat[-1])
-
-
 def supervised_tiny_judge(
     model_dir: str | Path,
     steps: int,
@@ -246,8 +163,10 @@ def supervised_tiny_judge(
         freeze_vision = think_source != "truth"
     model_dir = Path(model_dir)
     torch.manual_seed(seed)
+    rng = random.Random(f"tiny-sft/{think_source}/{seed}")
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     processor = AutoProcessor.from_pretrained(model_dir)
+    policy = _tiny_policy(image_size)
     if freeze_vision:
         for name, param in model.named_parameters():
             if name.startswith("visual.") or ".visual." in name:
@@ -258,26 +177,28 @@ def supervised_tiny_judge(
     model.train()
     losses: list[float] = []
     t0 = time.perf_counter()
-    rank, world = _rank_and_world()
-    bar = progress_bar(steps, f"supervised ({think_source})", "step", enabled=progress and rank == 0)
-    policy = _tiny_policy(image_size)
-    batches = _batches(processor, steps, batch_size, seed, think_source, policy, slice(rank, None, world))
-    for batch in batches:
-        loss = model(**batch).loss
+    pool: list[dict[str, Any]] = []
+    bar = progress_bar(steps, f"supervised ({think_source})", "step", enabled=progress)
+    for step in range(steps):
+        if len(pool) < batch_size:  # fresh images every step, drawn in blocks
+            pool = tiny_records(batch_size * 8, seed=10_000 * (seed + 1) + step)
+            for rec in pool:
+                rec["image"] = policy.apply(rec["image"])
+        examples = [_tiny_example(rng, pool.pop(), think_source) for _ in range(batch_size)]
+        loss = model(**_supervised_batch(processor, examples)).loss
         loss.backward()
-        losses.append(_average(params, loss))
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         if schedule is not None:
             schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
         bar.update(1)
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
     bar.close()
-    if rank == 0:
-        model.save_pretrained(save_to or model_dir)
-        if save_to:
-            processor.save_pretrained(save_to)
+    model.save_pretrained(save_to or model_dir)
+    if save_to:
+        processor.save_pretrained(save_to)
     return {
         "steps": steps,
         "think_source": think_source,
@@ -285,27 +206,10 @@ def supervised_tiny_judge(
         "learning_rate": learning_rate,
         "cosine": cosine,
         "batch_size": batch_size,
-        "processes": world,
         "loss_first": round(losses[0], 4) if losses else None,
         "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 4) if losses else None,
         "seconds": round(time.perf_counter() - t0, 1),
     }
-
-
-def train_supervised(model_dir: str | Path, steps: int, processes: int = 1, **kwargs: Any) -> dict[str, Any]:
-    """:func:`supervised_tiny_judge` on ``processes`` CPU processes (:func:`data_parallel`; the same batches split
-    between them, so the global batch and the draws do not depend on the count, the float sums do)."""
-    if processes > 1:
-        return data_parallel(supervised_tiny_judge, processes, model_dir, steps, **kwargs)
-    return supervised_tiny_judge(model_dir, steps, **kwargs)
-
-
-def _rank_and_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def reset_vision_connector(model_dir: str | Path, seed: int = 0) -> int:
@@ -348,7 +252,6 @@ def make_blind(
     seed: int = 0,
     reset_connector: bool = False,
     explore_steps: int = 900,
-    processes: int = 1,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Turn a supervised tiny judge into a base judge that does not look, in place, vision frozen throughout:
@@ -357,19 +260,13 @@ def make_blind(
     in both orders); its verdict still follows the value it states, so GRPO has to teach it to state the value the
     image shows (docs/tiny-substrate.md). Records the statistics in ``tiny_model.json``."""
     reset = reset_vision_connector(model_dir, seed) if reset_connector else 0
-    stats = train_supervised(
-        model_dir, steps, processes, think_source="prior", seed=seed, freeze_vision=True, **kwargs
+    stats = supervised_tiny_judge(
+        model_dir, steps, think_source="prior", seed=seed, freeze_vision=True, **kwargs
     )
     stats["connector_parameters_reset"] = reset
     if explore_steps:
-        stats["explore"] = train_supervised(
-            model_dir,
-            explore_steps,
-            processes,
-            think_source="position",
-            seed=seed,
-            freeze_vision=True,
-            **kwargs,
+        stats["explore"] = supervised_tiny_judge(
+            model_dir, explore_steps, think_source="position", seed=seed, freeze_vision=True, **kwargs
         )
     _record(model_dir, "blind", stats)
     return stats
