@@ -34,7 +34,7 @@ from perception_judge.core.schema import sha256_hex
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
-ACCELERATE_CONFIG = "configs/accelerate/cpu_2proc.yaml"  # GRPO on two gloo processes of one thread each
+ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
 DEMO_FORMAT = 4
 FAMILIES = "colour,count"
 _NOISE = (
@@ -46,7 +46,6 @@ _NOISE = (
     "Writing model",
     "[A",
     "get_accelerator",
-    "find_unused_parameters",
     "new PAD/BOS/EOS tokens",
 )
 _WHERE = {
@@ -161,14 +160,6 @@ def _child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:  # two demos (or a demo and the slow test) at once must not share one
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     cli = [sys.executable, "-m", "perception_judge.cli"]
     seed = ["--seed", str(args.seed)]
@@ -243,10 +234,9 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             "grpo",
             "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
             "4/5 training: finished before, skipped" if done["train"] else None,
-            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG,
-             "--main_process_port", str(_free_port()), "train_grpo.py", RECIPE, "--model_name_or_path",
-             f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset", "--output_dir", f"{rel}/train",
-             "--resume_from_checkpoint", "auto", *extra],
+            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG, "train_grpo.py",
+             RECIPE, "--model_name_or_path", f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset",
+             "--output_dir", f"{rel}/train", "--resume_from_checkpoint", "auto", *extra],
         ),
         Stage(
             "sweep",
