@@ -78,6 +78,10 @@ def test_demo_end_to_end_then_resume(tmp_path):
             assert block["n"] > 0 and block["chance"] == 0.5 and 0 <= block["accuracy"] <= 1
             lo, hi = block["ci95"]
             assert lo <= block["accuracy"] <= hi and {"ties", "parse_failures"} <= set(block)
+    times = summary["timings"]  # each stage's wall and CPU seconds, also the demo's last lines
+    assert {"synth", "ppjd", "export", "grpo", "sweep"} <= set(times), times
+    assert all(t["wall_s"] > 0 and t["cpu_s"] > 0 for t in times.values()), times
+    assert "time per stage, wall/CPU s: synth" in first.stdout
     assert (out / "eval" / "plots" / "learning_curve.png").is_file()
     assert "Does the judge learn to look?" in (out / "eval" / "report.md").read_text()
     # a re-run resumes: every stage is skipped or finds its work done

@@ -46,6 +46,7 @@ _NOISE = (
     "Writing model",
     "[A",
     "get_accelerator",
+    "new PAD/BOS/EOS tokens",
 )
 _WHERE = {
     "synth/": "synthetic items: items.jsonl + images/ (every perceptual attribute known)",
@@ -66,6 +67,7 @@ class DemoError(RuntimeError):
 
 
 class Stage(NamedTuple):
+    key: str  # its entry in timings.json
     title: str
     skipped: str | None  # what to print when it was done before; None: run it (the resumable ones always run)
     cmd: list[str]
@@ -122,14 +124,15 @@ def check_or_claim(out: Path, wanted: dict[str, Any], fresh: bool) -> str:
 
 def run_stage(
     title: str, cmd: list[str], log: Path, env: dict[str, str], ok_codes: tuple[int, ...] = (0,)
-) -> float:
-    """Run one stage as a subprocess, echoing the command; output goes to the terminal and to ``log``."""
+) -> dict[str, float]:
+    """Run one stage as a subprocess, echoing the command; output goes to the terminal and to ``log``. Returns
+    its wall and CPU seconds (user + system of its processes: comparable on a loaded machine)."""
     shown = " ".join(shlex.quote(c) for c in cmd).replace(
         sys.executable + " -m perception_judge.cli", "perception-judge"
     )
     shown = shown.replace(sys.executable + " -m accelerate.commands.launch", "accelerate launch")
     print(f"\n==> {title}\n    $ {shown}", flush=True)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _child_cpu()
     with log.open("a") as fh:
         fh.write(f"\n$ {shown}\n")
         fh.flush()
@@ -143,11 +146,18 @@ def run_stage(
             if s and not any(n in s for n in _NOISE) and not s.startswith(("{'", "warnings.warn")):
                 print("    " + line.rstrip(), flush=True)
         code = proc.wait()
-    secs = time.perf_counter() - t0
+    secs, cpu = time.perf_counter() - t0, _child_cpu() - cpu0
     if code not in ok_codes:
         raise DemoError(f"stage '{title}' failed (exit {code}); the full output is in {log}")
-    print(f"    done in {secs:.0f} s", flush=True)
-    return secs
+    print(f"    done in {secs:.0f} s ({cpu:.0f} s CPU)", flush=True)
+    return {"wall_s": round(secs, 1), "cpu_s": round(cpu, 1)}
+
+
+def _child_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
@@ -175,18 +185,21 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     extra = [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
     stages = [
         Stage(
+            "synth",
             "1/5 synthetic perceptual source (the tiny world: colour and count images with known attributes)",
             "1/5 synthetic source: done before, skipped" if done["synth"] else None,
             [*cli, "synth", "--n", str(args.n_items), *seed, "--out", f"{rel}/synth", "--families", FAMILIES,
              "--text-only-fraction", "0", "--no-progress"],
         ),
         Stage(
+            "ppjd",
             "2/5 PPJD: verified counterfactuals r_rp and r_rp+r (programmatic teacher; resumes)",
             None,
             [*cli, "build-ppjd", "--input", f"{rel}/synth", "--out", f"{rel}/ppjd", "--teacher", "programmatic",
              "--no-progress"],
         ),
         Stage(
+            "export",
             "3/5 export to the training set (datasets parquet, split by source image)",
             "3/5 export: done before, skipped" if done["export"] else None,
             [*cli, "export", f"{rel}/ppjd", "--out", f"{rel}/trainset", "--mix", args.mix, *seed, "--prompt-style",
@@ -196,6 +209,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     if args.learnability_steps:
         stages += [
             Stage(
+                "learnability",
                 "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
                 "4a/5 learnability check: done before, skipped" if done["learn"] else None,
                 [sys.executable, "-m", "perception_judge.tiny.learnability", "--steps",
@@ -204,6 +218,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
                 (0, 1),
             ),
             Stage(
+                "base",
                 "4b/5 base judge: the supervised judge made blind (vision frozen, its think becomes a random value, "
                 "then one of the values the answers state: it keeps the verdict format, stops looking and explores)",
                 "4b/5 base judge: done before, skipped" if done["base"] else None,
@@ -216,6 +231,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     return [
         *stages,
         Stage(
+            "grpo",
             "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
             "4/5 training: finished before, skipped" if done["train"] else None,
             [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG, "train_grpo.py",
@@ -223,6 +239,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
              "--output_dir", f"{rel}/train", "--resume_from_checkpoint", "auto", *extra],
         ),
         Stage(
+            "sweep",
             "5/5 evaluation sweep: perception (real and mismatched images) + bias suites over the base model and "
             "every checkpoint (resumes)",
             None,
@@ -252,10 +269,13 @@ def main_demo(args: argparse.Namespace) -> int:
         f"perception-judge demo ({'starting fresh' if mode == 'fresh' else 'resuming'}) in {rel}/; log: {rel}/demo.log"
     )
     t0 = time.perf_counter()
+    times_path = out / "timings.json"
     try:
         for stage in _stages(args, out, rel):
             if stage.skipped is None:
-                run_stage(stage.title, stage.cmd, log, env, stage.ok_codes)
+                times = json.loads(times_path.read_text()) if times_path.is_file() else {}
+                times[stage.key] = run_stage(stage.title, stage.cmd, log, env, stage.ok_codes)
+                times_path.write_text(json.dumps(times, indent=2) + "\n")
             else:
                 print(f"\n==> {stage.skipped}")
         from perception_judge.tiny.demo_summary import write_demo_summary
@@ -273,9 +293,21 @@ def main_demo(args: argparse.Namespace) -> int:
     print(f"\n==> demo finished in {time.perf_counter() - t0:.0f} s. Where everything is:")
     for path, what in _WHERE.items():
         print(f"  {rel}/{path:<18} {what}")
-    for line in _summary_lines(out) + _learning_lines(summary):
+    for line in _summary_lines(out) + _learning_lines(summary) + _time_lines(summary):
         print("  " + line)
     return 0
+
+
+def _time_lines(summary: dict[str, Any] | None) -> list[str]:
+    """Each stage's wall and CPU seconds (user + system of its processes), as its last run measured them."""
+    times = (summary or {}).get("timings") or {}
+    if not times:
+        return []
+    shown = ", ".join(f"{k} {v['wall_s']:.0f}/{v['cpu_s']:.0f}" for k, v in times.items())
+    wall, cpu = (sum(v[k] for v in times.values()) for k in ("wall_s", "cpu_s"))
+    return [
+        f"time per stage, wall/CPU s: {shown}; total {wall:.0f} s wall ({wall / 60:.1f} min), {cpu:.0f} s CPU"
+    ]
 
 
 def _summary_lines(out: Path) -> list[str]:

@@ -217,6 +217,8 @@ def write_demo_summary(out: str | Path) -> dict[str, Any] | None:
             "c_vs_rp_mismatched": _metric_block(r["mismatched"], "pair_acc_c_vs_rp"),
             "passed": r["passed"],
         }
+    if (out / "timings.json").is_file():  # each stage's wall and CPU seconds (perception_judge.tiny.demo)
+        summary["timings"] = json.loads((out / "timings.json").read_text())
     plot = plot_learning_curve(summary, eval_dir / "plots" / "learning_curve.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     report = eval_dir / "report.md"
