@@ -160,17 +160,8 @@ def _child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
-    cli = [sys.executable, "-m", "perception_judge.cli"]
-    seed = ["--seed", str(args.seed)]
-    done = {
-        "synth": (out / "synth" / "synth_info.json").is_file(),
-        "export": (out / "trainset" / "export_info.json").is_file(),
-        "learn": (out / "learnability.json").is_file(),
-        "base": (out / "tiny-model" / "config.json").is_file(),
-        "train": (out / "train" / RUN_FILE).is_file()
-        and read_run_info(out / "train").get("status") == "finished",
-    }
+def _train_flags(args: argparse.Namespace) -> list[str]:
+    """The recipe values the demo's flags override: --train-steps (4 checkpoints) and --warm-start-steps."""
     flags: dict[str, int | str] = {}
     if args.train_steps:
         every = max(1, args.train_steps // 4)
@@ -182,7 +173,21 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
         }
     if args.warm_start_steps is not None:  # updates the recipe's model_provider_options
         flags["model_provider_options"] = f"warm_start_steps={args.warm_start_steps}"
-    extra = [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
+    return [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
+
+
+def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
+    cli = [sys.executable, "-m", "perception_judge.cli"]
+    seed = ["--seed", str(args.seed)]
+    done = {
+        "synth": (out / "synth" / "synth_info.json").is_file(),
+        "export": (out / "trainset" / "export_info.json").is_file(),
+        "learn": (out / "learnability.json").is_file(),
+        "base": (out / "tiny-model" / "config.json").is_file(),
+        "train": (out / "train" / RUN_FILE).is_file()
+        and read_run_info(out / "train").get("status") == "finished",
+    }
+    extra = _train_flags(args)
     stages = [
         Stage(
             "synth",
