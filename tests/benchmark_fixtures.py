@@ -327,6 +327,18 @@ def section_score(section: dict[str, Any]) -> int:
     return int(m.group(1)) if m else sum(color_score(im) for im in section["images"])
 
 
+def recording(judge: Any) -> Any:
+    """``judge``, also keeping every request it answers in the returned function's ``seen`` list."""
+    seen: list[JudgeRequest] = []
+
+    def answer(request: JudgeRequest, sampling: Sampling) -> str:
+        seen.append(request)
+        return judge(request, sampling)
+
+    answer.seen = seen  # type: ignore[attr-defined]
+    return answer
+
+
 def preference_judge(request: JudgeRequest, sampling: Sampling) -> str:
     """Scores each answer by its ``Q=`` marker, else by its images' colours (summed); answers in the format the
     request's parser reads, malformed as the prompt's ``STYLE=`` says (MMRB_STYLES, MMRB2_STYLES)."""

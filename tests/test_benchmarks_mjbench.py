@@ -12,7 +12,7 @@ quality:   (white, blue, 1) orig A ✗, swapped → B ✓ | (red, blue, 0) ✓�
 from __future__ import annotations
 
 import pytest
-from benchmark_fixtures import MJ, backend, color_judge, config, mj_rows, write_mjbench_disk
+from benchmark_fixtures import MJ, backend, color_judge, config, mj_rows, recording, write_mjbench_disk
 
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, BenchmarkFileMissing
 from perception_judge.evaluation.benchmarks.mjbench import SUITE as run
@@ -27,11 +27,8 @@ def disk(tmp_path_factory):
 
 
 def test_splits_with_and_without_tie(disk, tmp_path):
-    seen = []
-
-    def judge(req, sampling):
-        seen.append(req)
-        return color_judge(req, sampling)
+    judge = recording(color_judge)
+    seen = judge.seen
 
     res = run(backend(judge), config(tmp_path, data_dir=str(disk), aggregation="all"))
     m = res.metrics

@@ -21,6 +21,7 @@ from benchmark_fixtures import (
     config,
     mmrb_records,
     preference_judge,
+    recording,
     write_mmrb_json,
     write_mmrb_parquet,
 )
@@ -82,11 +83,8 @@ def answers_from_samples(samples_path, seed: int) -> list[dict]:
 
 @pytest.mark.parametrize("layout", ["json", "parquet"])
 def test_project_protocol_on_both_layouts(layouts, layout, tmp_path):
-    seen = []
-
-    def judge(req, sampling):
-        seen.append(req)
-        return preference_judge(req, sampling)
+    judge = recording(preference_judge)
+    seen = judge.seen
 
     res = SUITE(
         backend(judge), config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout]), aggregation="all")
@@ -149,11 +147,8 @@ def test_official_equals_the_published_script(layouts, layout, tmp_path):
 
 
 def test_published_prompt_and_strict_parser(layouts, tmp_path):
-    seen = []
-
-    def judge(req, sampling):
-        seen.append(req)
-        return preference_judge(req, sampling)
+    judge = recording(preference_judge)
+    seen = judge.seen
 
     res = SUITE(backend(judge), config(tmp_path, data_dir=str(layouts["json"]), prompt="published"))
     # strict: "both" (two verdicts) fails too; "think" is read after the reasoning: B, right

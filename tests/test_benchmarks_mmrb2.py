@@ -22,6 +22,7 @@ from benchmark_fixtures import (
     color_score,
     config,
     preference_judge,
+    recording,
     write_jsonl,
     write_mmrb2,
 )
@@ -90,11 +91,8 @@ def published_scores(root, samples_path, seed: int, json_repair=None) -> tuple[d
 
 @pytest.mark.parametrize("layout", ["hub", "source"])
 def test_project_protocol_and_every_image_in_order(layouts, layout, tmp_path):
-    seen = []
-
-    def judge(req, sampling):
-        seen.append(req)
-        return preference_judge(req, sampling)
+    judge = recording(preference_judge)
+    seen = judge.seen
 
     res = SUITE(backend(judge), config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout])))
     m = res.metrics
@@ -122,11 +120,8 @@ def test_project_protocol_and_every_image_in_order(layouts, layout, tmp_path):
 
 @pytest.mark.parametrize("layout", ["hub", "source"])
 def test_official_equals_the_published_scripts(layouts, layout, tmp_path):
-    seen = []
-
-    def judge(req, sampling):
-        seen.append(req)
-        return preference_judge(req, sampling)
+    judge = recording(preference_judge)
+    seen = judge.seen
 
     res = SUITE(
         backend(judge),

@@ -15,6 +15,7 @@ from benchmark_fixtures import (
     config,
     image,
     marker_judge,
+    recording,
     vlrb_rows,
     write_jsonl,
     write_vlrb_disk,
@@ -47,11 +48,8 @@ def check_metrics(m, prefix="mean."):
 
 
 def test_datasets_folder_both_orders(disk, tmp_path):
-    seen = []
-
-    def judge(req, sampling):
-        seen.append(req)
-        return marker_judge()(req, sampling)
+    judge = recording(marker_judge())
+    seen = judge.seen
 
     res = run(backend(judge), config(tmp_path, seeds=(0, 1), data_dir=str(disk), aggregation="mean,vote"))
     check_metrics(res.metrics)
