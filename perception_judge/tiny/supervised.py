@@ -136,6 +136,50 @@ def _supervised_batch(processor: Any, examples: list[tuple[list[dict[str, Any]],
     return batch
 
 
+class _SupervisedStream:
+    """The model-input batches of a supervised run, in order: fresh tiny-world records every step (drawn in blocks,
+    seeded by the step), each made an example by :func:`_tiny_example` with one run-wide ``random.Random``. An
+    iterable dataset, so a :class:`torch.utils.data.DataLoader` worker can make them while the model trains."""
+
+    def __init__(
+        self, processor: Any, steps: int, think_source: str, seed: int, batch_size: int, image_size: int
+    ) -> None:
+        self.processor, self.steps, self.think_source = processor, steps, think_source
+        self.seed, self.batch_size, self.image_size = seed, batch_size, image_size
+
+    def __iter__(self) -> Any:
+        rng = random.Random(f"tiny-sft/{self.think_source}/{self.seed}")
+        policy = _tiny_policy(self.image_size)
+        pool: list[dict[str, Any]] = []
+        for step in range(self.steps):
+            if len(pool) < self.batch_size:
+                pool = tiny_records(self.batch_size * 8, seed=10_000 * (self.seed + 1) + step)
+                for rec in pool:
+                    rec["image"] = policy.apply(rec["image"])
+            examples = [_tiny_example(rng, pool.pop(), self.think_source) for _ in range(self.batch_size)]
+            yield _supervised_batch(self.processor, examples)
+
+
+def _prefetched(stream: _SupervisedStream, workers: int) -> Any:
+    """``stream``'s batches, made by one worker process a few steps ahead when ``workers`` (the data is a quarter of
+    a step's time on the tiny judge, and the second core is otherwise idle), else in this process."""
+    if workers <= 0:
+        return iter(stream)
+    import os
+
+    import torch
+
+    class _Dataset(torch.utils.data.IterableDataset):
+        def __iter__(self) -> Any:
+            return iter(stream)
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the worker is forked after the tokenizer ran
+    loader = torch.utils.data.DataLoader(
+        _Dataset(), batch_size=None, num_workers=1, prefetch_factor=4, multiprocessing_context="fork"
+    )
+    return iter(loader)
+
+
 def supervised_tiny_judge(
     model_dir: str | Path,
     steps: int,
@@ -148,12 +192,16 @@ def supervised_tiny_judge(
     image_size: int = 56,
     save_to: str | Path | None = None,
     progress: bool = False,
+    workers: int = 0,
 ) -> dict[str, Any]:
     """Supervised judge training on fresh tiny-world records every step, the think from ``think_source`` (module
     docstring); saves the model to ``save_to`` (default: in place) and returns statistics (losses, seconds).
     ``freeze_vision`` defaults to freezing the vision tower unless the think is the truth. ``cosine``: warm up over
     the first ``min(50, steps // 10)`` steps, then decay the rate to 10% along a cosine (with a constant rate a draw
-    of the learnability check stalled at 0.61); ``False`` keeps it constant (the short format warm start)."""
+    of the learnability check stalled at 0.61); ``False`` keeps it constant (the short format warm start).
+    ``workers``: processes that draw and encode the batches ahead of the optimiser (0: in this process; the demo's
+    supervised stages, processes of their own, use 1); the batches, hence the trained weights, are the same either
+    way."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -163,10 +211,8 @@ def supervised_tiny_judge(
         freeze_vision = think_source != "truth"
     model_dir = Path(model_dir)
     torch.manual_seed(seed)
-    rng = random.Random(f"tiny-sft/{think_source}/{seed}")
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     processor = AutoProcessor.from_pretrained(model_dir)
-    policy = _tiny_policy(image_size)
     if freeze_vision:
         for name, param in model.named_parameters():
             if name.startswith("visual.") or ".visual." in name:
@@ -177,15 +223,10 @@ def supervised_tiny_judge(
     model.train()
     losses: list[float] = []
     t0 = time.perf_counter()
-    pool: list[dict[str, Any]] = []
+    stream = _SupervisedStream(processor, steps, think_source, seed, batch_size, image_size)
     bar = progress_bar(steps, f"supervised ({think_source})", "step", enabled=progress)
-    for step in range(steps):
-        if len(pool) < batch_size:  # fresh images every step, drawn in blocks
-            pool = tiny_records(batch_size * 8, seed=10_000 * (seed + 1) + step)
-            for rec in pool:
-                rec["image"] = policy.apply(rec["image"])
-        examples = [_tiny_example(rng, pool.pop(), think_source) for _ in range(batch_size)]
-        loss = model(**_supervised_batch(processor, examples)).loss
+    for batch in _prefetched(stream, workers):
+        loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
