@@ -176,25 +176,26 @@ def test_make_blind_records_both_phases_and_keeps_the_vision_tower(tmp_path):
 
 
 def test_supervised_batches_made_ahead_in_a_worker_train_the_same_weights(tmp_path):
-    """The data worker (the default) only moves where the batches are made: 0 and 1 workers train bit-identical
-    weights, and the run did train."""
+    """The data worker (the demo's supervised stages use it) only moves where the batches are made: with and
+    without it the run trains bit-identical weights, and it did train."""
     from safetensors.torch import load_file
 
     from perception_judge.tiny.supervised import supervised_tiny_judge
 
     src = make_tiny_model("qwen2_5_vl", tmp_path / "src", seed=0)
     stats = {}
-    for workers in (0, 1):
-        stats[workers] = supervised_tiny_judge(
+    for worker in (False, True):
+        stats[worker] = supervised_tiny_judge(
             src,
             5,
             think_source="truth",
             seed=1,
             batch_size=8,
-            workers=workers,
-            save_to=tmp_path / f"w{workers}",
+            data_worker=worker,
+            save_to=tmp_path / f"w{worker:d}",
         )
-    assert stats[0]["loss_first"] == stats[1]["loss_first"] and stats[0]["loss_last"] == stats[1]["loss_last"]
+    assert stats[False]["loss_first"] == stats[True]["loss_first"]
+    assert stats[False]["loss_last"] == stats[True]["loss_last"]
     start, w0, w1 = (load_file(d / "model.safetensors") for d in (src, tmp_path / "w0", tmp_path / "w1"))
     assert all(w0[k].equal(w1[k]) for k in w0)
     assert any(not w0[k].equal(start[k]) for k in w0), "the weights moved"

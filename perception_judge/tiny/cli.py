@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
                 "seed": args.seed,
                 "reset_connector": args.reset_connector,
                 "explore_steps": args.explore_steps,
-                "workers": 1,  # its batches made ahead in a second process: same weights, a fifth less time
+                "data_worker": True,  # batches made ahead in a second process: the same weights, a fifth less time
             }
             stats = make_blind(staging, args.blind_steps, **blind)
         print(

@@ -91,7 +91,7 @@ def run_check(
     with _torch_threads(threads), tempfile.TemporaryDirectory(prefix="pj-learnability-") as tmp:
         model_dir = make_tiny_model(arch, Path(work_dir or tmp) / "model", seed=seed)
         train = supervised_tiny_judge(
-            model_dir, steps, think_source="truth", seed=seed, progress=progress, workers=1
+            model_dir, steps, think_source="truth", seed=seed, progress=progress, data_worker=True
         )
         records = heldout_records(n_heldout, heldout_seed)
         real = score_pairs(model_dir, records, "none")["metrics"]

@@ -160,10 +160,11 @@ class _SupervisedStream:
             yield _supervised_batch(self.processor, examples)
 
 
-def _prefetched(stream: _SupervisedStream, workers: int) -> Any:
-    """``stream``'s batches, made by one worker process a few steps ahead when ``workers`` (the data is a quarter of
-    a step's time on the tiny judge, and the second core is otherwise idle), else in this process."""
-    if workers <= 0:
+def _prefetched(stream: _SupervisedStream, data_worker: bool) -> Any:
+    """``stream``'s batches, made by one worker process a few steps ahead with ``data_worker`` (the data is a quarter
+    of a step's time on the tiny judge, and the second core is otherwise idle), else in this process. One worker
+    only: a second would repeat the stream."""
+    if not data_worker:
         return iter(stream)
     import os
 
@@ -192,16 +193,15 @@ def supervised_tiny_judge(
     image_size: int = 56,
     save_to: str | Path | None = None,
     progress: bool = False,
-    workers: int = 0,
+    data_worker: bool = False,
 ) -> dict[str, Any]:
     """Supervised judge training on fresh tiny-world records every step, the think from ``think_source`` (module
     docstring); saves the model to ``save_to`` (default: in place) and returns statistics (losses, seconds).
     ``freeze_vision`` defaults to freezing the vision tower unless the think is the truth. ``cosine``: warm up over
     the first ``min(50, steps // 10)`` steps, then decay the rate to 10% along a cosine (with a constant rate a draw
     of the learnability check stalled at 0.61); ``False`` keeps it constant (the short format warm start).
-    ``workers``: processes that draw and encode the batches ahead of the optimiser (0: in this process; the demo's
-    supervised stages, processes of their own, use 1); the batches, hence the trained weights, are the same either
-    way."""
+    ``data_worker``: draw and encode the batches a few steps ahead in a second process (the demo's supervised stages,
+    processes of their own, do); the batches, hence the trained weights, are the same either way."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -225,7 +225,7 @@ def supervised_tiny_judge(
     t0 = time.perf_counter()
     stream = _SupervisedStream(processor, steps, think_source, seed, batch_size, image_size)
     bar = progress_bar(steps, f"supervised ({think_source})", "step", enabled=progress)
-    for batch in _prefetched(stream, workers):
+    for batch in _prefetched(stream, data_worker):
         loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
