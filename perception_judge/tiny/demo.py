@@ -275,10 +275,11 @@ def main_demo(args: argparse.Namespace) -> int:
     )
     t0 = time.perf_counter()
     times_path = out / "timings.json"
+    # a resumed run keeps the times of the stages it skips
+    times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     try:
         for stage in _stages(args, out, rel):
             if stage.skipped is None:
-                times = json.loads(times_path.read_text()) if times_path.is_file() else {}
                 times[stage.key] = run_stage(stage.title, stage.cmd, log, env, stage.ok_codes)
                 times_path.write_text(json.dumps(times, indent=2) + "\n")
             else:
