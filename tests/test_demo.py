@@ -38,6 +38,25 @@ def test_settings_guard_never_mixes_two_runs(tmp_path):
         check_or_claim(foreign, settings(_args()), fresh=False)
 
 
+def test_demo_refuses_an_unknown_family_before_any_stage(tmp_path):
+    out = tmp_path / "demo"
+    cmd = [sys.executable, "-m", "perception_judge.cli", "demo", "--out", str(out), "--families", "colour,shape"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown tiny families ['shape']" in proc.stderr, proc.stderr[-2000:]
+    assert not out.exists(), "nothing is written"
+
+
+def test_settings_record_the_families(tmp_path):
+    from perception_judge.tiny.supervised import tiny_families
+
+    out = tmp_path / "demo"
+    assert settings(_args())["families"] == "colour", "the demo's default world: coloured shapes"
+    check_or_claim(out, settings(_args()), fresh=False)
+    (out / "stage-output").write_text("x")
+    with pytest.raises(DemoError, match="families: 'colour' -> 'colour,count'"):
+        check_or_claim(out, settings(_args(families=tiny_families("colour,count"))), fresh=False)
+
+
 def test_demo_end_to_end_then_resume(tmp_path):
     out = tmp_path / "demo"
     cmd = [
@@ -47,6 +66,7 @@ def test_demo_end_to_end_then_resume(tmp_path):
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert "demo finished" in first.stdout
+    assert json.loads((out / "synth" / "synth_info.json").read_text())["families"] == ["colour"]
     for path in [
         "eval/report.md",
         "eval/report.json",

@@ -156,6 +156,23 @@ def test_think_sources_draw_their_values_where_they_say():
     assert len(prior_values) == len(synth.tiny_values("colour")) + len(synth.tiny_values("count"))
 
 
+def test_tiny_families_choose_the_world_the_supervised_stages_draw_from():
+    """--families of the learnability check, make-tiny-model and the demo: only the named families are drawn; an
+    unknown name is refused with the known ones (argparse turns the error into a usage message, before any
+    training)."""
+    import argparse
+
+    from perception_judge.tiny.supervised import tiny_families, tiny_records
+
+    assert tiny_families("colour") == ("colour",)
+    assert tiny_families("count, colour,count") == ("count", "colour")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"\['size'\].*colour, count"):
+        tiny_families("colour,size")
+    records = tiny_records(12, seed=5, families=tiny_families("colour"))
+    assert {r["family"] for r in records} == {"colour"}
+    assert {r["family"] for r in tiny_records(12, seed=5)} == {"colour", "count"}, "the default keeps both"
+
+
 def test_make_blind_records_both_phases_and_keeps_the_vision_tower(tmp_path):
     """make-tiny-model --from-supervised: the prior phase, then the exploring phase, vision frozen in both."""
     import json
@@ -165,10 +182,11 @@ def test_make_blind_records_both_phases_and_keeps_the_vision_tower(tmp_path):
     src = make_tiny_model("qwen2_5_vl", tmp_path / "sup", seed=0)
     out = tmp_path / "blind"
     assert cli_main(["make-tiny-model", "--from-supervised", str(src), "--out", str(out), "--blind-steps", "6",
-                     "--explore-steps", "4"]) == 0  # fmt: skip
+                     "--explore-steps", "4", "--families", "colour"]) == 0  # fmt: skip
     blind = json.loads((out / "tiny_model.json").read_text())["blind"]
     assert blind["think_source"] == "prior" and blind["steps"] == 6 and blind["freeze_vision"]
     assert blind["explore"]["think_source"] == "position" and blind["explore"]["steps"] == 4
+    assert blind["families"] == blind["explore"]["families"] == ["colour"], "the demo's one-family world"
     before, after = load_file(src / "model.safetensors"), load_file(out / "model.safetensors")
     vision = [k for k in before if ".visual." in k or k.startswith("visual.")]
     assert vision and all(before[k].equal(after[k]) for k in vision), "the vision tower is frozen"

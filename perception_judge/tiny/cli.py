@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 from perception_judge.cli import Command
+from perception_judge.synth import TINY_FAMILIES
 from perception_judge.tiny.models import ARCHS, TOKENIZERS
-from perception_judge.tiny.supervised import FIRST_SLOT_BIAS
+from perception_judge.tiny.supervised import FIRST_SLOT_BIAS, tiny_families
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,6 +49,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"then steps with the first answer's value {FIRST_SLOT_BIAS:.0%}% of the time (%(default)s)",
     )
     p.add_argument(
+        "--families",
+        type=tiny_families,
+        default=",".join(TINY_FAMILIES),
+        help="the tiny families of its blind and exploring steps, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
         "--reset-connector", action="store_true", help="also re-initialise the vision connector first"
     )
 
@@ -68,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
                 "seed": args.seed,
                 "reset_connector": args.reset_connector,
                 "explore_steps": args.explore_steps,
+                "families": args.families,
                 "data_worker": True,  # batches made ahead in a second process: the same weights, a fifth less time
             }
             stats = make_blind(staging, args.blind_steps, **blind)

@@ -1,11 +1,11 @@
 """``make demo`` / ``perception-judge demo``: the whole loop at toy scale, offline, under ``runs/demo/``.
 
-    tiny synthetic world (colour and count images) -> PPJD (programmatic teacher) -> training-set export (tiny
-    prompt style) -> learnability check (a supervised tiny Qwen-VL judge) -> base judge (that judge made blind: it
-    writes verdicts but does not look) -> GRPO
-    (``accelerate launch train_grpo.py recipes/tiny_demo.yaml``) -> evaluation sweep (perception suite with real and
-    with mismatched images, bias suite) over the base model and every checkpoint -> report, learning curve and
-    ``summary.json`` (does the judge learn to look?)
+    tiny synthetic world (coloured shapes; ``--families colour,count`` adds counting) -> PPJD (programmatic
+    teacher) -> training-set export (tiny prompt style) -> learnability check (a supervised tiny Qwen-VL judge) ->
+    base judge (that judge made blind: it writes verdicts but does not look) -> GRPO (``accelerate launch
+    train_grpo.py recipes/tiny_demo.yaml``) -> evaluation sweep (perception suite with real and with mismatched
+    images, bias suite) over the base model and every checkpoint -> report, learning curve and ``summary.json``
+    (does the judge learn to look?)
 
 Every stage is the command a user would type (printed before it runs), so the demo doubles as a worked example.
 Re-running resumes: finished stages are skipped and the resumable ones (PPJD build, training, sweep) pick up
@@ -30,13 +30,14 @@ from perception_judge import __version__
 from perception_judge.cli import Command
 from perception_judge.core.runinfo import RUN_FILE, read_run_info
 from perception_judge.core.schema import sha256_hex
+from perception_judge.tiny.supervised import tiny_families
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
 ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
-DEMO_FORMAT = 4
-FAMILIES = "colour,count"
+DEMO_FORMAT = 5
+FAMILIES = "colour"
 _NOISE = (
     "it/s]",
     "s/it]",
@@ -85,6 +86,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "n_items": args.n_items,
         "seed": args.seed,
         "mix": args.mix,
+        "families": ",".join(getattr(args, "families", None) or tiny_families(FAMILIES)),
         "train_steps": getattr(args, "train_steps", None),
         "warm_start_steps": getattr(args, "warm_start_steps", None),
         "learnability_steps": getattr(args, "learnability_steps", 0),
@@ -179,6 +181,7 @@ def _train_flags(args: argparse.Namespace) -> list[str]:
 def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     cli = [sys.executable, "-m", "perception_judge.cli"]
     seed = ["--seed", str(args.seed)]
+    families = ",".join(args.families)
     done = {
         "synth": (out / "synth" / "synth_info.json").is_file(),
         "export": (out / "trainset" / "export_info.json").is_file(),
@@ -191,9 +194,10 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     stages = [
         Stage(
             "synth",
-            "1/5 synthetic perceptual source (the tiny world: colour and count images with known attributes)",
+            f"1/5 synthetic perceptual source (the tiny world: {' and '.join(args.families)} images with known "
+            "attributes)",
             "1/5 synthetic source: done before, skipped" if done["synth"] else None,
-            [*cli, "synth", "--n", str(args.n_items), *seed, "--out", f"{rel}/synth", "--families", FAMILIES,
+            [*cli, "synth", "--n", str(args.n_items), *seed, "--out", f"{rel}/synth", "--families", families,
              "--text-only-fraction", "0", "--no-progress"],
         ),
         Stage(
@@ -218,7 +222,8 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
                 "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
                 "4a/5 learnability check: done before, skipped" if done["learn"] else None,
                 [sys.executable, "-m", "perception_judge.tiny.learnability", "--steps",
-                 str(args.learnability_steps), *seed, "--out", f"{rel}/learnability.json", "--no-progress",
+                 str(args.learnability_steps), *seed, "--families", families, "--out", f"{rel}/learnability.json",
+                 "--no-progress",
                  "--keep-model", f"{rel}/supervised-model"],
                 (0, 1),
             ),
@@ -229,7 +234,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
                 "4b/5 base judge: done before, skipped" if done["base"] else None,
                 [*cli, "make-tiny-model", "--from-supervised", f"{rel}/supervised-model", "--out",
                  f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), "--explore-steps",
-                 str(args.explore_steps), *seed,
+                 str(args.explore_steps), *seed, "--families", families,
                  *(["--reset-connector"] if args.reset_connector else [])],
             ),
         ]  # fmt: skip
@@ -363,19 +368,27 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=0, help="seed of the synthetic source and the export (default 0)"
     )
     p.add_argument("--mix", default="batch=1,pair=1", help="protocol mix of the export (default %(default)s)")
+    p.add_argument(
+        "--families",
+        type=tiny_families,
+        default=FAMILIES,
+        help="the tiny world's families, comma-separated (default %(default)s); colour,count adds 1-4 dark squares, "
+        "which GRPO learns far more slowly: run it with --explore-steps 900 "
+        "--train-steps 1200, about 15 minutes (docs/tiny-substrate.md)",
+    )
     for flag, default, text in (
         ("--train-steps", None, "GRPO steps (default: the recipe's max_steps); saves 4 checkpoints"),
         ("--warm-start-steps", None, "format warm-start steps of a generated judge (default: the recipe's)"),
         ("--blind-steps", 300, "steps that make the supervised judge blind (default %(default)s)"),
         (
             "--explore-steps",
-            900,
+            600,
             "then steps that make its think explore the answers' values (default %(default)s)",
         ),
         (
             "--learnability-steps",
             2000,
-            "supervised steps of the learnability check run before GRPO (default %(default)s, about 3 minutes; 0 "
+            "supervised steps of the learnability check run before GRPO (default %(default)s, about 2.5 minutes; 0 "
             "skips it)",
         ),
     ):

@@ -23,12 +23,15 @@ TARGET_ACCURACY = 0.95
 CONTROL_CEILING = 0.6
 
 
-def heldout_records(n: int, seed: int) -> list[Any]:
-    """``n`` tiny-world records as perception-suite records (images at the tiny judge's 56 px)."""
+def heldout_records(n: int, seed: int, families: Any = None) -> list[Any]:
+    """``n`` tiny-world records of ``families`` (default both) as perception-suite records (images at the tiny
+    judge's 56 px)."""
     from perception_judge.evaluation.perception import Record
     from perception_judge.tiny.supervised import tiny_records
 
-    return [Record(r["key"], r["question"], [r["image"]], r["responses"]) for r in tiny_records(n, seed)]
+    return [
+        Record(r["key"], r["question"], [r["image"]], r["responses"]) for r in tiny_records(n, seed, families)
+    ]
 
 
 def score_pairs(
@@ -81,19 +84,27 @@ def run_check(
     progress: bool = False,
     keep_model: str | Path | None = None,
     threads: int = 1,
+    families: Any = None,
 ) -> dict[str, Any]:
     """Run the check; returns the measurements and ``passed``. ``keep_model`` saves the supervised judge there.
     ``threads``: torch threads while it runs (one is as fast for this model, and the float reduction order, hence
-    the draw, then does not depend on the machine's core count)."""
+    the draw, then does not depend on the machine's core count). ``families``: the tiny families trained and held
+    out (default both)."""
     from perception_judge.tiny.models import make_tiny_model
     from perception_judge.tiny.supervised import supervised_tiny_judge
 
     with _torch_threads(threads), tempfile.TemporaryDirectory(prefix="pj-learnability-") as tmp:
         model_dir = make_tiny_model(arch, Path(work_dir or tmp) / "model", seed=seed)
         train = supervised_tiny_judge(
-            model_dir, steps, think_source="truth", seed=seed, progress=progress, data_worker=True
+            model_dir,
+            steps,
+            think_source="truth",
+            seed=seed,
+            progress=progress,
+            data_worker=True,
+            families=families,
         )
-        records = heldout_records(n_heldout, heldout_seed)
+        records = heldout_records(n_heldout, heldout_seed, families)
         real = score_pairs(model_dir, records, "none")["metrics"]
         control = score_pairs(model_dir, records, "mismatched")["metrics"]
         if keep_model:
@@ -122,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
+    from perception_judge.synth import TINY_FAMILIES
+    from perception_judge.tiny.supervised import tiny_families
+
     p = argparse.ArgumentParser(
         prog="python -m perception_judge.tiny.learnability",
         description="The learnability check of the tiny substrate: supervised training on the PPJD verdict target, "
@@ -131,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="model and training seed (default %(default)s)")
     p.add_argument("--heldout", type=int, default=200, help="held-out records (default %(default)s)")
     p.add_argument("--heldout-seed", type=int, default=7_777, help="seed of the held-out records")
+    p.add_argument(
+        "--families",
+        type=tiny_families,
+        default=",".join(TINY_FAMILIES),
+        help="tiny families trained and held out, comma-separated (default %(default)s)",
+    )
     p.add_argument("--out", help="write the result as JSON here")
     p.add_argument("--keep-model", help="save the supervised judge in this folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -142,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         args.heldout_seed,
         progress=not args.no_progress,
         keep_model=args.keep_model,
+        families=args.families,
     )
     if args.out:
         atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")

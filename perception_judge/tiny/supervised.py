@@ -29,6 +29,19 @@ SLOT_LETTERS = "ABC"
 TINY_MATCH_SCORE = 8
 
 
+def tiny_families(spec: str) -> tuple[str, ...]:
+    """``"colour,count"`` as a tuple of tiny family names (the ``--families`` option of the tiny stages); an empty or
+    unknown name is an ``argparse.ArgumentTypeError`` naming it and the known ones."""
+    import argparse
+
+    names = tuple(f.strip() for f in spec.split(","))
+    if bad := [f for f in names if f not in synth.TINY_FAMILIES]:
+        raise argparse.ArgumentTypeError(
+            f"unknown tiny families {bad}; the tiny world has {', '.join(synth.TINY_FAMILIES)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def tiny_records(n: int, seed: int, families: Any = None) -> list[dict[str, Any]]:
     """``n`` tiny-world records with the programmatic counterfactuals (PPJD rows without the store):
     ``{"key", "family", "question", "image", "responses": {kind: text}, "value"}``."""
@@ -142,10 +155,17 @@ class _SupervisedStream:
     iterable dataset, so a :class:`torch.utils.data.DataLoader` worker can make them while the model trains."""
 
     def __init__(
-        self, processor: Any, steps: int, think_source: str, seed: int, batch_size: int, image_size: int
+        self,
+        processor: Any,
+        steps: int,
+        think_source: str,
+        seed: int,
+        batch_size: int,
+        image_size: int,
+        families: Any = None,
     ) -> None:
         self.processor, self.steps, self.think_source = processor, steps, think_source
-        self.seed, self.batch_size, self.image_size = seed, batch_size, image_size
+        self.seed, self.batch_size, self.image_size, self.families = seed, batch_size, image_size, families
 
     def __iter__(self) -> Any:
         rng = random.Random(f"tiny-sft/{self.think_source}/{self.seed}")
@@ -153,7 +173,7 @@ class _SupervisedStream:
         pool: list[dict[str, Any]] = []
         for step in range(self.steps):
             if len(pool) < self.batch_size:
-                pool = tiny_records(self.batch_size * 8, seed=10_000 * (self.seed + 1) + step)
+                pool = tiny_records(self.batch_size * 8, 10_000 * (self.seed + 1) + step, self.families)
                 for rec in pool:
                     rec["image"] = policy.apply(rec["image"])
             examples = [_tiny_example(rng, pool.pop(), self.think_source) for _ in range(self.batch_size)]
@@ -194,6 +214,7 @@ def supervised_tiny_judge(
     save_to: str | Path | None = None,
     progress: bool = False,
     data_worker: bool = False,
+    families: Any = None,
 ) -> dict[str, Any]:
     """Supervised judge training on fresh tiny-world records every step, the think from ``think_source`` (module
     docstring); saves the model to ``save_to`` (default: in place) and returns statistics (losses, seconds).
@@ -201,7 +222,8 @@ def supervised_tiny_judge(
     the first ``min(50, steps // 10)`` steps, then decay the rate to 10% along a cosine (with a constant rate a draw
     of the learnability check stalled at 0.61); ``False`` keeps it constant (the short format warm start).
     ``data_worker``: draw and encode the batches a few steps ahead in a second process (the demo's supervised stages,
-    processes of their own, do); the batches, hence the trained weights, are the same either way."""
+    processes of their own, do); the batches, hence the trained weights, are the same either way. ``families``: the
+    tiny families its records come from (default both, ``synth.TINY_FAMILIES``)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -223,7 +245,7 @@ def supervised_tiny_judge(
     model.train()
     losses: list[float] = []
     t0 = time.perf_counter()
-    stream = _SupervisedStream(processor, steps, think_source, seed, batch_size, image_size)
+    stream = _SupervisedStream(processor, steps, think_source, seed, batch_size, image_size, families)
     bar = progress_bar(steps, f"supervised ({think_source})", "step", enabled=progress)
     for batch in _prefetched(stream, data_worker):
         loss = model(**batch).loss
@@ -247,6 +269,7 @@ def supervised_tiny_judge(
         "learning_rate": learning_rate,
         "cosine": cosine,
         "batch_size": batch_size,
+        "families": list(families or synth.TINY_FAMILIES),
         "loss_first": round(losses[0], 4) if losses else None,
         "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 4) if losses else None,
         "seconds": round(time.perf_counter() - t0, 1),
