@@ -111,7 +111,7 @@ format: install
 clean:
 	rm -rf runs/demo .pytest_cache .ruff_cache
 
-# The whole loop at toy scale (about 15 minutes on 2 CPU cores after the install). Re-running resumes;
+# The whole loop at toy scale (about 7 minutes on 2 CPU cores after the install). Re-running resumes;
 # FRESH=1 starts over. Everything lands in runs/demo/.
 demo: install
 	$(PY) -m perception_judge.cli demo $(if $(FRESH),--fresh)

@@ -7,7 +7,7 @@ are what compare across hosts (and across loads, as far as the load holds steady
 it did). Both modes run `perception-judge demo --fresh` in a temporary folder with the demo's own settings:
 
     python bench/bench_demo_time.py           # short (make bench): every stage, a tenth of its steps; ~3 min
-    python bench/bench_demo_time.py --full    # the real `make demo` (seed 0): about 14-15 minutes on a quiet 2-core machine
+    python bench/bench_demo_time.py --full    # the real `make demo` (seed 0): about 7 minutes on a quiet 2-core machine
 
 Targets: the full demo's wall time under 8 minutes on the reference host (the 2-core machine this project is
 built on, where one calibration takes REFERENCE_CALIBRATION_S CPU seconds), i.e. ``demo wall / calibration CPU`` at
@@ -32,7 +32,7 @@ from benchlib import emit
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_CALIBRATION_S = 3.4  # one calibration's CPU seconds on the reference host (3.38-3.39 s measured)
 TARGETS = {"full": 480.0 / REFERENCE_CALIBRATION_S, "short": None}
-SHORT = ["--learnability-steps", "200", "--blind-steps", "30", "--explore-steps", "90", "--train-steps", "60"]
+SHORT = ["--learnability-steps", "200", "--blind-steps", "30", "--explore-steps", "60", "--train-steps", "20"]
 
 
 def calibrate(rounds: int = 1) -> dict[str, float]:

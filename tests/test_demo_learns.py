@@ -1,4 +1,4 @@
-"""GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 15 minutes on 2 CPU cores).
+"""GRPO teaches the tiny judge to look (slow: the whole `make demo` pipeline, about 7 minutes on 2 CPU cores).
 
 `make demo` runs seed 0; this test draws the synthetic source (and the judge's weights) with seed 1, so the claim
 holds on a second draw, not only the default one (docs/tiny-substrate.md has both). The demo's base
@@ -37,9 +37,9 @@ def test_grpo_lifts_heldout_accuracy_far_above_the_mismatched_image_control(tmp_
     assert base["step"] is None and last["step"] and last["step"] > 0
 
     assert abs(base["c_vs_rp"]["accuracy"] - 0.5) < 0.1, base  # the blind base judge sits at chance
-    assert last["c_vs_rp"]["accuracy"] >= 0.85, last  # the issue's target
-    assert last["c_vs_rp"]["ci95"][0] > 0.75, last
-    assert last["c_vs_rpr"]["accuracy"] > 0.75, last
+    assert last["c_vs_rp"]["accuracy"] >= 0.9, last  # the target: >= 0.9 with the interval above 0.8
+    assert last["c_vs_rp"]["ci95"][0] > 0.8, last
+    assert last["c_vs_rpr"]["accuracy"] >= 0.9, last
     control = last["c_vs_rp_mismatched"]["accuracy"]
     assert control <= 0.6, last
     assert last["c_vs_rp"]["accuracy"] - control >= 0.2, last

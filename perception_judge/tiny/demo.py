@@ -35,7 +35,7 @@ from perception_judge.tiny.supervised import tiny_families
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/tiny_demo.yaml"
 EVAL_CONFIG = "eval/configs/tiny.yaml"
-ACCELERATE_CONFIG = "configs/accelerate/cpu.yaml"
+ACCELERATE_CONFIG = "configs/accelerate/cpu_2proc.yaml"  # GRPO on both cores: two gloo processes
 DEMO_FORMAT = 5
 FAMILIES = "colour"
 _NOISE = (
@@ -178,6 +178,15 @@ def _train_flags(args: argparse.Namespace) -> list[str]:
     return [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
 
 
+def _free_port() -> int:
+    """A TCP port free now, for the GRPO stage's rendezvous (accelerate's default, 29500, may be another run's)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
     cli = [sys.executable, "-m", "perception_judge.cli"]
     seed = ["--seed", str(args.seed)]
@@ -244,7 +253,8 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             "grpo",
             "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
             "4/5 training: finished before, skipped" if done["train"] else None,
-            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG, "train_grpo.py",
+            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG,
+             "--main_process_port", str(_free_port()), "train_grpo.py",
              RECIPE, "--model_name_or_path", f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset",
              "--output_dir", f"{rel}/train", "--resume_from_checkpoint", "auto", *extra],
         ),
