@@ -383,7 +383,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         type=tiny_families,
         default=FAMILIES,
         help="the tiny world's families, comma-separated (default %(default)s); colour,count adds 1-4 dark squares, "
-        "which GRPO learns far more slowly: run it with --explore-steps 900 "
+        "which GRPO learns far more slowly: run it with --learnability-steps 2000 --explore-steps 900 "
         "--train-steps 1200, about 15 minutes (docs/tiny-substrate.md)",
     )
     for flag, default, text in (
@@ -397,8 +397,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         ),
         (
             "--learnability-steps",
-            2000,
-            "supervised steps of the learnability check run before GRPO (default %(default)s, about 2.5 minutes; 0 "
+            2500,
+            "supervised steps of the learnability check run before GRPO (default %(default)s, about 3 minutes; 0 "
             "skips it)",
         ),
     ):
