@@ -383,8 +383,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         type=tiny_families,
         default=FAMILIES,
         help="the tiny world's families, comma-separated (default %(default)s); colour,count adds 1-4 dark squares, "
-        "which GRPO learns far more slowly: run it with --learnability-steps 2000 --explore-steps 900 "
-        "--train-steps 1200, about 15 minutes (docs/tiny-substrate.md)",
+        "which GRPO learns far more slowly: run it with --learnability-steps 2000 --train-steps 1200 (one GRPO "
+        "process was measured: about 15 minutes, docs/tiny-substrate.md)",
     )
     for flag, default, text in (
         ("--train-steps", None, "GRPO steps (default: the recipe's max_steps); saves 4 checkpoints"),
@@ -392,7 +392,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         ("--blind-steps", 300, "steps that make the supervised judge blind (default %(default)s)"),
         (
             "--explore-steps",
-            600,
+            900,
             "then steps that make its think explore the answers' values (default %(default)s)",
         ),
         (
