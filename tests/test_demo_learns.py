@@ -5,7 +5,8 @@ holds on a second draw, not only the default one (docs/tiny-substrate.md has bot
 judge is blind (at chance with real and with mismatched images); after GRPO the last checkpoint must judge r_c over
 r_rp far above chance *and* far above the same checkpoint scored with every image replaced by another record's:
 it uses the image, not the text. Measured on seed 1 with the committed recipe: base 0.500 [0.44, 0.56], last
-checkpoint 0.996 [0.98, 1.00], its mismatched control 0.492 (one thread per stage, so re-runs repeat these).
+checkpoint 1.000 [0.98, 1.00], its mismatched control 0.445 (one thread per process, so re-runs on one kind of
+machine repeat these).
 """
 
 from __future__ import annotations
