@@ -251,7 +251,7 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
         *stages,
         Stage(
             "grpo",
-            "4/5 GRPO on a tiny Qwen2.5-VL judge (built and format-warm-started on first use; resumes)",
+            "4/5 GRPO on a tiny Qwen2.5-VL judge, two processes (built and format-warm-started on first use; resumes)",
             "4/5 training: finished before, skipped" if done["train"] else None,
             [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG,
              "--main_process_port", str(_free_port()), "train_grpo.py",
