@@ -1,7 +1,8 @@
 """The ``perception-judge`` command line: one entry point, a subcommand per job.
 
 Subcommands are looked up lazily, so ``perception-judge --help`` answers instantly and a subcommand only
-imports what it needs. Each subcommand is a :class:`Command` object living next to the code it drives.
+imports what it needs. Each subcommand is a :class:`~perception_judge.core.command.Command` living next to the code
+it drives.
 """
 
 from __future__ import annotations
@@ -9,22 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from perception_judge import __version__
-
-
-@dataclass(frozen=True)
-class Command:
-    """A subcommand: ``add_arguments(parser)`` declares its flags, ``run(args)`` does the work (exit code);
-    ``passthrough``: unknown ``--key value`` arguments go to ``args.passthrough`` (recipe overrides)."""
-
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int | None]
-    description: str = ""
-    passthrough: bool = False
-
+from perception_judge.core.command import Command
 
 # name -> (module:attribute of a Command, one-line help). Listed in pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -107,8 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         args, args.passthrough = parser.parse_known_args(argv[1:])
     else:
         args = parser.parse_args(argv[1:])
+    from perception_judge.core.options import OptionError
+
     try:
         code = command.run(args)
+    except OptionError as e:  # a bad option: one line, before any work
+        print(f"perception-judge {name}: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

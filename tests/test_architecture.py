@@ -1,6 +1,7 @@
-"""The layout docs/architecture.md describes: no import cycle, the core imports nothing of the stages, below the
-command-line entry points the parts stand on at most four levels of imports, and no production module imports the
-toy wing (``perception_judge.tiny``)."""
+"""The layout docs/architecture.md describes: no import cycle, the core imports nothing of the stages, the parts
+(the command-line modules included: a stage's CLI is part of its stage) stand on at most four levels of imports,
+nothing imports the entry point (``perception_judge.cli``), no production module imports the toy wing
+(``perception_judge.tiny``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perception_judge"
-ENTRY_POINTS = ("cli", "demo", "__main__")
 PRODUCTION = ("core", "synth", "rewards", "llm_client", "ppjd", "train", "evaluation")
 QWEN_SCAFFOLDING = (
     "perception_judge.tiny",
@@ -53,8 +53,9 @@ def _part(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def _is_entry(module: str) -> bool:
-    return module == "perception_judge" or module.rsplit(".", 1)[-1] in ENTRY_POINTS
+def _is_root(module: str) -> bool:
+    """The package itself (``__init__``: the version and the docstring), which every part may read."""
+    return module == "perception_judge"
 
 
 def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -102,9 +103,9 @@ def test_the_parts_stand_on_at_most_four_levels(graph):
     _, edges = graph
     parts: dict[str, set[str]] = defaultdict(set)
     for module, targets in edges.items():
-        if _is_entry(module):
+        if _is_root(module):
             continue
-        parts[_part(module)] |= {_part(t) for t in targets if not _is_entry(t) and _part(t) != _part(module)}
+        parts[_part(module)] |= {_part(t) for t in targets if not _is_root(t) and _part(t) != _part(module)}
     assert _cycle(parts) is None, f"cycle between parts: {_cycle(parts)}"
     depth: dict[str, int] = {}
 
@@ -115,7 +116,18 @@ def test_the_parts_stand_on_at_most_four_levels(graph):
 
     levels = {p: level(p) for p in parts}
     assert max(levels.values()) <= MAX_LEVELS, levels
-    assert levels["perception_judge.core"] == 1
+    assert levels["perception_judge.core"] == 1 and levels["perception_judge.tiny"] == MAX_LEVELS, levels
+    assert levels["perception_judge.cli"] == 2, (
+        "the entry point names its commands by module path, imports the core"
+    )
+
+
+def test_nothing_imports_the_entry_point(graph):
+    """``perception_judge.cli`` stands on top: a stage's command is a ``core.command.Command`` record."""
+    _, edges = graph
+    found = sorted(m for m, targets in edges.items() if "perception_judge.cli" in targets)
+    assert not found, found
+    assert "perception_judge.core.command" in edges["perception_judge.ppjd.cli"]
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -194,3 +206,4 @@ def test_no_function_is_longer_than_80_lines():
     assert not found, found
     body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES))
     assert _long_functions(f"def f():\n{body}\n", MAX_FUNCTION_LINES) == [("f", MAX_FUNCTION_LINES + 1)]
+

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
 
 
 def judge_chat_template(model: str | Path, think_prefix: str = "auto") -> str:

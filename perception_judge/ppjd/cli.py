@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
 from perception_judge.core.options import OptionError, Options, add_flags, options_from_args
 from perception_judge.ppjd import sources
 from perception_judge.ppjd.export import ExportOptions

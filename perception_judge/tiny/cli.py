@@ -6,7 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
 from perception_judge.synth import TINY_FAMILIES
 from perception_judge.tiny.models import ARCHS, TOKENIZERS
 from perception_judge.tiny.supervised import FIRST_SLOT_BIAS, tiny_families

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from perception_judge import __version__
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
 from perception_judge.core.runinfo import RUN_FILE, read_run_info
 from perception_judge.core.schema import sha256_hex
 from perception_judge.tiny.supervised import tiny_families
