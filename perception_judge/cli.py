@@ -1,7 +1,9 @@
 """The ``perception-judge`` command line: one entry point, a subcommand per job.
 
 Subcommands are looked up lazily, so ``perception-judge --help`` answers instantly and a subcommand only
-imports what it needs. Each subcommand is a :class:`Command` object living next to the code it drives.
+imports what it needs. Each subcommand is a :class:`~perception_judge.core.command.Command` living next to the code
+it drives; ``train`` is trl's own parser (``perception_judge.train.run:main``), so accelerate can launch it on every
+process: ``accelerate launch -m perception_judge.cli train RECIPE.yaml``.
 """
 
 from __future__ import annotations
@@ -9,22 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from perception_judge import __version__
-
-
-@dataclass(frozen=True)
-class Command:
-    """A subcommand: ``add_arguments(parser)`` declares its flags, ``run(args)`` does the work (exit code);
-    ``passthrough``: unknown ``--key value`` arguments go to ``args.passthrough`` (recipe overrides)."""
-
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int | None]
-    description: str = ""
-    passthrough: bool = False
-
+from perception_judge.core.command import Command
 
 # name -> (module:attribute of a Command, one-line help). Listed in pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -44,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "perception_judge.ppjd.cli:EXPORT",
         "export PPJD records to the training set (datasets parquet)",
     ),
+    "train": (
+        "perception_judge.train.run:main",
+        "GRPO training from a recipe (RECIPE.yaml [--key value ...]; docs/training.md)",
+    ),
     "merge-lora": (
         "perception_judge.train.cli:MERGE_LORA",
         "merge a LoRA adapter into its base model and save the result",
@@ -60,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "perception_judge.evaluation.chat_template:COMMAND",
         "print a judge's chat template with the think prefill, for a server's --chat-template",
     ),
+    "learnability": (
+        "perception_judge.tiny.learnability:COMMAND",
+        "can supervised training teach the tiny judge to look? (the upper bound of the demo's GRPO)",
+    ),
     "demo": (
         "perception_judge.tiny.demo:COMMAND",
         "the whole loop at toy scale, offline, under runs/demo/ (what `make demo` runs)",
@@ -74,7 +71,7 @@ def _top_help() -> str:
         f"perception-judge {__version__}: train multimodal LLM judges that look at the image first.\n\n"
         "usage: perception-judge COMMAND [options]   (perception-judge COMMAND --help for its options)\n\n"
         f"commands:\n{commands}\n\n"
-        "training runs through accelerate:  accelerate launch train_grpo.py recipes/tiny.yaml"
+        "training on several processes:  accelerate launch -m perception_judge.cli train recipes/tiny.yaml"
     )
 
 
@@ -101,14 +98,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"perception-judge: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
     module_name, attr = COMMANDS[name][0].split(":")
-    command: Command = getattr(importlib.import_module(module_name), attr)
+    command = getattr(importlib.import_module(module_name), attr)
+    if not isinstance(command, Command):  # a job with its own parser: training's, trl's
+        return int(command(argv[1:]) or 0)
     parser = build_parser(name, command)
     if command.passthrough:
         args, args.passthrough = parser.parse_known_args(argv[1:])
     else:
         args = parser.parse_args(argv[1:])
+    from perception_judge.core.options import OptionError
+
     try:
         code = command.run(args)
+    except OptionError as e:  # a bad option: one line, before any work
+        print(f"perception-judge {name}: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -99,10 +99,9 @@ class ClientConfig(Options):
     kept private), so it never appears in a repr, a dump or a file."""
 
     base_urls: Annotated[CommaList, Flag("--base-url")] = Field(default_factory=list)
-    """OpenAI-compatible base URL, repeatable (e.g. one per vllm serve instance); default: $PPJD_BASE_URLS
-    (comma-separated), then $OPENAI_BASE_URL"""
+    """OpenAI-compatible base URL, repeatable (e.g. one per vllm serve instance)"""
     model: str | None = None
-    """teacher model name (default: $PPJD_MODEL)"""
+    """teacher model name"""
     api_key_env: str = "OPENAI_API_KEY"
     """environment variable holding the API key (vllm serve needs none unless started with --api-key)"""
     concurrency: Annotated[int, Field(ge=1)] = 16

@@ -15,6 +15,7 @@ from perception_judge.core.options import (
     OptionError,
     Options,
     add_flags,
+    key_values,
     options_from_args,
     parse_set,
     resolve_options,
@@ -157,6 +158,18 @@ def test_config_file_and_set_errors_name_the_file_or_the_item(tmp_path):
         resolve_options(Job, sets=["teacher.seed=4", "teacher.seed.x=1"])
     with pytest.raises(OptionError, match="teacher: Input should be a valid dictionary"):
         resolve_options(Job, sets=["teacher=3"])
+
+
+def test_one_key_value_parser_for_set_dict_flags_and_recipe_mappings():
+    """``key_values`` reads ``--set`` (one pair, the value whole), dict flags (comma-separated pairs) and the recipe's
+    ``name=value,name`` mappings (a bare name takes the default)."""
+    assert key_values(["a=1,b=2", "c = x"], "--map") == {"a": "1", "b": "2", "c": "x"}
+    assert key_values(["image=a,b"], "--map") == {"image": "a,b"}  # a comma inside a value
+    assert key_values(["mix=batch=1,pair=1"], "--set", split=False) == {"mix": "batch=1,pair=1"}
+    assert key_values(["judge=2,format"], "reward_weights", default="1") == {"judge": "2", "format": "1"}
+    for entry, kw in (("image", {}), ("=1", {}), ("a=1,", {"default": "1"})):
+        with pytest.raises(OptionError, match=f"^--map {entry!r}: expected FIELD=COLUMN$"):
+            key_values([entry], "--map", "FIELD=COLUMN", **kw)
 
 
 def test_flat_models_and_parse_set():

@@ -1,24 +1,26 @@
-"""`make demo`: the whole loop at toy scale; the settings guard that keeps two runs from mixing."""
+"""`make demo`: the whole loop at toy scale; the settings guard that keeps two runs from mixing; the demo's shipped
+configuration; the demo from an installed package, outside the checkout."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from perception_judge.tiny.demo import DemoError, check_or_claim, settings
+from perception_judge.tiny.demo import FILES, DemoError, DemoOptions, check_or_claim, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _args(**kw):
     base = {"n_items": 120, "seed": 0, "mix": "batch=1,pair=0.5,single=0.5"}
-    return argparse.Namespace(**{**base, **kw})
+    return DemoOptions(**{**base, **kw})
 
 
 def test_settings_guard_never_mixes_two_runs(tmp_path):
@@ -47,7 +49,7 @@ def test_demo_refuses_an_unknown_family_before_any_stage(tmp_path):
 
 
 def test_settings_record_the_families(tmp_path):
-    from perception_judge.tiny.supervised import tiny_families
+    from perception_judge.tiny.world import tiny_families
 
     out = tmp_path / "demo"
     assert settings(_args())["families"] == "colour", "the demo's default world: coloured shapes"
@@ -109,3 +111,53 @@ def test_demo_end_to_end_then_resume(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "training: finished before, skipped" in again.stdout
     assert "0 run," in again.stdout and "already done" in again.stdout
+
+
+def test_the_shipped_demo_files_are_the_checkouts():
+    """The recipe, accelerate and eval configurations the demo runs ship in the package (``tiny/demo_files/``, at the
+    checkout's relative paths); the checkout's copies are the same bytes, so the two cannot drift."""
+    shipped = sorted(p.relative_to(FILES) for p in FILES.rglob("*") if p.is_file())
+    assert [str(p) for p in shipped] == [
+        "configs/accelerate/cpu_2proc.yaml",
+        "eval/configs/tiny.yaml",
+        "recipes/tiny_demo.yaml",
+    ]
+    for rel in shipped:
+        assert (FILES / rel).read_bytes() == (ROOT / rel).read_bytes(), f"{rel}: the package copy differs"
+
+
+@pytest.mark.slow
+def test_demo_runs_from_an_installed_package_outside_the_checkout(tmp_path):
+    """``pip install --target`` of the package (its data included), then ``perception-judge demo`` with its smallest
+    settings from an empty folder with only the installed copy on the path: every stage, training included, runs
+    from the package."""
+    src, site, work = tmp_path / "src", tmp_path / "site", tmp_path / "work"
+    shutil.copytree(
+        ROOT / "perception_judge", src / "perception_judge", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
+    built = subprocess.run(
+        [*pip, "--target", str(site), str(src)], capture_output=True, text=True, timeout=300
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert (site / "perception_judge" / "tiny" / "demo_files" / "recipes" / "tiny_demo.yaml").is_file()
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    which = [sys.executable, "-c", "import perception_judge; print(perception_judge.__file__)"]
+    where = subprocess.run(which, cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+    assert Path(where.strip()).is_relative_to(site), where
+    cmd = [sys.executable, "-m", "perception_judge.cli", "demo", "--n-items", "40", "--train-steps", "1",
+           "--warm-start-steps", "0", "--learnability-steps", "0"]  # fmt: skip
+    run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert "demo finished" in run.stdout and f"{site}/perception_judge/tiny/demo_files" in run.stdout
+    out = work / "runs" / "demo"
+    for path in [
+        "summary.json",
+        "eval/report.md",
+        "train/perception_judge_run.json",
+        "trainset/train.parquet",
+    ]:
+        assert (out / path).is_file(), path

@@ -7,12 +7,12 @@ import math
 import random
 
 import pytest
+from support.fake_run import make_validation_set
 
 from perception_judge.core.schema import Sampling
 from perception_judge.evaluation import perception
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
 from perception_judge.evaluation.base import SuiteConfig
-from perception_judge.tiny.toyset import make_validation_set
 
 QUALITY = {"r_c": 9, "r_rp": 5, "r_rp_r": 2}
 

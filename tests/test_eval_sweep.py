@@ -250,8 +250,9 @@ def test_sigkill_mid_sweep_then_rerun_skips_finished_cells(tmp_path):
 
 
 def test_cli_eval_run_compares_judges_and_report_rerender(tmp_path, capsys):
+    from support.fake_run import make_validation_set
+
     from perception_judge.cli import main
-    from perception_judge.tiny.toyset import make_validation_set
 
     ts = make_validation_set(tmp_path / "ts", n=2)
     cfg = tmp_path / "job.yaml"
@@ -400,8 +401,9 @@ def test_sweep_runs_position_on_the_run_train_set(tmp_path):
 # ------------------------------------------------------------------------------------------------ hf end to end
 @pytest.mark.parametrize("tuning", ["full", "lora"])
 def test_hf_sweep_end_to_end_on_tiny_runs(tmp_path, tiny_qwen25, tuning):
+    from support.fake_run import make_fake_run, make_validation_set
+
     from perception_judge.cli import main
-    from perception_judge.tiny.toyset import make_fake_run, make_validation_set
 
     ts = make_validation_set(tmp_path / "ts", n=2)
     run_dir = make_fake_run(tmp_path / "run", tiny_qwen25, tuning=tuning, steps=(1, 2), train_set=ts)

@@ -544,10 +544,8 @@ def test_a_full_disk_stops_the_build_keeps_every_record_and_resumes_to_the_same_
     assert again.status == "complete" and {r.key for r in iter_records(out)} == want
 
 
-def test_credentials_in_server_urls_reach_no_file_and_no_log(
-    synth_dir, tmp_path, monkeypatch, capsys, caplog
-):
-    """http://user:secret@host/v1 via --base-url or $PPJD_BASE_URLS was written to manifest.json."""
+def test_credentials_in_server_urls_reach_no_file_and_no_log(synth_dir, tmp_path, capsys, caplog):
+    """http://user:secret@host/v1 via --base-url or the job config was written to manifest.json."""
     import logging
     import socket
 
@@ -560,13 +558,11 @@ def test_credentials_in_server_urls_reach_no_file_and_no_log(
     out = tmp_path / "ppjd"
     with FakeOpenAIServer() as srv, caplog.at_level(logging.DEBUG):
         good = srv.base_url.replace("http://", f"http://judge:{secrets[0]}@")
-        monkeypatch.setenv(
-            "PPJD_BASE_URLS",
-            f"{good},http://u:{secrets[1]}@127.0.0.1:{dead}/v1?api_key={secrets[2]}&sig={secrets[3]}",
-        )
+        urls = [good, f"http://u:{secrets[1]}@127.0.0.1:{dead}/v1?api_key={secrets[2]}&sig={secrets[3]}"]
+        (job := tmp_path / "job.yaml").write_text(json.dumps({"teacher": {"base_urls": urls}}))
         argv = ["build-ppjd", "--input", str(synth_dir), "--out", str(out), "--teacher", "llm", "--model",
                 "fake-teacher", "--no-progress", "--limit", "6", "--max-retries", "3", "--set", "teacher.cooldown_s=0.05"]  # fmt: skip
-        assert main(argv) == 0
+        assert main([*argv, "--config", str(job)]) == 0
         assert main([*argv[:-2], "--base-url", good.replace("judge:", "other:")]) == 0  # the flag, too
     captured = capsys.readouterr()
     seen = captured.out + captured.err + caplog.text

@@ -67,13 +67,15 @@ def test_bad_config_names_the_key(tmp_path, capsys):
     assert "colour" in capsys.readouterr().err
 
 
-def test_argument_errors_exit_2(tmp_path, capsys):
+def test_argument_errors_exit_2(tmp_path, capsys, monkeypatch):
     assert main(["build-ppjd", "--out", str(tmp_path / "o")]) == 2
     assert "no input" in capsys.readouterr().err
     syn = tmp_path / "syn"
     assert main(["synth", "--n", "3", "--out", str(syn), "--no-progress"]) == 0
+    for var in ("PPJD_BASE_URLS", "OPENAI_BASE_URL", "PPJD_MODEL"):  # options only: no environment fallback
+        monkeypatch.setenv(var, "http://127.0.0.1:9/v1")
     assert main(["build-ppjd", "--input", str(syn), "--out", str(tmp_path / "o"), "--teacher", "llm"]) == 2
-    assert "--base-url" in capsys.readouterr().err
+    assert "--base-url and --model" in capsys.readouterr().err
     assert main(["synth", "--n", "3", "--out", str(syn), "--no-progress"]) == 2  # exists, no --overwrite
     assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "t")]) == 2
     assert main(["synth", "--n", "3", "--out", str(tmp_path / "s2"), "--families", "pie"]) == 2

@@ -13,6 +13,7 @@ from PIL import Image
 
 from perception_judge import synth
 from perception_judge.core.answers import answers_match, extract_final_answer
+from perception_judge.tiny import world as toy
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +192,20 @@ def test_families_filter_and_text_only():
     assert [it.spec["family"] for it in mixed] == ["bars", "text"] * 3
 
 
+def test_the_synth_command_draws_the_toy_families_the_registry_names_by_module_path(tmp_path):
+    """``perception-judge synth --families colour,count``: the toy wing's families, reached through the registry's
+    ``module:attribute`` entries (nothing of synth imports the toy), at their own image size."""
+    from perception_judge.cli import main
+    from perception_judge.synth.world import REGISTRY, family
+
+    flags = ["--families", "colour,count", "--text-only-fraction", "0", "--no-progress"]
+    assert main(["synth", "--n", "4", "--out", str(tmp_path), *flags]) == 0
+    info = json.loads((tmp_path / "synth_info.json").read_text())
+    assert info["counts"] == {"colour": 2, "count": 2} and info["image_size"] == [toy.TINY_IMAGE_SIZE] * 2
+    assert family("count") is toy.COUNT and REGISTRY["colour"] is toy.COLOUR
+    assert synth.write_synthetic(tmp_path / "w", 2, 0, ["colour", "bars"])["image_size"] == [256, 256]
+
+
 def test_tiny_families_stay_in_range_and_leave_no_text_shortcut():
     """r_rp states another value the generator draws, uniformly, and r_rp+r slips to an in-range answer: a rule
     that reads only the text cannot tell r_c from r_rp (the old +-2 unclamped count perturbation could)."""
@@ -199,29 +214,29 @@ def test_tiny_families_stay_in_range_and_leave_no_text_shortcut():
     from perception_judge.ppjd.programmatic import ProgrammaticTeacher
     from perception_judge.ppjd.teacher import TeacherInput
 
-    items = synth.generate_items(400, 3, families=synth.TINY_FAMILIES, text_only_fraction=0.0)
+    items = synth.generate_items(400, 3, families=toy.TINY_FAMILIES, text_only_fraction=0.0)
     teacher = ProgrammaticTeacher(seed=0)
     seen: dict[str, Counter] = {"r_c": Counter(), "r_rp": Counter()}
     for item in items:
         fam = item.spec["family"]
-        values = synth.tiny_values(fam)
-        assert item.image.size == (synth.TINY_IMAGE_SIZE,) * 2
+        values = toy.tiny_values(fam)
+        assert item.image.size == (toy.TINY_IMAGE_SIZE,) * 2
         cf = teacher.counterfactuals(TeacherInput(item.item_id, item, item.image))
-        v_c, v_rp, v_rpr = (synth.response_value(t) for t in (item.response, cf.r_rp, cf.r_rp_r))
-        assert v_c == synth.tiny_value(item.spec) and v_rp != v_c and v_rpr != v_c
+        v_c, v_rp, v_rpr = (toy.response_value(t) for t in (item.response, cf.r_rp, cf.r_rp_r))
+        assert v_c == toy.tiny_value(item.spec) and v_rp != v_c and v_rpr != v_c
         assert {v_c, v_rp, v_rpr} <= set(values)
         slipped = extract_final_answer(cf.r_rp_r)
         assert slipped in values and slipped != v_rpr  # the slip stays in range
         seen["r_c"][(fam, v_c)] += 1
         seen["r_rp"][(fam, v_rp)] += 1
-    for fam in synth.TINY_FAMILIES:  # every value is stated about as often by r_c as by r_rp
-        for v in synth.tiny_values(fam):
+    for fam in toy.TINY_FAMILIES:  # every value is stated about as often by r_c as by r_rp
+        for v in toy.tiny_values(fam):
             a, b = seen["r_c"][(fam, v)], seen["r_rp"][(fam, v)]
             assert a > 20 and b > 20 and abs(a - b) < 0.6 * max(a, b), (fam, v, a, b)
 
 
 def test_tiny_images_show_their_value():
-    items = synth.generate_items(60, 1, families=synth.TINY_FAMILIES, text_only_fraction=0.0)
+    items = synth.generate_items(60, 1, families=toy.TINY_FAMILIES, text_only_fraction=0.0)
     for item in items:
         img = item.image
         attrs = item.spec["attributes"]
@@ -230,7 +245,7 @@ def test_tiny_images_show_their_value():
             assert img.getpixel(((x0 + x1) // 2, (y0 + y1) // 2)) == synth.COLOURS[attrs["colour"]]
         else:
             pixels = np.asarray(img)
-            ink = np.all(pixels == synth.TINY_INK, axis=-1)
+            ink = np.all(pixels == toy.TINY_INK, axis=-1)
             quadrants = [
                 ink[r * 28 : (r + 1) * 28, c * 28 : (c + 1) * 28].any() for r in (0, 1) for c in (0, 1)
             ]

@@ -83,9 +83,7 @@ def test_programmatic_counterfactuals_are_correct_by_construction(items):
             ln.split()[:2] for ln in it.response.splitlines()
         ]
         assert v.similarity_rp >= 0.6
-        assert (
-            cf.meta["perturbed_rp"] and cf.meta["slip"] in synth.SLIPS[(it.spec["family"], it.spec["qtype"])]
-        )
+        assert cf.meta["perturbed_rp"] and cf.meta["slip"] in synth.slips(it.spec)
     assert outcomes["ok"] >= 0.97 * len(items), outcomes
     assert all(k.startswith("rewrite/") for k in outcomes if k != "ok")
 

@@ -95,9 +95,13 @@ def test_cli_make_tiny_model(tmp_path, capsys):
     assert "qwen3_vl" in capsys.readouterr().out
 
 
-def test_cli_rejects_unknown_arch(tmp_path):
-    with pytest.raises(SystemExit):
-        cli_main(["make-tiny-model", "--arch", "llama", "--out", str(tmp_path)])
+def test_cli_rejects_unknown_arch(tmp_path, capsys):
+    assert cli_main(["make-tiny-model", "--arch", "llama", "--out", str(tmp_path)]) == 2
+    assert (
+        "make-tiny-model.arch: Input should be 'qwen2_5_vl' or 'qwen3_vl' (got 'llama')"
+        in capsys.readouterr().err
+    )
+    assert not any(tmp_path.iterdir()), "nothing is built"
 
 
 def test_format_warm_start_learns_the_format_and_is_built_atomically(tmp_path):
@@ -128,7 +132,7 @@ def test_think_sources_draw_their_values_where_they_say():
     import random
     from collections import Counter
 
-    from perception_judge import synth
+    from perception_judge.tiny import world as toy
     from perception_judge.tiny.supervised import FIRST_SLOT_BIAS, _tiny_example, tiny_records
 
     records = tiny_records(60, seed=3)
@@ -142,7 +146,7 @@ def test_think_sources_draw_their_values_where_they_say():
             if " C " in text or " B " not in text:  # pair rows only: "A <answer> B <answer>"
                 continue
             answers = text.split(" A ", 1)[1].split(" B ")
-            values = [synth.response_value(a.strip()) for a in answers]
+            values = [toy.response_value(a.strip()) for a in answers]
             think = target.split()[0]
             n += 1
             stated += think in values
@@ -153,21 +157,21 @@ def test_think_sources_draw_their_values_where_they_say():
             assert truth_target.split()[0] == rec["value"]
     assert n > 500 and stated == n, "the exploring think always names a value an answer states"
     assert abs(first / n - FIRST_SLOT_BIAS) < 0.05, first / n
-    assert len(prior_values) == len(synth.tiny_values("colour")) + len(synth.tiny_values("count"))
+    assert len(prior_values) == len(toy.tiny_values("colour")) + len(toy.tiny_values("count"))
 
 
 def test_tiny_families_choose_the_world_the_supervised_stages_draw_from():
     """--families of the learnability check, make-tiny-model and the demo: only the named families are drawn; an
-    unknown name is refused with the known ones (argparse turns the error into a usage message, before any
-    training)."""
-    import argparse
-
-    from perception_judge.tiny.supervised import tiny_families, tiny_records
+    unknown name is refused with the known ones (an option error naming the key, before any training)."""
+    from perception_judge.core.options import OptionError
+    from perception_judge.tiny.supervised import tiny_records
+    from perception_judge.tiny.world import tiny_families
 
     assert tiny_families("colour") == ("colour",)
     assert tiny_families("count, colour,count") == ("count", "colour")
-    with pytest.raises(argparse.ArgumentTypeError, match=r"\['size'\].*colour, count"):
+    with pytest.raises(OptionError, match=r"\['size'\].*colour, count"):
         tiny_families("colour,size")
+    assert cli_main(["learnability", "--families", "colour,size", "--steps", "1"]) == 2
     records = tiny_records(12, seed=5, families=tiny_families("colour"))
     assert {r["family"] for r in records} == {"colour"}
     assert {r["family"] for r in tiny_records(12, seed=5)} == {"colour", "count"}, "the default keeps both"

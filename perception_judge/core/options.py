@@ -140,14 +140,34 @@ def _describe(model: type[BaseModel], where: str, err: Any, what: str | None) ->
     return f"{key}: {err['msg']} (got {_shown(loc[-1] if loc else '', err['input'])})"
 
 
+def key_values(
+    entries: Iterable[str],
+    where: str,
+    metavar: str = "KEY=VALUE",
+    split: bool = True,
+    default: str | None = None,
+) -> dict[str, str]:
+    """The one ``KEY=VALUE`` parser: repeatable entries as a mapping of text. ``split``: several comma-separated in
+    one entry when every piece has a ``=`` (or a bare ``KEY`` takes ``default``, when one is given)."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        pieces = entry.split(",") if split else [entry]
+        for piece in pieces if default is not None or all("=" in p for p in pieces) else [entry]:
+            key, sep, value = piece.partition("=")
+            if not key.strip() or not (sep or default is not None):
+                raise OptionError(f"{where} {entry!r}: expected {metavar}")
+            out[key.strip()] = value.strip() if sep else str(default)
+    return out
+
+
 def parse_set(item: str) -> tuple[list[str], Any]:
     """``A.B=VALUE`` -> (``["A", "B"]``, VALUE read as YAML; text that is not YAML stays text)."""
     import yaml
 
-    key, sep, raw = item.partition("=")
-    path = [p.strip() for p in key.split(".")]
-    if not sep or not all(path):
-        raise OptionError(f"--set {item!r}: expected KEY=VALUE (a dotted KEY such as SECTION.OPTION)")
+    expected = "KEY=VALUE (a dotted KEY such as SECTION.OPTION)"
+    ((key, raw),) = key_values([item], "--set", expected, split=False).items()
+    if not all(path := [p.strip() for p in key.split(".")]):
+        raise OptionError(f"--set {item!r}: expected {expected}")
     try:
         return path, yaml.safe_load(raw)
     except yaml.YAMLError:
@@ -170,7 +190,7 @@ def _default_text(field: FieldInfo) -> str:
         return ""
     if isinstance(default, dict):
         default = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in default.items())
-    elif isinstance(default, list):
+    elif isinstance(default, list | tuple):
         default = ",".join(map(str, default))
     return f" (default {default})"
 
@@ -221,26 +241,13 @@ def add_flags(parser: argparse.ArgumentParser, model: type[Options], *, config: 
         target.add_argument(*flags, **kw)
 
 
-def _pairs(entries: list[str], flag: str, metavar: str) -> dict[str, str]:
-    """Repeatable ``KEY=VALUE`` entries (several comma-separated in one when every piece has a ``=``)."""
-    out: dict[str, str] = {}
-    for entry in entries:
-        pieces = entry.split(",")
-        for piece in pieces if all("=" in p for p in pieces) else [entry]:
-            key, sep, value = piece.partition("=")
-            if not sep or not key.strip():
-                raise OptionError(f"{flag} {entry!r}: expected {metavar}")
-            out[key.strip()] = value.strip()
-    return out
-
-
 def given_flags(model: type[Options], args: argparse.Namespace) -> dict[str, Any]:
     """``{dotted key: value}`` of the flags of ``model`` given in ``args`` (dict flags as mappings)."""
     out = {}
     for key, field, section in _leaves(model):
         if section is None and (value := getattr(args, key, None)) is not None:
             if get_origin(_strip_none(field.annotation)) is dict:
-                value = _pairs(value, flag_name(field, key), _flag_meta(field).metavar or "KEY=VALUE")
+                value = key_values(value, flag_name(field, key), _flag_meta(field).metavar or "KEY=VALUE")
             out[key] = value
     return out
 

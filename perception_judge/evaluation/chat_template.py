@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Literal
 
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
+from perception_judge.core.options import Options, add_flags, options_from_args
 
 
 def judge_chat_template(model: str | Path, think_prefix: str = "auto") -> str:
@@ -24,22 +26,24 @@ def judge_chat_template(model: str | Path, think_prefix: str = "auto") -> str:
     return chat_template_of(processor)
 
 
+class ChatTemplateOptions(Options):
+    out: str | None = None
+    """write the template here (default: standard output)"""
+    think_prefix: Literal["auto", "off"] = "auto"
+    """auto: open a <think> block in the generation prompt unless the template already does; off: as saved"""
+
+
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a judge model folder (its processor holds the chat template)")
-    p.add_argument("--out", help="write the template here (default: standard output)")
-    p.add_argument(
-        "--think-prefix",
-        choices=("auto", "off"),
-        default="auto",
-        help="auto (default): open a <think> block in the generation prompt unless the template already does",
-    )
+    add_flags(p, ChatTemplateOptions)
 
 
 def _run(args: argparse.Namespace) -> int:
-    text = judge_chat_template(args.model, args.think_prefix)
-    if args.out:
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}: serve with --chat-template {args.out}", file=sys.stderr)
+    o = options_from_args(ChatTemplateOptions, args, "chat-template")
+    text = judge_chat_template(args.model, o.think_prefix)
+    if o.out:
+        Path(o.out).write_text(text)
+        print(f"wrote {o.out}: serve with --chat-template {o.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

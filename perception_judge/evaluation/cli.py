@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
 from perception_judge.core.options import Flag, OptionError, Options, add_flags, given_flags, resolve_options
 from perception_judge.core.redact import RedactingFilter, redact_text
 from perception_judge.evaluation.plan import JobConfig, Names, resolve

@@ -1,6 +1,7 @@
 """``perception-judge synth | build-ppjd | export``: each command's options are one typed model whose documented keys
 are its flags (:mod:`perception_judge.core.options`); ``build-ppjd``'s is :class:`~perception_judge.ppjd.options
-.BuildJob`. API keys are never options: the key is read from the environment variable named by ``--api-key-env``.
+.BuildJob`. API keys are never options: the key is read from the environment variable named by ``--api-key-env``
+(server URLs that carry credentials belong in the ``--config`` file, not on the command line).
 """
 
 from __future__ import annotations
@@ -8,13 +9,12 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
 import sys
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
 from perception_judge.core.options import OptionError, Options, add_flags, options_from_args
 from perception_judge.ppjd import sources
 from perception_judge.ppjd.export import ExportOptions
@@ -92,16 +92,9 @@ def _make_teacher(kind: str, t: TeacherOptions) -> Any:
         return ProgrammaticTeacher(seed=t.seed, concurrency=min(t.concurrency, 4))  # CPU-bound
     from perception_judge.ppjd.teacher import LLMTeacher
 
-    env_urls = os.environ.get("PPJD_BASE_URLS") or os.environ.get("OPENAI_BASE_URL") or ""
-    urls = t.base_urls or [u.strip() for u in env_urls.split(",") if u.strip()]
-    if not urls:
-        raise OptionError(
-            "the llm teacher needs --base-url (or teacher.base_urls, $PPJD_BASE_URLS, $OPENAI_BASE_URL)"
-        )
-    model = t.model or os.environ.get("PPJD_MODEL")
-    if not model:
-        raise OptionError("the llm teacher needs --model (or teacher.model, $PPJD_MODEL)")
-    return LLMTeacher(t.model_copy(update={"base_urls": urls, "model": model}))
+    if missing := [flag for flag, value in (("--base-url", t.base_urls), ("--model", t.model)) if not value]:
+        raise OptionError(f"the llm teacher needs {' and '.join(missing)} (teacher.base_urls, teacher.model)")
+    return LLMTeacher(t)
 
 
 def _build_run(args: argparse.Namespace) -> int:

@@ -9,16 +9,14 @@ from perception_judge.synth.base import COLOURS, word_count
 from perception_judge.synth.clock import CLOCK_CENTRE, hand_angles
 from perception_judge.synth.counterfactuals import counterfactuals
 from perception_judge.synth.table import TABLE_COLS, TABLE_GRID_RGB, TABLE_HEADER_RGB
-from perception_judge.synth.tiny import TINY_IMAGE_SIZE, TINY_INK, response_value, tiny_value, tiny_values
 from perception_judge.synth.world import (
     DEFAULT_TEXT_ONLY_FRACTION,
     FAMILIES,
-    SLIPS,
     SPEC_VERSION,
     TEXT_FAMILY,
-    TINY_FAMILIES,
     draw,
     generate_items,
+    slips,
     solve,
     write_synthetic,
 )
@@ -28,25 +26,19 @@ __all__ = [
     "COLOURS",
     "DEFAULT_TEXT_ONLY_FRACTION",
     "FAMILIES",
-    "SLIPS",
     "SPEC_VERSION",
     "TABLE_COLS",
     "TABLE_GRID_RGB",
     "TABLE_HEADER_RGB",
     "TEXT_FAMILY",
-    "TINY_FAMILIES",
-    "TINY_IMAGE_SIZE",
-    "TINY_INK",
     "bar_geometry",
     "bar_unit_px",
     "counterfactuals",
     "draw",
     "generate_items",
     "hand_angles",
-    "response_value",
+    "slips",
     "solve",
-    "tiny_value",
-    "tiny_values",
     "word_count",
     "write_synthetic",
 ]

@@ -39,7 +39,7 @@ class Family:
     each question type to its solver and the reasoning slips it can make (for r_rp+r);
     ``perturb(attributes, params, rng)`` misreads one fact in place, on a copy :func:`world.perturb` makes
     (for r_rp); ``facts`` lists 3-6 short phrases of the attributes. ``draw`` and ``caption`` are None for a
-    text-only family."""
+    text-only family; ``image_size`` is the side of its images."""
 
     name: str
     domain: str
@@ -50,6 +50,7 @@ class Family:
     facts: Callable[[Attrs], list[str]]
     draw: Callable[[Attrs], Image.Image] | None = None
     caption: Callable[[Attrs], str] | None = None
+    image_size: int = IMAGE_SIZE
 
 
 def plural(word: str, n: int) -> str:

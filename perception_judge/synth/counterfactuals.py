@@ -12,7 +12,7 @@ from typing import Any
 from perception_judge.core.answers import answers_match
 from perception_judge.core.schema import Counterfactuals, StageError
 from perception_judge.synth.base import Unsolvable
-from perception_judge.synth.world import SLIPS, facts, perturb, solve
+from perception_judge.synth.world import facts, perturb, slips, solve
 
 MAX_TRIES = 64
 MIN_FACTS = 3
@@ -43,9 +43,8 @@ def counterfactuals(
             f"item {item_id or key!r} has no synthetic scene spec; the programmatic teacher only handles "
             "`perception-judge synth` items (use --teacher llm for other sources)",
         )
-    family_q = (spec["family"], spec["qtype"])
-    if family_q not in SLIPS:
-        raise StageError("verify", "unknown_qtype", f"no solver for {family_q}")
+    if (kinds := slips(spec)) is None:
+        raise StageError("verify", "unknown_qtype", f"no solver for {(spec['family'], spec['qtype'])}")
     try:
         r_c, solved = solve(spec)
     except (Unsolvable, KeyError, TypeError, ValueError) as e:
@@ -72,7 +71,7 @@ def counterfactuals(
         attrs = perceived if rng.random() < 0.5 else perturb(spec, spec["attributes"], rng)
         if attrs == spec["attributes"]:
             continue
-        slip = {"kind": rng.choice(SLIPS[family_q]), "delta": rng.choice((-2, -1, 1, 2))}
+        slip = {"kind": rng.choice(kinds), "delta": rng.choice((-2, -1, 1, 2))}
         solved_r = _solve(spec, attrs, slip)
         if solved_r is None or answers_match(solved_r[1], answer) or answers_match(solved_r[1], a_rp):
             continue

@@ -1,5 +1,6 @@
 """The family registry and the items: :func:`solve`, :func:`perturb`, :func:`draw` of a scene spec (its keys:
-docs/ppjd.md §1), and :func:`generate_items` / :func:`write_synthetic`.
+docs/ppjd.md §1), and :func:`generate_items` / :func:`write_synthetic`. A family outside ``synth/`` (the toy wing's
+``colour`` and ``count``) is registered by ``module:attribute`` and imported when first named (:func:`family`).
 
 Responses are *rendered from the facts*: :func:`solve` turns (question params, perceived attributes, optional
 reasoning slip) into a step-by-step response ending in ``\\boxed{}``, so the programmatic teacher's r_rp keeps r_c's
@@ -10,6 +11,7 @@ index): ``generate_items(10, s)[:5] == generate_items(5, s)``.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import math
 import os
@@ -26,57 +28,69 @@ from PIL import Image
 from perception_judge.core.io import atomic_open, atomic_write_text, progress_bar
 from perception_judge.core.schema import SourceItem
 from perception_judge.synth.bars import FAMILY as BARS
-from perception_judge.synth.base import IMAGE_SIZE, Family, Unsolvable
+from perception_judge.synth.base import Family, Unsolvable
 from perception_judge.synth.clock import FAMILY as CLOCK
 from perception_judge.synth.objects import FAMILY as OBJECTS
 from perception_judge.synth.table import FAMILY as TABLE
 from perception_judge.synth.text import FAMILY as TEXT
-from perception_judge.synth.tiny import COLOUR, COUNT, TINY_IMAGE_SIZE
 
 SPEC_VERSION = 1
-REGISTRY: dict[str, Family] = {f.name: f for f in (OBJECTS, BARS, TABLE, CLOCK, COLOUR, COUNT, TEXT)}
+REGISTRY: dict[str, Family | str] = {f.name: f for f in (OBJECTS, BARS, TABLE, CLOCK, TEXT)} | {
+    "colour": "perception_judge.tiny.world:COLOUR",
+    "count": "perception_judge.tiny.world:COUNT",
+}
 FAMILIES: tuple[str, ...] = ("objects", "bars", "table", "clock")
-TINY_FAMILIES: tuple[str, ...] = ("colour", "count")
 TEXT_FAMILY = "text"
 DEFAULT_TEXT_ONLY_FRACTION = 0.15
-SLIPS: dict[tuple[str, str], tuple[str, ...]] = {
-    (f.name, qtype): slips for f in REGISTRY.values() for qtype, (_, slips) in f.questions.items()
-}
-"""Reasoning errors each question type can make (used for r_rp+r)."""
+
+
+def family(name: str) -> Family:
+    """The family ``name`` of :data:`REGISTRY` (one named by ``module:attribute`` is imported now)."""
+    entry = REGISTRY[name]
+    if isinstance(entry, str):
+        module, attr = entry.split(":")
+        REGISTRY[name] = entry = getattr(importlib.import_module(module), attr)
+    return entry
+
+
+def slips(spec: dict[str, Any]) -> tuple[str, ...] | None:
+    """The reasoning errors a spec's question type can make (for r_rp+r); None for an unknown family or type."""
+    question = family(spec["family"]).questions.get(spec["qtype"]) if spec["family"] in REGISTRY else None
+    return None if question is None else question[1]
 
 
 def solve(
     spec: dict[str, Any], attributes: dict[str, Any] | None = None, slip: dict | None = None
 ) -> tuple[str, str]:
     """(response, final answer) for a spec's question, from ``attributes`` (default: the true ones). ``slip``
-    (``{"kind": ..., "delta": ...}``, kinds in :data:`SLIPS`) injects a reasoning error. Raises
+    (``{"kind": ..., "delta": ...}``, kinds in :func:`slips`) injects a reasoning error. Raises
     :class:`Unsolvable` when the attributes give no well-defined answer or the slip does not apply."""
     key = (spec["family"], spec["qtype"])
-    if key not in SLIPS:
+    if (kinds := slips(spec)) is None:
         raise ValueError(f"unknown synthetic question type {key}")
-    solver, slips = REGISTRY[key[0]].questions[key[1]]
     kind, delta = (slip["kind"], slip.get("delta", 1)) if slip else (None, 0)
-    if kind is not None and kind not in slips:
+    if kind is not None and kind not in kinds:
         raise Unsolvable(f"slip {kind!r} does not apply to {key}")
+    solver = family(key[0]).questions[key[1]][0]
     return solver(spec["params"], spec["attributes"] if attributes is None else attributes, kind, delta)
 
 
 def perturb(spec: dict[str, Any], attributes: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """A copy of ``attributes`` with one perceptual fact misread."""
     new = copy.deepcopy(attributes)
-    REGISTRY[spec["family"]].perturb(new, spec["params"], rng)
+    family(spec["family"]).perturb(new, spec["params"], rng)
     return new
 
 
 def facts(spec: dict[str, Any], attributes: dict[str, Any] | None = None) -> list[str]:
     """The short fact phrases of a spec's attributes (default: the true ones)."""
-    return REGISTRY[spec["family"]].facts(spec["attributes"] if attributes is None else attributes)
+    return family(spec["family"]).facts(spec["attributes"] if attributes is None else attributes)
 
 
 def draw(spec: dict[str, Any]) -> Image.Image | None:
     """Redraw the image of a spec (None for text items). Deterministic."""
-    family = REGISTRY[spec["family"]]
-    return family.draw(spec["attributes"]) if family.draw else None
+    drawn = family(spec["family"])
+    return drawn.draw(spec["attributes"]) if drawn.draw else None
 
 
 _STOP = {
@@ -97,20 +111,20 @@ def _keywords(question: str, extra: Sequence[str]) -> list[str]:
 
 
 def _make_item(seed: int, index: int, name: str) -> SourceItem:
-    family = REGISTRY[name]
+    fam = family(name)
     rng = random.Random(f"perception-judge/synth/v{SPEC_VERSION}/{seed}/{index}")
-    attrs, qtype, params, question = family.scene(rng)
-    image = family.draw(attrs) if family.draw else None
+    attrs, qtype, params, question = fam.scene(rng)
+    image = fam.draw(attrs) if fam.draw else None
     spec: dict[str, Any] = {
         "version": SPEC_VERSION,
         "family": name,
         "qtype": qtype,
         "params": params,
         "attributes": attrs,
-        "facts": family.facts(attrs),
-        "caption": family.caption(attrs) if family.caption else "",
-        "keywords": _keywords(question, family.keywords),
-        "domain": family.domain,
+        "facts": fam.facts(attrs),
+        "caption": fam.caption(attrs) if fam.caption else "",
+        "keywords": _keywords(question, fam.keywords),
+        "domain": fam.domain,
         "text_only": image is None,
     }
     response, answer = solve(spec)
@@ -197,7 +211,7 @@ def write_synthetic(
         "text_only_fraction": text_only_fraction,
         "counts": dict(sorted(counts.items())),
         "question_types": dict(sorted(qtypes.items())),
-        "image_size": [TINY_IMAGE_SIZE] * 2 if set(fams) <= set(TINY_FAMILIES) else [IMAGE_SIZE] * 2,
+        "image_size": [max(family(f).image_size for f in fams)] * 2,
     }
     atomic_write_text(out / "synth_info.json", json.dumps(info, indent=2) + "\n")
     return info

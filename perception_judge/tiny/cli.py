@@ -5,94 +5,85 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from typing import Annotated, Literal
 
-from perception_judge.cli import Command
-from perception_judge.synth import TINY_FAMILIES
+from pydantic import Field
+
+from perception_judge.core.command import Command
+from perception_judge.core.options import Flag, OptionError, Options, add_flags, options_from_args
 from perception_judge.tiny.models import ARCHS, TOKENIZERS
-from perception_judge.tiny.supervised import FIRST_SLOT_BIAS, tiny_families
+from perception_judge.tiny.supervised import FIRST_SLOT_BIAS
+from perception_judge.tiny.world import TINY_FAMILIES, TinyFamilies
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", choices=ARCHS, default="qwen2_5_vl", help="model family (default: %(default)s)")
-    p.add_argument("--out", required=True, help="output folder (created; existing files are overwritten)")
-    p.add_argument("--seed", type=int, default=0, help="weight seed; the same seed gives identical weights")
-    p.add_argument(
-        "--tokenizer",
-        choices=TOKENIZERS,
-        default="byte",
-        help="byte (default): the demo's 532-token byte-level BPE and tiny templates; qwen: Qwen's real tokenizer, "
-        "chat templates, special-token ids and processor settings (docs/real-tokenizer.md)",
+class TinyModelOptions(Options):
+    arch: Literal[ARCHS] = "qwen2_5_vl"  # type: ignore[valid-type]
+    """model family"""
+    out: str
+    """output folder (created; existing files are overwritten)"""
+    seed: int = 0
+    """weight seed; the same seed gives identical weights"""
+    tokenizer: Literal[TOKENIZERS] = "byte"  # type: ignore[valid-type]
+    """byte: the demo's 532-token byte-level BPE and tiny templates; qwen: Qwen's real tokenizer, chat templates,
+    special-token ids and processor settings (docs/real-tokenizer.md)"""
+    vocab_size: int | None = None
+    """embedding rows (default: the tokenizer's size; 151936 for qwen, 152064 the Qwen2.5-VL-7B layout)"""
+    warm_start_steps: Annotated[int, Field(ge=0)] = 0
+    """then teach it the tiny judge format with this many supervised steps (a guessed value as the think, vision
+    frozen: it scores by what it states and stays at chance); 0 keeps the random weights"""
+    from_supervised: Annotated[str | None, Flag(metavar="DIR")] = None
+    """instead: copy this supervised tiny judge (`perception-judge learnability --keep-model DIR`) and make it blind
+    (docs/tiny-substrate.md)"""
+    blind_steps: int = 300
+    """its steps with a random think"""
+    explore_steps: int = Field(
+        900, description=f"then steps with the first answer's value {FIRST_SLOT_BIAS:.0%} of the time"
     )
-    p.add_argument(
-        "--vocab-size",
-        type=int,
-        help="embedding rows (default: the tokenizer's size; 151936 for qwen, 152064 the Qwen2.5-VL-7B layout)",
+    families: TinyFamilies = TINY_FAMILIES
+    """the tiny families of its blind and exploring steps, comma-separated"""
+    reset_connector: bool = False
+    """also re-initialise the vision connector first"""
+
+
+def _blind(o: TinyModelOptions) -> int:
+    from perception_judge.tiny.models import built_in_place
+    from perception_judge.tiny.supervised import make_blind
+
+    src, out = Path(o.from_supervised or ""), Path(o.out)
+    if not (src / "config.json").is_file():
+        raise OptionError(f"make-tiny-model.from_supervised: no model in {str(src)!r} (config.json missing)")
+    with built_in_place(out) as staging:
+        shutil.copytree(src, staging)
+        stats = make_blind(  # data_worker: batches made ahead in a second process (the same weights, a fifth less time)
+            staging,
+            o.blind_steps,
+            o.seed,
+            o.reset_connector,
+            o.explore_steps,
+            families=o.families,
+            data_worker=True,
+        )
+    print(
+        f"blind judge from {src} written to {out}: {stats['steps']} steps, loss {stats['loss_first']} -> "
+        f"{stats['loss_last']} in {stats['seconds']} s; {o.explore_steps} exploring steps"
     )
-    p.add_argument(
-        "--warm-start-steps",
-        type=int,
-        default=0,
-        help="then teach it the tiny judge format with this many supervised steps (a guessed value as the think, "
-        "vision frozen: it scores by what it states and stays at chance); 0 (default) keeps the random weights",
-    )
-    p.add_argument(
-        "--from-supervised",
-        metavar="DIR",
-        help="instead: copy this supervised tiny judge (`python -m perception_judge.tiny.learnability --keep-model "
-        "DIR`) and make it blind (docs/tiny-substrate.md)",
-    )
-    p.add_argument("--blind-steps", type=int, default=300, help="its steps with a random think (%(default)s)")
-    p.add_argument(
-        "--explore-steps",
-        type=int,
-        default=900,
-        help=f"then steps with the first answer's value {FIRST_SLOT_BIAS:.0%}% of the time (%(default)s)",
-    )
-    p.add_argument(
-        "--families",
-        type=tiny_families,
-        default=",".join(TINY_FAMILIES),
-        help="the tiny families of its blind and exploring steps, comma-separated (default %(default)s)",
-    )
-    p.add_argument(
-        "--reset-connector", action="store_true", help="also re-initialise the vision connector first"
-    )
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
-    from perception_judge.tiny.models import built_in_place, make_tiny_model
-    from perception_judge.tiny.supervised import make_blind, warm_start_format
+    from perception_judge.tiny.models import make_tiny_model
+    from perception_judge.tiny.supervised import warm_start_format
 
-    if args.warm_start_steps < 0:
-        raise SystemExit("--warm-start-steps must be >= 0")
-    if args.from_supervised:
-        src, out = Path(args.from_supervised), Path(args.out)
-        if not (src / "config.json").is_file():
-            raise SystemExit(f"--from-supervised {src}: no model there (config.json missing)")
-        with built_in_place(out) as staging:
-            shutil.copytree(src, staging)
-            blind = {
-                "seed": args.seed,
-                "reset_connector": args.reset_connector,
-                "explore_steps": args.explore_steps,
-                "families": args.families,
-                "data_worker": True,  # batches made ahead in a second process: the same weights, a fifth less time
-            }
-            stats = make_blind(staging, args.blind_steps, **blind)
-        print(
-            f"blind judge from {src} written to {out}: {stats['steps']} steps, loss {stats['loss_first']} -> "
-            f"{stats['loss_last']} in {stats['seconds']} s; {args.explore_steps} exploring steps"
-        )
-        return 0
+    o = options_from_args(TinyModelOptions, args, "make-tiny-model")
+    if o.from_supervised:
+        return _blind(o)
     try:
-        out = make_tiny_model(
-            args.arch, args.out, seed=args.seed, tokenizer=args.tokenizer, vocab_size=args.vocab_size
-        )
+        out = make_tiny_model(o.arch, o.out, seed=o.seed, tokenizer=o.tokenizer, vocab_size=o.vocab_size)
     except (ValueError, ModuleNotFoundError) as e:
         raise SystemExit(f"make-tiny-model: {e}") from e
-    print(f"tiny {args.arch} judge (seed {args.seed}, {args.tokenizer} tokenizer) written to {out}")
-    if args.warm_start_steps:
-        stats = warm_start_format(out, steps=args.warm_start_steps, seed=args.seed)
+    print(f"tiny {o.arch} judge (seed {o.seed}, {o.tokenizer} tokenizer) written to {out}")
+    if o.warm_start_steps:
+        stats = warm_start_format(out, steps=o.warm_start_steps, seed=o.seed)
         print(
             f"format warm start: {stats['warm_start_steps']} steps, loss {stats['loss_first']} -> "
             f"{stats['loss_last']} in {stats['seconds']} s"
@@ -101,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(
-    _add_arguments,
+    lambda p: add_flags(p, TinyModelOptions),
     _run,
     "Build a tiny random-weight Qwen2.5-VL or Qwen3-VL judge (config, safetensors, tokenizer, processor, chat\n"
     "template) that AutoModelForImageTextToText / AutoProcessor load offline. For tests and the demo; real\n"

@@ -2,12 +2,15 @@
 
     tiny synthetic world (coloured shapes; ``--families colour,count`` adds counting) -> PPJD (programmatic
     teacher) -> training-set export (tiny prompt style) -> learnability check (a supervised tiny Qwen-VL judge) ->
-    base judge (that judge made blind: it writes verdicts but does not look) -> GRPO (``accelerate launch
-    train_grpo.py recipes/tiny_demo.yaml``) -> evaluation sweep (perception suite with real and with mismatched
-    images, bias suite) over the base model and every checkpoint -> report, learning curve and ``summary.json``
-    (does the judge learn to look?)
+    base judge (that judge made blind: it writes verdicts but does not look) -> GRPO (``accelerate launch -m
+    perception_judge.cli train`` with the demo's recipe) -> evaluation sweep (perception suite with real and with
+    mismatched images, bias suite) over the base model and every checkpoint -> report, learning curve and
+    ``summary.json`` (does the judge learn to look?)
 
-Every stage is the command a user would type (printed before it runs), so the demo doubles as a worked example.
+Every stage is the command a user would type (printed before it runs), so the demo doubles as a worked example. Its
+recipe, accelerate and eval configurations ship in the package (``demo_files/``, copies of the checkout's
+``recipes/tiny_demo.yaml``, ``configs/accelerate/cpu_2proc.yaml`` and ``eval/configs/tiny.yaml``; a test keeps them
+identical), so an installed package runs it from any folder.
 Re-running resumes: finished stages are skipped and the resumable ones (PPJD build, training, sweep) pick up
 where they stopped. ``runs/demo/demo.json`` records the settings the folder was made with; a re-run with other
 settings (or other recipe / eval config files) refuses to mix the two runs and asks for ``--fresh``.
@@ -27,17 +30,18 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from perception_judge import __version__
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
+from perception_judge.core.options import Options, add_flags, options_from_args
 from perception_judge.core.runinfo import RUN_FILE, read_run_info
 from perception_judge.core.schema import sha256_hex
-from perception_judge.tiny.supervised import tiny_families
+from perception_judge.tiny.world import TinyFamilies
 
-ROOT = Path(__file__).resolve().parents[2]
-RECIPE = "recipes/tiny_demo.yaml"
-EVAL_CONFIG = "eval/configs/tiny.yaml"
-ACCELERATE_CONFIG = "configs/accelerate/cpu_2proc.yaml"  # GRPO on both cores: two gloo processes
+FILES = Path(__file__).with_name("demo_files")
+RECIPE = FILES / "recipes" / "tiny_demo.yaml"
+EVAL_CONFIG = FILES / "eval" / "configs" / "tiny.yaml"
+# GRPO on both cores: two gloo processes
+ACCELERATE_CONFIG = FILES / "configs" / "accelerate" / "cpu_2proc.yaml"
 DEMO_FORMAT = 5
-FAMILIES = "colour"
 _NOISE = (
     "it/s]",
     "s/it]",
@@ -67,6 +71,35 @@ class DemoError(RuntimeError):
     pass
 
 
+class DemoOptions(Options):
+    out: str = "runs/demo"
+    """demo folder"""
+    fresh: bool = False
+    """delete the demo folder first and start over"""
+    n_items: int = 1200
+    """synthetic items"""
+    seed: int = 0
+    """seed of the synthetic source and the export"""
+    mix: str = "batch=1,pair=1"
+    """protocol mix of the export"""
+    families: TinyFamilies = ("colour",)
+    """the tiny world's families, comma-separated; colour,count adds 1-4 dark squares, which GRPO learns far more
+    slowly: run it with --learnability-steps 2000 --train-steps 1200 (one GRPO process was measured: about 15
+    minutes, docs/tiny-substrate.md)"""
+    train_steps: int | None = None
+    """GRPO steps (default: the recipe's max_steps); saves 4 checkpoints"""
+    warm_start_steps: int | None = None
+    """format warm-start steps of a generated judge (default: the recipe's)"""
+    blind_steps: int = 300
+    """steps that make the supervised judge blind"""
+    explore_steps: int = 900
+    """then steps that make its think explore the answers' values"""
+    learnability_steps: int = 2500
+    """supervised steps of the learnability check run before GRPO (about 3 minutes; 0 skips it)"""
+    reset_connector: bool = False
+    """also re-initialise the base judge's vision-language connector, so GRPO must learn a new one"""
+
+
 class Stage(NamedTuple):
     key: str  # its entry in timings.json
     title: str
@@ -79,22 +112,14 @@ def _sha(path: Path) -> str:
     return sha256_hex(path.read_bytes())[:16]
 
 
-def settings(args: argparse.Namespace) -> dict[str, Any]:
+def settings(o: DemoOptions) -> dict[str, Any]:
     """What defines a demo run; a folder made with other settings is never silently continued."""
     return {
         "format": DEMO_FORMAT,
-        "n_items": args.n_items,
-        "seed": args.seed,
-        "mix": args.mix,
-        "families": ",".join(getattr(args, "families", None) or tiny_families(FAMILIES)),
-        "train_steps": getattr(args, "train_steps", None),
-        "warm_start_steps": getattr(args, "warm_start_steps", None),
-        "learnability_steps": getattr(args, "learnability_steps", 0),
-        "blind_steps": getattr(args, "blind_steps", 0),
-        "explore_steps": getattr(args, "explore_steps", 0),
-        "reset_connector": getattr(args, "reset_connector", False),
-        "recipe_sha": _sha(ROOT / RECIPE),
-        "eval_config_sha": _sha(ROOT / EVAL_CONFIG),
+        **o.model_dump(exclude={"out", "fresh"}),
+        "families": ",".join(o.families),
+        "recipe_sha": _sha(RECIPE),
+        "eval_config_sha": _sha(EVAL_CONFIG),
     }
 
 
@@ -138,9 +163,7 @@ def run_stage(
     with log.open("a") as fh:
         fh.write(f"\n$ {shown}\n")
         fh.flush()
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
             fh.write(line)
@@ -162,19 +185,19 @@ def _child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _train_flags(args: argparse.Namespace) -> list[str]:
+def _train_flags(o: DemoOptions) -> list[str]:
     """The recipe values the demo's flags override: --train-steps (4 checkpoints) and --warm-start-steps."""
     flags: dict[str, int | str] = {}
-    if args.train_steps:
-        every = max(1, args.train_steps // 4)
+    if o.train_steps:
+        every = max(1, o.train_steps // 4)
         flags = {
-            "max_steps": args.train_steps,
+            "max_steps": o.train_steps,
             "save_steps": every,
             "eval_steps": every,
             "logging_steps": min(10, every),
         }
-    if args.warm_start_steps is not None:  # updates the recipe's model_provider_options
-        flags["model_provider_options"] = f"warm_start_steps={args.warm_start_steps}"
+    if o.warm_start_steps is not None:  # updates the recipe's model_provider_options
+        flags["model_provider_options"] = f"warm_start_steps={o.warm_start_steps}"
     return [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
 
 
@@ -187,10 +210,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
+def _stages(o: DemoOptions, out: Path, rel: str) -> list[Stage]:
     cli = [sys.executable, "-m", "perception_judge.cli"]
-    seed = ["--seed", str(args.seed)]
-    families = ",".join(args.families)
+    seed = ["--seed", str(o.seed)]
+    families = ",".join(o.families)
     done = {
         "synth": (out / "synth" / "synth_info.json").is_file(),
         "export": (out / "trainset" / "export_info.json").is_file(),
@@ -199,14 +222,14 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
         "train": (out / "train" / RUN_FILE).is_file()
         and read_run_info(out / "train").get("status") == "finished",
     }
-    extra = _train_flags(args)
+    extra = _train_flags(o)
     stages = [
         Stage(
             "synth",
-            f"1/5 synthetic perceptual source (the tiny world: {' and '.join(args.families)} images with known "
+            f"1/5 synthetic perceptual source (the tiny world: {' and '.join(o.families)} images with known "
             "attributes)",
             "1/5 synthetic source: done before, skipped" if done["synth"] else None,
-            [*cli, "synth", "--n", str(args.n_items), *seed, "--out", f"{rel}/synth", "--families", families,
+            [*cli, "synth", "--n", str(o.n_items), *seed, "--out", f"{rel}/synth", "--families", families,
              "--text-only-fraction", "0", "--no-progress"],
         ),
         Stage(
@@ -220,20 +243,18 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             "export",
             "3/5 export to the training set (datasets parquet, split by source image)",
             "3/5 export: done before, skipped" if done["export"] else None,
-            [*cli, "export", f"{rel}/ppjd", "--out", f"{rel}/trainset", "--mix", args.mix, *seed, "--prompt-style",
+            [*cli, "export", f"{rel}/ppjd", "--out", f"{rel}/trainset", "--mix", o.mix, *seed, "--prompt-style",
              "tiny", "--overwrite"],
         ),
     ]  # fmt: skip
-    if args.learnability_steps:
+    if o.learnability_steps:
         stages += [
             Stage(
                 "learnability",
                 "4a/5 learnability check: supervised training on the PPJD verdict target (the upper bound of GRPO)",
                 "4a/5 learnability check: done before, skipped" if done["learn"] else None,
-                [sys.executable, "-m", "perception_judge.tiny.learnability", "--steps",
-                 str(args.learnability_steps), *seed, "--families", families, "--out", f"{rel}/learnability.json",
-                 "--no-progress",
-                 "--keep-model", f"{rel}/supervised-model"],
+                [*cli, "learnability", "--steps", str(o.learnability_steps), *seed, "--families", families, "--out",
+                 f"{rel}/learnability.json", "--no-progress", "--keep-model", f"{rel}/supervised-model"],
                 (0, 1),
             ),
             Stage(
@@ -242,9 +263,9 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
                 "then one of the values the answers state: it keeps the verdict format, stops looking and explores)",
                 "4b/5 base judge: done before, skipped" if done["base"] else None,
                 [*cli, "make-tiny-model", "--from-supervised", f"{rel}/supervised-model", "--out",
-                 f"{rel}/tiny-model", "--blind-steps", str(args.blind_steps), "--explore-steps",
-                 str(args.explore_steps), *seed, "--families", families,
-                 *(["--reset-connector"] if args.reset_connector else [])],
+                 f"{rel}/tiny-model", "--blind-steps", str(o.blind_steps), "--explore-steps",
+                 str(o.explore_steps), *seed, "--families", families,
+                 *(["--reset-connector"] if o.reset_connector else [])],
             ),
         ]  # fmt: skip
     return [
@@ -253,9 +274,9 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             "grpo",
             "4/5 GRPO on a tiny Qwen2.5-VL judge, two processes (built and format-warm-started on first use; resumes)",
             "4/5 training: finished before, skipped" if done["train"] else None,
-            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ACCELERATE_CONFIG,
-             "--main_process_port", str(_free_port()), "train_grpo.py",
-             RECIPE, "--model_name_or_path", f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset",
+            [sys.executable, "-m", "accelerate.commands.launch", "--config_file", _path(ACCELERATE_CONFIG),
+             "--main_process_port", str(_free_port()), "-m", "perception_judge.cli", "train",
+             _path(RECIPE), "--model_name_or_path", f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset",
              "--output_dir", f"{rel}/train", "--resume_from_checkpoint", "auto", *extra],
         ),
         Stage(
@@ -263,19 +284,25 @@ def _stages(args: argparse.Namespace, out: Path, rel: str) -> list[Stage]:
             "5/5 evaluation sweep: perception (real and mismatched images) + bias suites over the base model and "
             "every checkpoint (resumes)",
             None,
-            [*cli, "eval", "sweep", f"{rel}/train", "--config", EVAL_CONFIG, "--out", f"{rel}/eval", "-q"],
+            [*cli, "eval", "sweep", f"{rel}/train", "--config", _path(EVAL_CONFIG), "--out", f"{rel}/eval", "-q"],
         ),
     ]  # fmt: skip
 
 
+def _path(file: Path) -> str:
+    """A shipped file as the stages are given it: relative to the current folder when it is inside it."""
+    return os.path.relpath(file) if file.resolve().is_relative_to(Path.cwd().resolve()) else str(file)
+
+
 def main_demo(args: argparse.Namespace) -> int:
-    out = (ROOT / args.out) if not os.path.isabs(args.out) else Path(args.out)
+    o = options_from_args(DemoOptions, args, "demo")
+    out = Path(o.out)
     try:
-        mode = check_or_claim(out, settings(args), args.fresh)
+        mode = check_or_claim(out, settings(o), o.fresh)
     except DemoError as e:
         print(f"demo: {e}", file=sys.stderr)
         return 2
-    rel = os.path.relpath(out, ROOT)
+    rel = os.path.relpath(out)
     offline = dict.fromkeys(
         ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "PYTHONUNBUFFERED"), "1"
     )
@@ -293,7 +320,7 @@ def main_demo(args: argparse.Namespace) -> int:
     # a resumed run keeps the times of the stages it skips
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     try:
-        for stage in _stages(args, out, rel):
+        for stage in _stages(o, out, rel):
             if stage.skipped is None:
                 times[stage.key] = run_stage(stage.title, stage.cmd, log, env, stage.ok_codes)
                 times_path.write_text(json.dumps(times, indent=2) + "\n")
@@ -368,46 +395,4 @@ def _learning_lines(summary: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out", default="runs/demo", help="demo folder, relative to the repository (default: %(default)s)"
-    )
-    p.add_argument("--fresh", action="store_true", help="delete the demo folder first and start over")
-    p.add_argument("--n-items", type=int, default=1200, help="synthetic items (default %(default)s)")
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of the synthetic source and the export (default 0)"
-    )
-    p.add_argument("--mix", default="batch=1,pair=1", help="protocol mix of the export (default %(default)s)")
-    p.add_argument(
-        "--families",
-        type=tiny_families,
-        default=FAMILIES,
-        help="the tiny world's families, comma-separated (default %(default)s); colour,count adds 1-4 dark squares, "
-        "which GRPO learns far more slowly: run it with --learnability-steps 2000 --train-steps 1200 (one GRPO "
-        "process was measured: about 15 minutes, docs/tiny-substrate.md)",
-    )
-    for flag, default, text in (
-        ("--train-steps", None, "GRPO steps (default: the recipe's max_steps); saves 4 checkpoints"),
-        ("--warm-start-steps", None, "format warm-start steps of a generated judge (default: the recipe's)"),
-        ("--blind-steps", 300, "steps that make the supervised judge blind (default %(default)s)"),
-        (
-            "--explore-steps",
-            900,
-            "then steps that make its think explore the answers' values (default %(default)s)",
-        ),
-        (
-            "--learnability-steps",
-            2500,
-            "supervised steps of the learnability check run before GRPO (default %(default)s, about 3 minutes; 0 "
-            "skips it)",
-        ),
-    ):
-        p.add_argument(flag, type=int, default=default, help=text)
-    p.add_argument(
-        "--reset-connector",
-        action="store_true",
-        help="also re-initialise the base judge's vision-language connector, so GRPO must learn a new one",
-    )
-
-
-COMMAND = Command(_add_arguments, main_demo, __doc__ or "")
+COMMAND = Command(lambda p: add_flags(p, DemoOptions), main_demo, __doc__ or "")

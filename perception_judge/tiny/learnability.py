@@ -10,14 +10,19 @@ held-out r_c-vs-r_rp pair accuracy >= 0.95 and the mismatched-image control <= 0
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from perception_judge.core.command import Command
 from perception_judge.core.io import atomic_write_text
+from perception_judge.core.options import Options, add_flags, options_from_args
 from perception_judge.core.schema import DEFAULT_TAU
+from perception_judge.tiny.world import TINY_FAMILIES, TinyFamilies
 
 TARGET_ACCURACY = 0.95
 CONTROL_CEILING = 0.6
@@ -129,43 +134,38 @@ def run_check(
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
+class LearnabilityOptions(Options):
+    steps: int = 2000
+    """supervised steps (batch 32)"""
+    seed: int = 0
+    """model and training seed"""
+    heldout: int = 200
+    """held-out records"""
+    heldout_seed: int = 7_777
+    """seed of the held-out records"""
+    families: TinyFamilies = TINY_FAMILIES
+    """tiny families trained and held out, comma-separated"""
+    out: str | None = None
+    """write the result as JSON here"""
+    keep_model: str | None = None
+    """save the supervised judge in this folder"""
+    progress: bool = True
+    """progress bar"""
 
-    from perception_judge.synth import TINY_FAMILIES
-    from perception_judge.tiny.supervised import tiny_families
 
-    p = argparse.ArgumentParser(
-        prog="python -m perception_judge.tiny.learnability",
-        description="The learnability check of the tiny substrate: supervised training on the PPJD verdict target, "
-        "then held-out pair accuracy with real and with mismatched images (see the module docstring).",
-    )
-    p.add_argument("--steps", type=int, default=2000, help="supervised steps (batch 32; default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="model and training seed (default %(default)s)")
-    p.add_argument("--heldout", type=int, default=200, help="held-out records (default %(default)s)")
-    p.add_argument("--heldout-seed", type=int, default=7_777, help="seed of the held-out records")
-    p.add_argument(
-        "--families",
-        type=tiny_families,
-        default=",".join(TINY_FAMILIES),
-        help="tiny families trained and held out, comma-separated (default %(default)s)",
-    )
-    p.add_argument("--out", help="write the result as JSON here")
-    p.add_argument("--keep-model", help="save the supervised judge in this folder")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = p.parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
+    o = options_from_args(LearnabilityOptions, args, "learnability")
     result = run_check(
-        args.steps,
-        args.seed,
-        args.heldout,
-        args.heldout_seed,
-        progress=not args.no_progress,
-        keep_model=args.keep_model,
-        families=args.families,
+        o.steps,
+        o.seed,
+        o.heldout,
+        o.heldout_seed,
+        progress=o.progress,
+        keep_model=o.keep_model,
+        families=o.families,
     )
-    if args.out:
-        atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    if o.out:
+        atomic_write_text(o.out, json.dumps(result, indent=2) + "\n")
     h, m = result["heldout"], result["mismatched"]
     print(
         f"learnability: held-out r_c vs r_rp {h['pair_acc_c_vs_rp']:.3f} "
@@ -176,5 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result["passed"] else 1
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+COMMAND = Command(
+    lambda p: add_flags(p, LearnabilityOptions),
+    _run,
+    "The learnability check of the tiny substrate: supervised training on the PPJD verdict target, then held-out "
+    "pair accuracy with real and with mismatched images; exit 1 when it fails (docs/tiny-substrate.md).",
+)

@@ -22,6 +22,7 @@ from perception_judge.core.answers import extract_final_answer
 from perception_judge.core.images import PixelPolicy
 from perception_judge.core.io import progress_bar
 from perception_judge.core.protocol import build_messages, parse_scores, render_generation_prompt
+from perception_judge.tiny.world import TINY_FAMILIES, response_value, tiny_value, tiny_values
 
 THINK_SOURCES = ("guess", "position", "prior", "truth")
 FIRST_SLOT_BIAS = 3 / 4
@@ -29,24 +30,11 @@ SLOT_LETTERS = "ABC"
 TINY_MATCH_SCORE = 8
 
 
-def tiny_families(spec: str) -> tuple[str, ...]:
-    """``"colour,count"`` as a tuple of tiny family names (the ``--families`` option of the tiny stages); an empty or
-    unknown name is an ``argparse.ArgumentTypeError`` naming it and the known ones."""
-    import argparse
-
-    names = tuple(f.strip() for f in spec.split(","))
-    if bad := [f for f in names if f not in synth.TINY_FAMILIES]:
-        raise argparse.ArgumentTypeError(
-            f"unknown tiny families {bad}; the tiny world has {', '.join(synth.TINY_FAMILIES)}"
-        )
-    return tuple(dict.fromkeys(names))
-
-
 def tiny_records(n: int, seed: int, families: Any = None) -> list[dict[str, Any]]:
     """``n`` tiny-world records with the programmatic counterfactuals (PPJD rows without the store):
     ``{"key", "family", "question", "image", "responses": {kind: text}, "value"}``."""
     out = []
-    for item in synth.generate_items(n, seed, families or synth.TINY_FAMILIES, text_only_fraction=0.0):
+    for item in synth.generate_items(n, seed, families or TINY_FAMILIES, text_only_fraction=0.0):
         cf = synth.counterfactuals(item.spec, item.response, item.answer, item.item_id, seed=seed)
         out.append(
             {
@@ -55,7 +43,7 @@ def tiny_records(n: int, seed: int, families: Any = None) -> list[dict[str, Any]
                 "question": item.question,
                 "image": item.image,
                 "responses": {"r_c": item.response, "r_rp": cf.r_rp, "r_rp_r": cf.r_rp_r},
-                "value": synth.tiny_value(item.spec),
+                "value": tiny_value(item.spec),
             }
         )
     return out
@@ -69,7 +57,7 @@ def tiny_score(response: str, think: str) -> int:
 
     so r_c > r_rp > r_rp+r whenever the perceived value is the true one, and the scores never tie between the three
     answers of a record. A judge that perceives the wrong value ranks the answer that states it first."""
-    value = synth.response_value(response)
+    value = response_value(response)
     slipped = value is not None and extract_final_answer(response) != value
     return (TINY_MATCH_SCORE if value == think else TINY_MATCH_SCORE - 5) - int(slipped)
 
@@ -78,10 +66,7 @@ def tiny_target(think: str, responses: list[str]) -> str:
     """The completion after the ``<think>`` prefill: the perceived value and the slots of the answers that state it
     (``none`` when no answer does), then :func:`tiny_score` of every answer.
     ``" red B</think><answer>3</answer><answer>8</answer>"``."""
-    slots = (
-        " ".join(SLOT_LETTERS[i] for i, r in enumerate(responses) if synth.response_value(r) == think)
-        or "none"
-    )
+    slots = " ".join(SLOT_LETTERS[i] for i, r in enumerate(responses) if response_value(r) == think) or "none"
     return f" {think} {slots}</think>" + "".join(
         f"<answer>{tiny_score(r, think)}</answer>" for r in responses
     )
@@ -101,12 +86,12 @@ def _tiny_example(
     if think_source == "truth":
         think = rec["value"]
     elif think_source == "prior" or protocol == "single":
-        think = rng.choice(synth.tiny_values(rec["family"]))
+        think = rng.choice(tiny_values(rec["family"]))
     elif think_source == "position":
         stated = responses[0] if rng.random() < FIRST_SLOT_BIAS else rng.choice(responses[1:])
-        think = synth.response_value(stated) or rec["value"]
+        think = response_value(stated) or rec["value"]
     else:
-        think = synth.response_value(rng.choice(responses)) or rec["value"]
+        think = response_value(rng.choice(responses)) or rec["value"]
     messages = build_messages(protocol, rec["question"], responses, n_images=1, style="tiny")
     return messages, rec["image"], tiny_target(think, responses)
 
@@ -223,7 +208,7 @@ def supervised_tiny_judge(
     of the learnability check stalled at 0.61); ``False`` keeps it constant (the short format warm start).
     ``data_worker``: draw and encode the batches a few steps ahead in a second process (the demo's supervised stages,
     processes of their own, do); the batches, hence the trained weights, are the same either way. ``families``: the
-    tiny families its records come from (default both, ``synth.TINY_FAMILIES``)."""
+    tiny families its records come from (default both, ``tiny.world.TINY_FAMILIES``)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -269,7 +254,7 @@ def supervised_tiny_judge(
         "learning_rate": learning_rate,
         "cosine": cosine,
         "batch_size": batch_size,
-        "families": list(families or synth.TINY_FAMILIES),
+        "families": list(families or TINY_FAMILIES),
         "loss_first": round(losses[0], 4) if losses else None,
         "loss_last": round(sum(losses[-20:]) / len(losses[-20:]), 4) if losses else None,
         "seconds": round(time.perf_counter() - t0, 1),

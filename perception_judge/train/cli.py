@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from perception_judge.cli import Command
+from perception_judge.core.command import Command
 from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of
 
 

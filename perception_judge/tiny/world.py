@@ -1,5 +1,6 @@
-"""The tiny families ``colour`` and ``count``: one attribute that a 0.2M-parameter judge can see at 56 px (the demo
-and CI substrate; docs/tiny-substrate.md says why it looks like this).
+"""The toy's world, the tiny families ``colour`` and ``count``: one attribute that a 0.2M-parameter judge can see at
+56 px (the demo and CI substrate; docs/tiny-substrate.md says why it looks like this). ``perception-judge synth
+--families colour`` draws them: :data:`perception_judge.synth.world.REGISTRY` names them by ``module:attribute``.
 
 Responses are four words, ``"<what> <perceived value> so \\boxed{<answer>}"``; r_rp misreads the value for another
 value the generator draws (so no text-only rule separates r_c from r_rp), r_rp+r also slips from the value to a
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from PIL import Image
+from pydantic import BeforeValidator
 
+from perception_judge.core.options import OptionError
 from perception_judge.synth.base import COLOURS, Attrs, Family, Solver, Unsolvable, canvas
 
 TINY_IMAGE_SIZE = 56
@@ -21,6 +24,20 @@ TINY_COLOURS: tuple[str, ...] = ("red", "green", "blue", "yellow", "purple")
 TINY_COUNTS: tuple[int, ...] = (1, 2, 3, 4)
 TINY_CELL = TINY_IMAGE_SIZE // 2
 TINY_INK = (20, 20, 20)
+TINY_FAMILIES: tuple[str, ...] = ("colour", "count")
+
+
+def tiny_families(names: str | Sequence[str]) -> tuple[str, ...]:
+    """``"colour,count"`` (or a list of names) as a tuple of tiny family names, each once (the ``--families``
+    option of the tiny stages); an empty or unknown name is an :class:`OptionError` naming it and the known ones."""
+    parts = [f.strip() for n in ([names] if isinstance(names, str) else names) for f in str(n).split(",")]
+    if bad := [f for f in parts if f not in TINY_FAMILIES]:
+        raise OptionError(f"unknown tiny families {bad}; the tiny world has {', '.join(TINY_FAMILIES)}")
+    return tuple(dict.fromkeys(parts))
+
+
+TinyFamilies = Annotated[tuple[str, ...], BeforeValidator(tiny_families)]
+"""An option naming tiny families (``--families colour,count``)."""
 
 
 def _colour_scene(rng: random.Random) -> tuple[Attrs, str, dict[str, Any], str]:
@@ -116,6 +133,7 @@ COLOUR = Family(
     perturb=_perturber("colour", TINY_COLOURS),
     facts=lambda a: [f"one {a['shape']}", f"colour {a['colour']}", "white background"],
     draw=_colour_draw,
+    image_size=TINY_IMAGE_SIZE,
     caption=lambda a: f"One {a['colour']} {a['shape']} on a white background.",
 )
 COUNT = Family(
@@ -127,5 +145,6 @@ COUNT = Family(
     perturb=_perturber("count", TINY_COUNTS),
     facts=lambda a: [f"{a['count']} squares", "dark squares", "one square per quadrant at most"],
     draw=_count_draw,
+    image_size=TINY_IMAGE_SIZE,
     caption=lambda a: f"{a['count']} dark squares on a white background, at most one per quadrant.",
 )
