@@ -12,6 +12,7 @@ peft's delta, each the size of its base weight). Under a minute on CPU::
 
 from __future__ import annotations
 
+import tempfile
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -41,9 +42,8 @@ def tiny_judge():
 
     from perception_judge.tiny.models import make_tiny_model
 
-    return AutoModelForImageTextToText.from_pretrained(
-        make_tiny_model("qwen2_5_vl", "/tmp/bench_weight_sync")
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        return AutoModelForImageTextToText.from_pretrained(make_tiny_model("qwen2_5_vl", folder))
 
 
 def measure(model, rank: int) -> dict[str, float]:
