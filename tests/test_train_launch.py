@@ -35,12 +35,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(args: list[str], config: str = "cpu.yaml", extra: list[str] | None = None, timeout: int = 300):
+def launch(args: list[str], config: str = "cpu.yaml", extra: list[str] | None = None, timeout: int = 300,
+           script: list[str] | None = None):  # fmt: skip
+    """``accelerate launch`` of ``script`` (default: train_grpo.py on the tiny recipe, fast) with ``args``."""
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ROOT / "configs" / "accelerate" / config),
         *(extra or []),
-        str(ROOT / "train_grpo.py"), str(ROOT / "recipes" / "tiny.yaml"), *FAST, *args,
+        *(script or [str(ROOT / "train_grpo.py"), str(ROOT / "recipes" / "tiny.yaml"), *FAST]), *args,
     ]  # fmt: skip
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # a session of its own, so that a hang (the launcher and every rank) is killed whole and fails the test

@@ -24,6 +24,7 @@ from perception_judge.core.runinfo import has_full_weights, update_run_info
 from perception_judge.core.schema import sha256_hex
 from perception_judge.rewards import completion_text
 from perception_judge.train.models import keep_vision_tower_in_step
+from perception_judge.train.sync import use_layerwise_sync
 
 # What trl 1.16's ``GRPOTrainer._generate`` returns, in order (its last ``return`` statement). The trainer reads the
 # tuple by these names; tests/test_train_components.py checks them against the installed trl's source, so a trl
@@ -71,6 +72,8 @@ class JudgeGRPOTrainer(GRPOTrainer):
         self.pj_counts = {"completions": 0, "prompts": 0, "rollouts": 0, "text_only_rollouts": 0}
         self._pj_images: list = []
         super().__init__(*args, **kwargs)
+        if self.use_vllm:  # trl gathers the whole model to merge LoRA for every weight sync
+            use_layerwise_sync(self.vllm_generation)
         # trl gathers the logged images only on ranks whose generation batch has one (`if images is not None`), a
         # collective the other ranks never join: a deadlock as soon as one rank's batch is all text-only. The
         # trainer gathers them itself, on every rank (an empty list per text-only prompt).
