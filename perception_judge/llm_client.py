@@ -305,6 +305,39 @@ class ChatClient:
     def _count_retry(self, state: RetryCallState) -> None:
         self.usage["retries"] += 1
 
+    async def check(self, timeout_s: float = 10.0) -> list[str]:
+        """One unretried GET /models per URL: a ValueError naming it when none answers, or one refuses the key, has no
+        such API or serves no such model (nor by GET /models/NAME); else warnings. Closes the pools (of this loop)."""
+        self._ensure_loop()
+        timeout_s = min(timeout_s, self.config.timeout_s)
+        found = await asyncio.gather(*(self._probe(i, timeout_s) for i in range(len(self._clients))))
+        await self.aclose()
+        problems = sorted(p for p in found if p is not None)  # a refusal before an unreachable server
+        if problems and (not problems[0][0] or len(problems) == len(found)):
+            raise ValueError(problems[0][1])
+        return [f"{why}; requests go to the other servers" for _, why in problems]
+
+    async def _probe(self, i: int, timeout_s: float) -> tuple[bool, str] | None:
+        """(unreachable, why) when base URL ``i`` cannot serve this client's model, else None."""
+        cfg, where = self.config, f"the teacher at {self.redact(self._endpoints[i].url)}"
+        models, listed = self._clients[i].with_options(timeout=timeout_s).models, None
+        try:
+            listed = sorted(m.id.removeprefix("models/") for m in (await models.list()).data)
+            if cfg.model.removeprefix("models/") not in listed:
+                await models.retrieve(cfg.model)  # a list may leave models out (pages, aliases)
+            return None
+        except Exception as e:
+            if listed is not None:
+                return False, f"{where} serves no model {cfg.model!r} (it lists {listed[:8]})"
+            error = self._classify(e, 1)
+        if error.reason in ("rate_limited", "server_error"):
+            return None  # it answers; the run's retries deal with a busy server
+        why = f"answers GET /models with {error.reason} (does the URL end in /v1?)"
+        if error.reason == "auth":
+            why = f"refuses the API key ({'from' if self._key else 'none in'} ${cfg.api_key_env})"
+        down = error.reason in ("connection", "timeout")
+        return down, f"{where} {'cannot be reached' if down else why} ({error.detail[:160]})"
+
     def endpoint_stats(self) -> list[dict[str, Any]]:
         return [{"url": e.url, "requests": e.requests, "errors": e.errors} for e in self._endpoints]
 

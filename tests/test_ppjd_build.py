@@ -162,16 +162,26 @@ def test_every_record_ends_done_or_failed_with_a_reason_under_faults(synth_dir, 
     lines = _shard_lines(out)
     record_keys = [x["key"] for x in lines]
     failures = read_failures(out)
+    pending = keys - set(record_keys) - set(failures)  # the teacher did not answer for them: not failed
     assert len(record_keys) == len(set(record_keys)), "duplicate records"
-    assert set(record_keys) | set(failures) == keys, "lost records"
     assert not set(record_keys) & set(failures)
-    assert summary.records_new + summary.failed_new == 40 and summary.status == "complete"
+    assert (
+        summary.records_new + summary.failed_new + summary.pending == 40 and len(pending) == summary.pending
+    )
+    assert summary.status == ("incomplete" if pending else "complete")
     for f in failures.values():
         assert f["stage"] in STAGES and f["reason"], f
+        assert not f["reason"].startswith(("llm_timeout", "llm_connection", "llm_server", "llm_rate")), f
     assert len(record_keys) >= 20  # the faults are survivable
     for name in ("fault_429", "fault_500", "fault_bad_body", "fault_malformed_json", "fault_truncated"):
         assert stats.get(name, 0) > 0, name  # every fault kind was exercised
     assert summary.usage["retries"] > 0 and summary.usage["prompt_tokens"] > 0
+    with FakeOpenAIServer(
+        seed=7
+    ) as srv:  # the same command, the teacher answering: the pending items are built
+        again = build(synthetic_source(synth_dir), _llm(srv.base_url), _cfg(out, concurrency=8))
+    assert again.records_new + again.failed_new == len(pending) and again.pending == 0  # a few: any may fail
+    assert {x["key"] for x in _shard_lines(out)} | set(read_failures(out)) == keys, "lost records"
 
 
 def _bad_inputs(folder: Path) -> list[dict]:
@@ -227,33 +237,36 @@ def test_bad_inputs_give_per_record_errors_and_the_run_goes_on(tmp_path):
     }
     records = list(iter_records(out))
     assert sorted(r.item_id for r in records) == ["part.jsonl:1", "part.jsonl:10"]
-    assert summary.status == "complete" and summary.records_new == 2 and summary.failed_new == 8
+    assert summary.records_new == 2 and summary.failed_new == 8  # the run went on, and says it mostly failed:
+    assert summary.status == "failed" and "8 of 10 items failed" in summary.abort_reason
     # the two records share the image: stored once, by content
     assert len(list((out / "images").iterdir())) == 1
 
 
-def test_fatal_auth_error_stops_the_run_and_the_key_is_never_written(
+def test_a_refused_key_is_one_line_before_any_work_and_the_key_is_never_written(
     synth_dir, tmp_path, monkeypatch, capsys
 ):
     from perception_judge.cli import main
 
     out = tmp_path / "ppjd"
     monkeypatch.setenv("PJ_TEST_KEY", SECRET)
+    argv = ["build-ppjd", "--input", str(synth_dir), "--out", str(out), "--teacher", "llm", "--model",
+            "fake-teacher", "--api-key-env", "PJ_TEST_KEY", "--no-progress"]  # fmt: skip
     with FakeOpenAIServer(api_key="sk-another-key") as srv:
-        code = main(
-            ["build-ppjd", "--input", str(synth_dir), "--out", str(out), "--teacher", "llm", "--base-url",
-             srv.base_url, "--model", "fake-teacher", "--api-key-env", "PJ_TEST_KEY", "--no-progress"]
-        )  # fmt: skip
-    captured = capsys.readouterr()
-    assert code == 1 and "aborted" in captured.err and "llm_auth" in captured.err
+        code, url = main([*argv, "--base-url", srv.base_url]), srv.base_url
+        assert (
+            srv.stats().get("stage_verify", 0) == 0 and not out.exists()
+        )  # refused by one request, nothing written
+        # a key refused after the check (revoked mid-run): the run stops, no record is the worse for it
+        summary = build(synthetic_source(synth_dir), _llm(srv.base_url), _cfg(out))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "refuses the API key (from $PJ_TEST_KEY)" in err
+    assert url in err
+    assert summary.status == "aborted" and "llm_auth" in summary.abort_reason
     assert len(read_failures(out)) == 0  # a bad key is not the records' fault
     assert read_manifest(out)["runs"][-1]["status"] == "aborted"
     with FakeOpenAIServer(api_key=SECRET, faults=Faults(rate_500=0.2, rate_truncated=0.2), seed=1) as srv:
-        code = main(
-            ["build-ppjd", "--input", str(synth_dir), "--out", str(out), "--teacher", "llm", "--base-url",
-             srv.base_url, "--model", "fake-teacher", "--api-key-env", "PJ_TEST_KEY", "--no-progress",
-             "--max-retries", "1", "--limit", "12"]
-        )  # fmt: skip
+        code = main([*argv, "--base-url", srv.base_url, "--max-retries", "4", "--limit", "12"])
         assert srv.stats()["status_200"] > 0
     captured = capsys.readouterr()
     assert code == 0
@@ -263,20 +276,57 @@ def test_fatal_auth_error_stops_the_run_and_the_key_is_never_written(
             assert SECRET.encode() not in path.read_bytes(), path
 
 
-def test_consecutive_transport_failures_abort_the_run(synth_dir, tmp_path):
-    import socket
+def test_a_teacher_that_stops_answering_leaves_items_pending_and_the_same_command_builds_them(
+    synth_dir, tmp_path
+):
+    """Connection faults used to be recorded as failures (verify/llm_connection), skipped by every later run."""
+    out = tmp_path / "ppjd"
+    closed = Faults(rate_hang=1.0, hang_s=0.0)  # every chat call: the connection closed, no reply
+    with FakeOpenAIServer(faults=closed) as srv:
+        summary = build(
+            synthetic_source(synth_dir),
+            _llm(srv.base_url, max_retries=0),
+            _cfg(out, concurrency=2, max_consecutive_failures=4),
+        )
+    assert summary.status == "aborted" and "4 items in a row failed at the teacher" in summary.abort_reason
+    assert "verify/llm_connection" in summary.abort_reason and "is the server up" in summary.abort_reason
+    assert 4 <= summary.pending < 40 and summary.failed_new == 0 and not read_failures(out)
+    assert summary.failures_by_reason == {"verify/llm_connection (left pending)": summary.pending}
+    old = sorted(_keys(synthetic_source(synth_dir)) - {r.key for r in iter_records(out)})[:2]
+    with open(out / "failures.jsonl", "a") as f:  # what an older version recorded: built again, not skipped
+        f.writelines(json.dumps({"key": k, "stage": "verify", "reason": "llm_timeout"}) + "\n" for k in old)
+    with FakeOpenAIServer() as srv:
+        again = build(synthetic_source(synth_dir), _llm(srv.base_url), _cfg(out))
+    assert again.status == "complete" and again.skipped_failed == 0 and again.records_new >= 30
+    failures, built = read_failures(out), {r.key for r in iter_records(out)}
+    assert all(k in built or failures[k]["reason"] != "llm_timeout" for k in old)
+    assert again.records_new + again.failed_new == 40
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    summary = build(
-        synthetic_source(synth_dir),
-        _llm(dead, max_retries=0),
-        _cfg(tmp_path / "ppjd", concurrency=2, max_consecutive_failures=4),
+
+def test_a_teacher_that_answers_in_prose_stops_the_run_and_the_cli_says_why(synth_dir, tmp_path, capsys):
+    """Every item failed as verify/no_json, and the run said status complete, exit 0."""
+    from perception_judge.cli import main
+
+    argv = ["build-ppjd", "--input", str(synth_dir), "--teacher", "llm", "--model", "fake-teacher",
+            "--no-progress", "--stage-attempts", "1", "--concurrency", "2"]  # fmt: skip
+    with FakeOpenAIServer(faults=Faults(rate_prose=1.0)) as srv:
+        argv += ["--base-url", srv.base_url]
+        # nothing built is a failed run whatever the threshold
+        short = main([*argv, "--out", str(tmp_path / "a"), "--limit", "6", "--max-failure-rate", "1"])
+        captured = capsys.readouterr()
+        early = main([*argv, "--out", str(tmp_path / "b"), "--max-consecutive-failures", "5"])
+        calls = srv.stats()["stage_verify"] - 6
+    err = captured.err.strip()
+    assert (
+        short == 1
+        and err == "perception-judge build-ppjd: run failed: 6 of 6 items failed (--max-failure-rate 1)"
     )
-    assert summary.status == "aborted" and "in a row" in summary.abort_reason
-    assert 4 <= summary.failed_new < 40
-    assert all(f["reason"] == "llm_connection" for f in read_failures(tmp_path / "ppjd").values())
+    assert (
+        "verify/no_json" in captured.out and read_manifest(tmp_path / "a")["runs"][-1]["status"] == "failed"
+    )
+    err = capsys.readouterr().err
+    assert early == 1 and "5 items in a row failed at the teacher (last: verify/no_json" in err
+    assert "I have checked the solution" in err and calls < 12  # stopped early: not all 40 items were tried
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -466,7 +516,9 @@ def test_one_hostile_row_costs_one_failure_and_the_build_goes_on(tmp_path):
     failures = {f["item_id"]: (f["stage"], f["reason"]) for f in read_failures(out).values()}
     assert failures == {f"part.jsonl:{i}": ("load", "image_bad_path") for i in (2, 3, 4)}, failures
     assert sorted(r.item_id for r in iter_records(out)) == ["part.jsonl:1", "part.jsonl:5"]
-    assert summary.status == "complete" and summary.failed_new == 3
+    assert (
+        summary.failed_new == 3 and summary.status == "failed"
+    )  # 3 of 5: over the default --max-failure-rate
 
 
 def test_one_hostile_row_among_a_thousand_costs_exactly_one_failure(tmp_path):

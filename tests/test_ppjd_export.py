@@ -116,6 +116,25 @@ def test_permutations_and_labels_are_balanced(exported):
     assert f"| train | {info['records']['train']} |" in card and "batch=1" in card
 
 
+def test_the_card_and_export_info_are_safe_to_publish(ppjd_dir, exported, tmp_path):
+    """The card carried the PPJD folder's absolute path, and license: other without a license_name."""
+    import yaml
+
+    out, info = exported
+    for text in ((out / "README.md").read_text(), (out / "export_info.json").read_text()):
+        for local in {str(ppjd_dir.resolve()), str(ppjd_dir.parent.resolve()), str(tmp_path.parent)}:
+            assert local not in text, local
+    card = (out / "README.md").read_text()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["license"] == "other" and meta["license_name"] and "## Licence" in card
+    assert f"source PPJD folder: `{ppjd_dir.name}`" in card and info["ppjd"]["source"]["files"] == [
+        "items.jsonl"
+    ]
+    export_ppjd(ppjd_dir, tmp_path / "cc", ExportOptions(license="cc-by-4.0"))
+    meta = yaml.safe_load((tmp_path / "cc" / "README.md").read_text().split("---")[1])
+    assert meta["license"] == "cc-by-4.0" and "license_name" not in meta
+
+
 def test_export_is_deterministic_and_seeded(ppjd_dir, tmp_path):
     records = list(iter_records(ppjd_dir))
     mix = parse_mix("batch=1,pair=0.5")

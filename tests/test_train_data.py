@@ -38,7 +38,10 @@ def processor(tiny_qwen25):
 
 def _script(folder):
     return SimpleNamespace(
-        dataset_name=str(folder), dataset_train_split="train", dataset_test_split="validation"
+        dataset_name=str(folder),
+        dataset_config=None,
+        dataset_train_split="train",
+        dataset_test_split="validation",
     )
 
 
@@ -178,3 +181,66 @@ def test_pixel_bounds_come_from_the_model_processor(tiny_qwen3):
         pixel_policy_for(JudgeArguments(image_size=224), config, qwen3)
     with pytest.raises(DataError, match="image_min_pixels/image_max_pixels 3,136-200,704 reach outside"):
         pixel_policy_for(JudgeArguments(image_mode="smart", image_min_pixels=56 * 56), config, qwen3)
+
+
+HUB_README = """---
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: data/train-*
+  - split: validation
+    path: data/validation-*
+- config_name: small
+  data_files:
+  - split: train
+    path: small/train-*
+---
+# a training set as a Hub download lays it out
+"""
+
+
+def _hub_layout(folder, rows, small_rows):
+    """A folder laid out as ``datasets`` reads a Hub dataset: parquet shards under data/ (plus a column the
+    training set does not have), a second config, a README whose YAML lists them."""
+    for where, split, part in (
+        ("data", "train", rows[:6]),
+        ("data", "validation", rows[6:]),
+        ("small", "train", small_rows),
+    ):
+        (folder / where).mkdir(parents=True, exist_ok=True)
+        ds = rows_to_dataset(part).add_column("licence_note", ["cc-by-4.0"] * len(part))
+        ds.to_parquet(str(folder / where / f"{split}-00000-of-00001.parquet"))
+    (folder / "README.md").write_text(HUB_README)
+    return folder
+
+
+def test_dataset_name_takes_a_hub_download_and_its_configs_and_checks_the_rows(tmp_path, processor):
+    """--dataset_name took only a local export folder; trl users pass a Hub id or a load_dataset spec."""
+    from perception_judge.train.data import read_training_set
+
+    rows = toy_rows(8)
+    hub = _hub_layout(tmp_path / "hub", rows, toy_rows(3, seed=5))
+    dsd = read_training_set(str(hub), ("train", "validation"))
+    assert {k: len(v) for k, v in dsd.items()} == {"train": 6, "validation": 2}
+    assert "licence_note" not in dsd["train"].column_names and dsd["train"][0]["images"][0].size == (56, 56)
+    assert dsd["train"]["record_key"] == [r["record_key"] for r in rows[:6]]
+    small = read_training_set(str(hub), ("train",), config="small")  # trl's dataset_config
+    assert list(small) == ["train"] and len(small["train"]) == 3
+    script = SimpleNamespace(**{**vars(_script(hub)), "dataset_config": "small"})
+    data = load_judge_data(script, JudgeArguments(), processor, PixelPolicy(mode="fixed", size=56, factor=28))
+    assert len(data.train) == 3 and data.validation is None
+    with pytest.raises(DataError, match=r"config 'nope'.*cannot be loaded"):
+        read_training_set(str(hub), ("train",), config="nope")
+    with pytest.raises(DataError, match=r"dataset_name 'someone/not-downloaded': cannot be loaded"):
+        read_training_set("someone/not-downloaded", ("train",))  # offline: never the network
+
+    bad = toy_rows(8)
+    bad[2]["ground_truth"] = "AAB"  # the project's row check runs on whatever comes back
+    with pytest.raises(DataError, match=rf"{tmp_path / 'bad'}: train row 2"):
+        read_training_set(str(_hub_layout(tmp_path / "bad", bad, bad[:1])), ("train",))
+    other = tmp_path / "other" / "data"
+    other.mkdir(parents=True)
+    rows_to_dataset(rows).remove_columns(["kinds"]).to_parquet(str(other / "train-00000-of-00001.parquet"))
+    with pytest.raises(DataError, match=r"'.*other' train: missing column\(s\) \['kinds'\]"):
+        read_training_set(str(other.parent), ("train",))

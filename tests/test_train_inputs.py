@@ -77,3 +77,11 @@ def test_local_model_adapter_and_checkpoint_folders_are_checked_first(capsys, tm
     model.mkdir()
     err = _train(capsys, tmp_path, *common, "--model_name_or_path", str(model), recipe=str(no_provider))
     assert f"model_name_or_path: {str(model)!r} holds no config.json" in err
+
+
+def test_a_dataset_config_reaches_the_check_before_the_model_is_built(capsys, tmp_path, toy_set):
+    """trl's --dataset_config is the name of load_dataset: a config the training set lacks is one line."""
+    model = tmp_path / "tiny-model"
+    err = _train(capsys, tmp_path, "--dataset_name", str(toy_set), "--dataset_config", "nope",
+                 "--model_name_or_path", str(model))  # fmt: skip
+    assert f"dataset_name {str(toy_set)!r} (config 'nope'): cannot be loaded" in err and not model.exists()

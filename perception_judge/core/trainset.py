@@ -82,6 +82,33 @@ def split_path(folder: str | Path, split: str) -> Path:
     return Path(folder) / f"{split}.parquet"
 
 
+def _check_columns(names: list[str], where: str) -> None:
+    if missing := [c for c in TRAIN_COLUMNS if c not in names]:
+        raise ValueError(
+            f"{where}: missing column(s) {missing}; a training set has {list(TRAIN_COLUMNS)} "
+            "(written by `perception-judge export`)"
+        )
+
+
+def to_training_features(table: Any, where: str) -> Any:
+    """A ``datasets.Dataset`` cast to the training-set features (other columns dropped); a missing column or one of
+    another type is a ValueError naming ``where``."""
+    want = features()
+    _check_columns(table.column_names, where)
+    table = table.remove_columns([c for c in table.column_names if c not in want])
+    try:
+        return table.cast(want)
+    except (ValueError, TypeError) as e:
+        bad = [
+            f"{c} is {table.features[c]!r}, expected {want[c]!r}"
+            for c in want
+            if c in table.features and repr(table.features[c]) != repr(want[c])
+        ]
+        raise ValueError(
+            f"{where}: column types differ from the training-set format: {'; '.join(bad) or e}"
+        ) from None
+
+
 def load_training_set(folder: str | Path, splits: Iterable[str] = SPLITS) -> Any:
     """Load the parquet splits of an exported training set as a ``DatasetDict`` (missing splits are skipped,
     a folder with no split at all is an error naming the folder)."""
@@ -96,30 +123,11 @@ def load_training_set(folder: str | Path, splits: Iterable[str] = SPLITS) -> Any
         )
     import pyarrow.parquet as pq
 
-    want = features()
     for path in files.values():  # name the file, the column and what was expected, before datasets does not
         try:
             names = pq.read_schema(path).names
         except Exception as e:  # pyarrow raises several types for a damaged file
             raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
-        if missing := [c for c in TRAIN_COLUMNS if c not in names]:
-            raise ValueError(
-                f"{path}: missing column(s) {missing}; a training set has {list(TRAIN_COLUMNS)} "
-                "(written by `perception-judge export`)"
-            )
+        _check_columns(names, path)
     ds = load_dataset("parquet", data_files=files)
-    out = {}
-    for split, table in ds.items():
-        table = table.remove_columns([c for c in table.column_names if c not in want])
-        try:
-            out[split] = table.cast(want)
-        except (ValueError, TypeError) as e:
-            bad = [
-                f"{c} is {table.features[c]!r}, expected {want[c]!r}"
-                for c in want
-                if c in table.features and repr(table.features[c]) != repr(want[c])
-            ]
-            raise ValueError(
-                f"{files[split]}: column types differ from the training-set format: {'; '.join(bad) or e}"
-            ) from None
-    return DatasetDict(out)
+    return DatasetDict({split: to_training_features(table, files[split]) for split, table in ds.items()})

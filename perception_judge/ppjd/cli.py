@@ -69,6 +69,8 @@ def _synth_run(args: argparse.Namespace) -> int:
         )
     except (ValueError, FileExistsError) as e:
         return _error("synth", e, 2)
+    except OSError as e:  # the folder cannot be made: nothing was generated
+        return _error("synth", f"cannot write to --out {o.out!r}: {e.strerror or e}", 2)
     counts = ", ".join(f"{k} {v}" for k, v in info["counts"].items())
     print(f"wrote {info['n']} synthetic items (seed {info['seed']}: {counts}) to {o.out}")
     return 0
@@ -98,12 +100,15 @@ def _make_teacher(kind: str, t: TeacherOptions) -> Any:
 
 
 def _build_run(args: argparse.Namespace) -> int:
+    from perception_judge.ppjd.store import check_out
+
     try:
         src, tch, bld = options_from_args(BuildJob, args).sections()
         if not src.inputs:
             raise OptionError("no input: pass --input (or source.inputs in --config)")
         if not bld.out:
             raise OptionError("no output folder: pass --out (or build.out in --config)")
+        check_out(bld.out)
         source = sources.open_source(
             src.inputs,
             kind=src.kind,
@@ -114,6 +119,8 @@ def _build_run(args: argparse.Namespace) -> int:
         )
         kind = tch.kind if tch.kind != "auto" else "programmatic" if source.name == "synthetic" else "llm"
         teacher = _make_teacher(kind, tch)
+        for warning in teacher.check(source):  # one request to a server: before anything is written
+            print(f"perception-judge build-ppjd: warning: {warning}", file=sys.stderr)
         if bld.num_parts > 1 or bld.part is not None:
             part = resolve_part(bld.part, bld.num_parts)
             claim_partition(bld.out, bld.num_parts, source.describe(), teacher.describe())
@@ -128,8 +135,8 @@ def _build_run(args: argparse.Namespace) -> int:
         what = "disk full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
         return _error("build-ppjd", f"cannot write to the output folder {bld.out!r}: {what}", 1)
     print(format_summary(summary))
-    if summary.status == "aborted":
-        return _error("build-ppjd", f"run aborted: {summary.abort_reason}", 1)
+    if summary.status in ("aborted", "failed", "incomplete"):
+        return _error("build-ppjd", f"run {summary.status}: {summary.abort_reason}", 1)
     if summary.status == "interrupted":
         return _error("build-ppjd", "interrupted; run the same command again to resume", 130)
     return 0
@@ -143,8 +150,9 @@ BUILD = Command(
         "facts, and writes r_rp (perceptual errors) and r_rp+r (perceptual and reasoning errors); both must end in "
         "answers that differ from the ground truth and from each other. Results are appended to "
         "OUT/records-*.jsonl, rejections (with stage and reason) to OUT/failures.jsonl. Re-running the same command "
-        "resumes: finished keys are skipped, failed keys too unless --retry-failed. Exit codes: 0 done, 1 aborted "
-        "(e.g. bad API key), 2 bad arguments, 130 interrupted."
+        "resumes: finished keys are skipped, failed keys too unless --retry-failed. Inputs and teacher (one GET "
+        "/models) are checked first. Exit codes: 0 done; 1 aborted, failed (over --max-failure-rate) or incomplete "
+        "(items the teacher did not answer stay pending); 2 bad arguments, inputs or teacher; 130 interrupted."
     ),
 )
 

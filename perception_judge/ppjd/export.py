@@ -86,6 +86,8 @@ class ExportOptions(Options):
     prompt_style: Literal[PROMPT_STYLES] = "full"
     """judge prompt wording: full (real judges, default) or tiny (the dozen-token prompt of the CPU-scale tiny
     judges; recorded in export_info.json, and the evaluation renders the same style)"""
+    license: str = "other"
+    """the card's licence: a Hub licence id (cc-by-4.0 ...) if the source data and teacher terms allow one"""
     allow_incomplete: bool = False
     """export what is there: a build split into parts (build-ppjd --num-parts) with missing or unfinished parts, or
     a folder with damaged record lines (export_info.json lists them); default: refuse, naming them"""
@@ -313,7 +315,10 @@ def _manifest(src: Path, records: list[tuple[Path, PPJDRecord]], info: dict[str,
             f"{e}; exported from the shards (build-ppjd on it rebuilds it)"
         )
         manifest = {}
-    return {k: manifest.get(k) for k in ("teacher", "counts", "source")}
+    if source := manifest.get("source"):  # names, never local paths: an export gets published
+        root, files = source.get("image_root"), source.get("files") or ()
+        source = {**source, "files": [Path(f).name for f in files], "image_root": root and Path(root).name}
+    return {"teacher": manifest.get("teacher"), "counts": manifest.get("counts"), "source": source}
 
 
 def export_ppjd(
@@ -324,16 +329,20 @@ def export_ppjd(
     src, out = Path(ppjd_dir), Path(out_dir)
     if read_partition(src) is None and not shard_paths(src):
         raise FileNotFoundError(f"no PPJD records in {str(src)!r} (expected records-*.jsonl from build-ppjd)")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {str(out)!r} is a file, not a folder")
     if (train := split_path(out, "train")).exists() and not options.overwrite:
         raise FileExistsError(f"{str(train)!r} exists; pass --overwrite to replace the export")
     with _writing(src, out):  # before any work: a folder that cannot be written is said at once
         tmp = _staging(out)
     try:
         records, found = _records(src, options.allow_incomplete)
+        if not records:
+            raise ExportError(f"no records in {str(src)!r}: nothing to export (failures.jsonl says why)")
         info: dict[str, Any] = {
             "format": "perception-judge/trainset/1",
             "created": now(),
-            "source": str(src.resolve()),
+            "source": src.resolve().name,  # the folder's name, never a local path: the card gets published
             "settings": options.model_dump(exclude={"overwrite", "allow_incomplete"}),
         }
         with _writing(src, out):

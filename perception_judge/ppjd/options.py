@@ -95,7 +95,9 @@ class BuildOptions(Options):
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     """reject images with more pixels"""
     max_consecutive_failures: int = 200
-    """stop the run after this many teacher-call failures in a row"""
+    """stop the run after this many items in a row fail at the teacher (no answer, or no usable JSON)"""
+    max_failure_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    """exit 1 (run status failed) when more than this fraction of the items a run tries fail (1: never)"""
     stop_grace_s: Annotated[float, Field(ge=0), Flag("--stop-grace")] = 10.0
     """seconds the items in flight get to finish after SIGINT/SIGTERM before they are cancelled and left pending
     for the next run"""

@@ -95,7 +95,7 @@ def _last_status(part: Path) -> str | None:
         runs = (read_manifest(part) or {}).get("runs") or [{}]
     except ManifestError:
         return f"{part.name} (manifest.json unreadable: run the part again to rebuild it)"
-    return None if runs[-1].get("status") == "complete" else part.name
+    return None if runs[-1].get("status") in ("complete", "failed") else part.name  # failed: every item tried
 
 
 def merge_plan(

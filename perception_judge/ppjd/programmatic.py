@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from perception_judge import synth
@@ -25,6 +26,14 @@ class ProgrammaticTeacher:
 
     async def aclose(self) -> None:
         return None
+
+    def check(self, source: Any) -> list[str]:
+        if any(item.spec for item in itertools.islice(source, 50)):
+            return []
+        raise ValueError(  # nothing to verify r_c against
+            "the programmatic teacher builds only synthetic items (a spec per row, as `perception-judge synth` "
+            "writes) and the first rows of this source have none: use --teacher llm, or --input a synth folder"
+        )
 
     async def process(self, inp: TeacherInput) -> Counterfactuals:
         return self.counterfactuals(inp)

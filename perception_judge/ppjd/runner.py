@@ -29,6 +29,7 @@ from perception_judge.core.images import ImageError, image_bytes, load_image, re
 from perception_judge.core.io import now, progress_bar
 from perception_judge.core.redact import redact_text
 from perception_judge.core.schema import Failure, PPJDRecord, SourceItem
+from perception_judge.llm_client import RETRYABLE_REASONS
 from perception_judge.ppjd.options import BuildOptions
 from perception_judge.ppjd.partition import part_of
 from perception_judge.ppjd.sources import Source, item_key
@@ -39,7 +40,7 @@ from perception_judge.ppjd.validate import precheck, validate
 
 @dataclass
 class BuildSummary:
-    status: str = "running"  # complete | interrupted | aborted
+    status: str = "running"  # complete | failed | incomplete | interrupted | aborted
     out_dir: str = ""
     teacher: str = ""
     seen: int = 0
@@ -50,6 +51,7 @@ class BuildSummary:
     duplicates: int = 0
     other_parts: int = 0  # items of the other parts of a partitioned build
     in_flight_lost: int = 0
+    pending: int = 0  # items the teacher did not answer for (a transport fault): the next run builds them
     records_total: int = 0
     failed_total: int = 0
     failures_by_reason: dict[str, int] = field(default_factory=dict)
@@ -62,6 +64,10 @@ class BuildSummary:
 
 class _Abort(Exception):
     pass
+
+
+def _transport(reason: str) -> bool:  # no answer from the teacher (connection, timeout, 5xx, 429)
+    return reason.removeprefix("llm_") in RETRYABLE_REASONS
 
 
 def load_item_image(item: SourceItem, options: BuildOptions) -> tuple[bytes, str, Image.Image] | None:
@@ -236,8 +242,9 @@ class Builder:
         return _Abort(reason)
 
     def _write_manifest(self, status: str) -> None:
-        counted = ("records_new", "failed_new", "skipped_done", "skipped_failed", "duplicates", "other_parts")
-        summary = {k: getattr(self.summary, k) for k in counted} | {"usage": self.teacher.usage()}
+        counted = ("records_new", "failed_new", "pending", "skipped_done", "skipped_failed", "duplicates")
+        summary = {k: getattr(self.summary, k) for k in (*counted, "other_parts")}
+        summary["usage"] = self.teacher.usage()
         self.run_info |= {"status": status, "summary": summary, "updated": now()}
         with self._writing():
             self.store.write_manifest(runs=self.runs)
@@ -266,12 +273,19 @@ class Builder:
             return
         if e.fatal:
             raise self._abort(f"{e.stage}/{e.reason}: {self.redact(e.detail)[:300]}")
-        self._fail(out.key, out.item, e)
-        llm = e.reason.startswith("llm_")
-        self.consecutive = self.consecutive + 1 if llm else 0
-        if llm and self.consecutive >= self.options.max_consecutive_failures:
-            last = f"{e.stage}/{e.reason}"
-            self._abort(f"{self.consecutive} teacher calls in a row failed (last: {last}); is the server up?")
+        if _transport(e.reason):  # not the item's fault: the same command builds it once the teacher answers
+            self.summary.pending += 1
+            self.reasons[f"{e.stage}/{e.reason} (left pending)"] += 1
+        else:
+            self._fail(out.key, out.item, e)
+        teacher = e.stage in ("verify", "attributes", "rewrite", "teacher") and e.reason != "rc_rejected"
+        self.consecutive = self.consecutive + 1 if teacher else 0
+        if teacher and self.consecutive == self.options.max_consecutive_failures:  # once
+            last = f"{e.stage}/{e.reason}: {self.redact(e.detail)[:120]}"
+            self._abort(
+                f"{self.consecutive} items in a row failed at the teacher (last: {last}); is the server up, and "
+                "does the model reply with the JSON asked for?"
+            )
 
     async def _item(self, key: str, item: SourceItem, progress: _Progress) -> None:
         out = await make_record(key, item, self.teacher, self.options)
@@ -295,7 +309,7 @@ class Builder:
             s.skipped_done += 1
         elif key in taken:
             s.duplicates += 1
-        elif key in self.store.failed and not o.retry_failed:
+        elif key in self.store.failed and not (o.retry_failed or _transport(self.store.failed[key][1])):
             s.skipped_failed += 1
         elif o.limit is not None and len(taken) >= o.limit:
             return None
@@ -395,12 +409,21 @@ class Builder:
             if self.summary.abort_reason and self.summary.abort_reason != "interrupted":
                 status = "aborted"
             elif not self.stop.is_set() and not any(isinstance(r, asyncio.CancelledError) for r in results):
-                status = "complete"
+                status, self.summary.abort_reason = self._outcome()
         finally:
             self._cancel_in_flight()
             progress.close()
             self._finish(status, started)
         return self.summary
+
+    def _outcome(self) -> tuple[str, str]:
+        """``complete``, or why a run that went through its items did not do what it was asked."""
+        s, rate = self.summary, self.options.max_failure_rate
+        if s.pending:
+            return "incomplete", f"{s.pending} item(s) left pending: the teacher did not answer; run it again"
+        if (tried := s.records_new + s.failed_new) and (not s.records_new or s.failed_new > rate * tried):
+            return "failed", f"{s.failed_new} of {tried} items failed (--max-failure-rate {rate:g})"
+        return "complete", ""
 
     def _finish(self, status: str, started: float) -> None:
         s = self.summary
@@ -451,6 +474,7 @@ def format_summary(summary: BuildSummary) -> str:
         ("duplicates in the source", summary.duplicates),
         *([("items of other parts (not this one)", summary.other_parts)] if summary.other_parts else []),
         ("in flight when stopped", summary.in_flight_lost),
+        ("left pending (no answer from the teacher)", summary.pending),
         ("records in the folder", summary.records_total),
         ("failed keys in the folder", summary.failed_total),
         ("elapsed", f"{summary.elapsed_s:.1f} s ({summary.records_per_s:.2f} items/s)"),

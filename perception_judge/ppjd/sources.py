@@ -209,6 +209,21 @@ class TableSource:
                     error = None if isinstance(row, dict) else f"row is a {type(row).__name__}, not an object"
                     yield f, n, None if error else row, error
 
+    def check(self) -> None:
+        """Before any work: --image-root is a folder, the first readable row has a column for every field."""
+        if self.image_root is not None and not self.image_root.is_dir():
+            raise FileNotFoundError(f"--image-root {str(self.image_root)!r} is not a folder")
+        path, _, row, _ = next((r for r in self._rows() if r[2] is not None), (self.files[0], 0, None, None))
+        if row is None:
+            raise ValueError(f"{str(path)!r} holds no readable row")
+        fields = ("question", "answer", "response", *(() if self.allow_text_only else ("image",)))
+        columns = {**DEFAULT_CANDIDATES, **{f: (key.split(".")[0],) for f, key in self.mapping.items()}}
+        if missing := [f for f in fields if not set(columns[f]) & set(row)]:
+            raise ValueError(
+                f"{str(path)!r}: no {', '.join(missing)} column in its first row (it has {', '.join(sorted(row))}); "
+                f"name the columns with --map FIELD=COLUMN (fields: {', '.join(FIELDS)})"
+            )
+
     def _field(self, row: dict[str, Any], name: str) -> tuple[Any, str | None]:
         if name in self.mapping:
             return _dig(row, self.mapping[name]), self.mapping[name]
@@ -304,11 +319,6 @@ def synthetic_source(folder: str | os.PathLike[str]) -> TableSource:
     return TableSource([items], preset="synthetic", image_root=folder, allow_text_only=True, name="synthetic")
 
 
-def is_synth_folder(path: str | os.PathLike[str]) -> bool:
-    p = Path(path)
-    return p.is_dir() and (p / "items.jsonl").is_file() and (p / "synth_info.json").is_file()
-
-
 def open_source(
     inputs: Sequence[str | os.PathLike[str]],
     kind: str = "auto",
@@ -322,7 +332,10 @@ def open_source(
     if not inputs:
         raise ValueError("no source input given")
     if kind == "auto":
-        kind = "synthetic" if len(inputs) == 1 and is_synth_folder(inputs[0]) else "table"
+        synth = len(inputs) == 1 and all(
+            (Path(inputs[0]) / f).is_file() for f in ("items.jsonl", "synth_info.json")
+        )
+        kind = "synthetic" if synth else "table"
     if kind == "synthetic":
         if len(inputs) != 1:
             raise ValueError("the synthetic source takes exactly one synth folder")
@@ -332,6 +345,8 @@ def open_source(
             f"unknown source kind {kind!r}; expected auto, synthetic, table, jsonl, parquet or mmpr"
         )
     preset = "mmpr" if kind == "mmpr" else None
-    return TableSource(
+    source = TableSource(
         inputs, mapping, image_root, preset, bool(allow_text_only), name=preset, prefix_map=prefix_map
     )
+    source.check()
+    return source

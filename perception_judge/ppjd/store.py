@@ -36,6 +36,16 @@ def shard_paths(folder: str | os.PathLike[str]) -> list[Path]:
     return sorted(p for p in Path(folder).glob(f"{SHARD_PREFIX}*.jsonl") if p.is_file())
 
 
+def check_out(folder: str | os.PathLike[str]) -> None:
+    """Before any work: ``--out`` is new, empty or a PPJD build (not a file, nor a folder of other files)."""
+    out, marks = Path(folder), (MANIFEST_FILE, LOCK_FILE, "partition.json")
+    ours = out.is_dir() and (not any(out.iterdir()) or any((out / m).exists() for m in marks))
+    if out.exists() and not ours:
+        raise ValueError(
+            f"--out {str(out)!r} is a file or a folder of other files: choose a new or empty folder"
+        )
+
+
 @dataclass
 class ScanReport:
     """What opening a folder found."""

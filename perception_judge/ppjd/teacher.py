@@ -5,6 +5,7 @@ truncated or unusable reply is retried with a new seed. Text-only items use the 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ class Teacher(Protocol):
 
     async def process(self, inp: TeacherInput) -> Counterfactuals:
         """The two counterfactuals of one item, or raise StageError."""
+
+    def check(self, source: Any) -> list[str]:
+        """Before any work: the warnings to print, or a ValueError saying why it cannot build ``source``."""
 
     def describe(self) -> dict[str, Any]:
         """Settings for the manifest (no secrets)."""
@@ -200,6 +204,9 @@ class LLMTeacher:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    def check(self, source: Any) -> list[str]:
+        return asyncio.run(self.client.check())
 
     async def _stage(
         self,

@@ -10,6 +10,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy, pixel_policy_conflict, processor_pixel_bounds
@@ -278,16 +279,40 @@ class JudgeData:
         return seconds
 
 
-def read_training_set(folder: str, splits: tuple[str, ...] = ()) -> Any:
-    """The exported training set in ``folder`` read whole, the rows of ``splits`` checked (:func:`check_rows`);
-    every problem a :class:`DataError` naming the file: no folder or split file, another schema, a damaged file
+def _load_dataset(name: str, config: str | None) -> Any:
+    """``load_dataset(dataset_name, dataset_config)`` as trl's scripts call it, cast to the training-set columns."""
+    from datasets import DatasetDict, load_dataset
+
+    from perception_judge.core.trainset import to_training_features
+
+    what = f"{name!r}" + (f" (config {config!r})" if config else "")
+    try:
+        dsd = load_dataset(name, name=config)
+    except Exception as e:  # not found, offline, no such config, unreadable files: datasets raises many types
+        why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+        raise DataError(f"dataset_name {what}: cannot be loaded ({why})") from None
+    return DatasetDict({split: to_training_features(ds, f"{what} {split}") for split, ds in dsd.items()})
+
+
+def read_training_set(folder: str, splits: tuple[str, ...] = (), config: str | None = None) -> Any:
+    """The training set ``folder`` read whole, the rows of ``splits`` checked (:func:`check_rows`): the folder
+    ``perception-judge export`` wrote, else what ``datasets.load_dataset(folder, config)`` reads, as trl's scripts
+    do (a Hub dataset id, a folder laid out as a Hub download, a config of either), cast to the training-set
+    columns; the prompts are used as the rows hold them (no export_info.json is read). Every problem a
+    :class:`DataError` naming the file or the dataset: no such folder or dataset, another schema, a damaged file
     (datasets' own error names none), a malformed row or image."""
     import pyarrow.parquet as pq
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     from perception_judge.core.trainset import SPLITS, load_training_set, split_path
 
+    exported = config is None and any(split_path(folder, split).is_file() for split in SPLITS)
     try:
-        dsd = load_training_set(folder)
+        hub = not exported and (config is not None or Path(folder).exists() or not validate_repo_id(folder))
+    except HFValidationError:
+        hub = False  # a path that does not exist: named as a missing export folder
+    try:
+        dsd = _load_dataset(folder, config) if hub else load_training_set(folder)
     except (FileNotFoundError, ValueError) as e:
         raise DataError(str(e)) from None
     except Exception as e:  # datasets.exceptions.DatasetGenerationError
@@ -300,7 +325,7 @@ def read_training_set(folder: str, splits: tuple[str, ...] = ()) -> Any:
                 ) from None
         raise DataError(f"{folder}: the training set cannot be read ({type(e).__name__}: {e})") from None
     for split in [s for s in splits if s in dsd]:
-        check_rows(dsd[split], split, str(split_path(folder, split)))
+        check_rows(dsd[split], split, folder if hub else str(split_path(folder, split)))
     return dsd
 
 
@@ -318,7 +343,7 @@ def load_judge_data(
     name = script_args.dataset_name
     train_split, test_split = script_args.dataset_train_split, script_args.dataset_test_split
     used = (train_split, test_split) if with_validation else (train_split,)
-    dsd = dataset if dataset is not None else read_training_set(name, used)
+    dsd = dataset if dataset is not None else read_training_set(name, used, script_args.dataset_config)
     if train_split not in dsd:
         raise DataError(f"{name}: no {train_split!r} split (found {', '.join(dsd) or 'none'})")
 

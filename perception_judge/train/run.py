@@ -125,7 +125,7 @@ def check_inputs(recipe: Recipe) -> Any:
     s, t = recipe.script, recipe.training
     eval_on = str(getattr(t.eval_strategy, "value", t.eval_strategy)) != "no"
     splits = (s.dataset_train_split, s.dataset_test_split) if eval_on else (s.dataset_train_split,)
-    return read_training_set(s.dataset_name, splits)
+    return read_training_set(s.dataset_name, splits, s.dataset_config)
 
 
 def _run_info(recipe: Recipe, run: Run, config: Any, policy: Any, think_open: bool) -> dict[str, Any]:

@@ -59,6 +59,7 @@ FAULTS = (
     "verify_reject",
     "huge_reply",
     "deep_json",
+    "prose",
 )
 _ERRORS = {
     "429": {"message": "Rate limit reached, slow down.", "type": "rate_limit_exceeded"},
@@ -78,6 +79,7 @@ class Faults:
     rate_truncated: float = 0.0  # content cut in half, finish_reason "length"
     rate_sloppy_latex: float = 0.0  # LaTeX backslashes unescaped in JSON strings, as models write them
     rate_verify_reject: float = 0.0  # the verify stage answers "correct": false
+    rate_prose: float = 0.0  # a friendly sentence instead of the JSON asked for
     retry_after_s: float = 0.05
     hang_s: float = 3.0
     huge_reply_bytes: int = 4 << 20  # the size of a "huge_reply" (forced only): one JSON string that long
@@ -144,6 +146,7 @@ class FakeOpenAIServer:
         api_key: str | None = None,
         record_requests: bool = False,
         reasoning: bool = False,
+        listed: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -153,6 +156,7 @@ class FakeOpenAIServer:
         self.api_key = api_key
         self.record_requests = record_requests  # keep every request body and its headers
         self.reasoning = reasoning  # replies carry a reasoning_content
+        self.listed = listed  # GET /models lists the model (else only GET /models/NAME finds it)
         self.requests: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
         self._rng = random.Random(seed)
@@ -231,6 +235,8 @@ class FakeOpenAIServer:
                 plan.add("sloppy_latex")
             if rng.random() < f.rate_verify_reject:
                 plan.add("verify_reject")
+            if f.rate_prose and rng.random() < f.rate_prose:  # drawn only when set: other seeded plans stay
+                plan.add("prose")
             return plan
 
     def _in_flight_delta(self, n: int) -> None:
@@ -268,12 +274,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.owner.count(f"status_{status}")
         self._json(status, {"error": {"message": message, "type": kind}})
 
+    def _refused(self) -> bool:
+        """A 401 sent when the server has a key and the request does not carry it."""
+        srv = self.owner
+        if srv.api_key is not None and self.headers.get("Authorization") != f"Bearer {srv.api_key}":
+            self._error(401, "Incorrect API key provided.", "invalid_request_error")
+            return True
+        return False
+
     def do_GET(self) -> None:
         srv = self.owner
         srv.count("requests")
+        srv.count("get_models")
+        model = {"id": srv.model, "object": "model", "created": 0, "owned_by": "fake"}
+        if self._refused():
+            return
         if self.path.rstrip("/").endswith("/models"):
-            models = [{"id": srv.model, "object": "model", "owned_by": "fake"}]
-            self._json(200, {"object": "list", "data": models})
+            self._json(200, {"object": "list", "data": [model] if srv.listed else []})
+        elif self.path.rstrip("/").endswith(f"/models/{srv.model}"):
+            self._json(200, model)
         else:
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
@@ -287,8 +306,7 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.record_requests:
             with srv._lock:
                 srv.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
-        if srv.api_key is not None and self.headers.get("Authorization") != f"Bearer {srv.api_key}":
-            self._error(401, "Incorrect API key provided.", "invalid_request_error")
+        if self._refused():
             return
         try:
             body = json.loads(raw)
@@ -331,7 +349,10 @@ class _Handler(BaseHTTPRequestHandler):
                 content = content.replace("\\\\", "\\")  # LaTeX backslashes written once
             content = "```json\n" + content + "\n```" if len(content) % 3 == 0 else content
         finish = "stop"
-        if "malformed_json" in plan:
+        if "prose" in plan:
+            srv.count("fault_prose")
+            content = "I have checked the solution carefully and it looks right to me."
+        elif "malformed_json" in plan:
             srv.count("fault_malformed_json")
             content = 'Here is the JSON you asked for: {"facts": [oops, 3]} -- hope it helps'
         elif "huge_reply" in plan:  # a runaway generation
