@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "recipe-memory": (
         "perception_judge.train.cli:RECIPE_MEMORY",
-        "per-GPU memory of a training recipe (ZeRO-3, activations, colocated vLLM): does it fit?",
+        "per-GPU memory of a training recipe (ZeRO stage, activations, weight sync, vLLM): does it fit?",
     ),
     "eval": (
         "perception_judge.evaluation.cli:COMMAND",

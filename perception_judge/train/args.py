@@ -98,6 +98,7 @@ class JudgeArguments:
         default=None, metadata={"help": "model_provider's keyword options: a mapping, or `key=value,...`."}
     )
     recipe_num_processes: Annotated[int | None, GE1] = HfArg(default=None, help="Processes assumed.")
+    skip_memory_check: bool = HfArg(default=False, help="Start even if the memory preflight refuses.")
     sample_log_steps: Annotated[int, GE0] = HfArg(default=0, help="Samples every N steps; 0: never.")
     num_samples_to_log: Annotated[int, GE0] = HfArg(default=4, help="Completions per sample dump.")
 

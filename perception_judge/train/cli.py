@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from perception_judge.core.command import Command
-from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of
+from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of, verdict, zero_stage_of
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +60,7 @@ def _memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
     help_ = "the model's shape (default: its config.json, else known)"
     parser.add_argument("--shape", choices=sorted(PUBLISHED), help=help_)
+    parser.add_argument("--zero-stage", type=int, choices=range(4), help="ZeRO stage (default: the recipe's)")
 
 
 def _model_shape(recipe: object, name: str | None) -> object:
@@ -77,19 +78,20 @@ def _memory(args: argparse.Namespace) -> int:
     try:  # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
         recipe = parse_recipe([args.recipe, *args.passthrough, "--bf16", "false"], check_environment=False)
         shape = _model_shape(recipe, args.shape)
+        stage = zero_stage_of(recipe.training) if args.zero_stage is None else args.zero_stage
     except (RecipeError, OSError, ValueError) as e:
         print(f"recipe-memory: {e}", file=sys.stderr)
         return 2
-    parts = estimate(recipe, shape, world=args.world, gpu_gib=args.gpu_gib)
+    parts = estimate(recipe, shape, args.world, args.gpu_gib, stage)
     print(
-        f"{args.recipe} on {args.world} x {args.gpu_gib:g} GiB (per GPU, worst case: every sequence at its maximum)"
+        f"{args.recipe} on {args.world} x {args.gpu_gib:g} GiB, ZeRO-{stage}, per GPU, sequences at their longest"
     )
     for key, value in parts.items():
-        print(f"  {key:22s} {value:>12,.1f}" + (" GiB" if "tokens" not in key else " tokens"))
-    fits = parts["peak"] <= parts["budget"]
-    advice = "does NOT fit: lower per_device_train_batch_size, enable vllm_enable_sleep_mode, ..."
-    print("fits" if fits else advice)
-    return 0 if fits else 1
+        text = f"{value:,} tokens" if isinstance(value, int) else f"{value:,.1f} GiB"
+        print(f"  {key:22s} {text:>16s}")
+    problem = verdict(parts, recipe, stage)
+    print(f"does NOT fit: {problem}" if problem else "fits")
+    return 1 if problem else 0
 
 
 RECIPE_MEMORY = Command(

@@ -21,6 +21,7 @@ from perception_judge.core.runinfo import RUN_FILE, list_checkpoints, update_run
 from perception_judge.train import models
 from perception_judge.train.card import final_metrics, versions, write_model_card
 from perception_judge.train.data import DataError, load_judge_data, pixel_policy_for, read_training_set
+from perception_judge.train.memory import preflight
 from perception_judge.train.recipe import RESUME_LATEST, Recipe, RecipeError, parse_recipe, report_to_list
 from perception_judge.train.rewards import build_rewards, reward_weight_map
 
@@ -251,6 +252,8 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
     )
     think_open = template_opens_think(processor)
     config = AutoConfig.from_pretrained(run.model_path, **hub)
+    if problem := preflight(recipe, config, state.num_processes):  # before any weights load
+        raise RecipeError(f"memory: {problem} (--skip_memory_check true to start anyway)")
     policy = pixel_policy_for(j, config, processor)
     run.data = _load_data(recipe, dataset, processor, policy)
     run.info = _run_info(recipe, run, config, policy, think_open)
