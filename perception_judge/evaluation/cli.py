@@ -202,9 +202,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    print(
-        "suites (options: --set SUITE.KEY=VALUE; headline metrics first; what the described metrics measure):"
-    )
+    print("suites (options: --set SUITE.KEY=VALUE; headline metrics first; what some metrics measure):")
     for name, suite in SUITES.items():
         print(f"  {name:22s} {', '.join(suite.primary[:3])}")
         print(f"  {'':22s} options: {', '.join(suite.options.model_fields)}")

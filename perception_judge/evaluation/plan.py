@@ -76,13 +76,20 @@ class Judge(Options):
         return {"name": name, "model": target} if sep else {"model": value}
 
     @model_validator(mode="after")
-    def _named(self) -> Judge:
-        if not (target := self.model or self.fn):
+    def _target_given(self) -> Judge:
+        if not (self.model or self.fn):
             raise ValueError(
                 "a judge needs 'model' (a folder, a served model's name, a scripted judge) or 'fn'"
             )
-        self.name = self.name or Path(target.rstrip("/")).name or target
         return self
+
+    def entry(self, kind: str) -> ModelEntry:
+        """The judge's model entry (the backend's keys in ``spec``; a scripted backend's TARGET is its ``fn``)."""
+        spec = self.model_dump(exclude={"name", "step"}, exclude_none=True)
+        if kind == "scripted" and "fn" not in spec:
+            spec["fn"] = spec.pop("model")
+        target = str(self.model or self.fn)
+        return ModelEntry(self.name or Path(target.rstrip("/")).name or target, self.step, "model", spec)
 
 
 class JobConfig(Options):
@@ -179,18 +186,6 @@ def check_cell_names(entries: Sequence[ModelEntry]) -> None:
                 "give them names that differ in letters, digits, '.', '_' or '-'"
             )
         seen[key] = entry.name
-
-
-def model_entries(judges: Sequence[Judge], kind: str) -> tuple[ModelEntry, ...]:
-    """The model entries of ``eval run``'s judges (a scripted backend's TARGET is its ``fn``), names checked."""
-    out = []
-    for j in judges:
-        spec = j.model_dump(exclude={"name", "step"}, exclude_none=True)
-        if kind == "scripted" and "fn" not in spec:
-            spec["fn"] = spec.pop("model")
-        out.append(ModelEntry(str(j.name), j.step, "model", spec))
-    check_cell_names(out)
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -320,7 +315,7 @@ def resolve(
     out = out_dir or config.out or (run.run_dir / "eval" if run else None)
     if out is None:
         raise OptionError("out: eval run needs --out DIR (or out: in the config)")
-    models = model_entries(config.models, backend.kind)
+    check_cell_names(models := tuple(j.entry(backend.kind) for j in config.models))
     check_writable(Path(out))
     seeds, force = tuple(config.seeds or (0,)), force or config.force
     return EvalPlan(suites, typed, backend, Path(out), seeds, config.limit, force, warnings, models, config)

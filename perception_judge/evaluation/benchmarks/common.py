@@ -17,12 +17,13 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
 from perception_judge.core.images import ImageError, PixelPolicy, load_image, resolve_under
 from perception_judge.core.options import CommaList, Options
-from perception_judge.core.schema import JudgeRequest
+from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import ParserOption, whole_completion
 
-PERCEPTION_JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 0.95, "top_k": 20}
+PERCEPTION_JUDGE_SAMPLING = Sampling().model_dump(include={"temperature", "top_p", "top_k"})
+"""Perception-Judge's published sampling: the defaults of the one sampling record."""
 PERCEPTION_JUDGE_SEEDS = [0, 1, 2]
 AGGREGATIONS = {
     "mean": "metrics per seed, then the mean over seeds",
