@@ -19,6 +19,7 @@ from perception_judge.core.schema import RESPONSE_KINDS, SLOTS, JudgeRequest
 from perception_judge.evaluation.benchmarks import common
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.pairs import PairItem
+from perception_judge.evaluation.benchmarks.vlrb_cal import GROUPS
 
 SOURCE_PATHS = {
     "mllm_judge": ("pair_file", "data_dir"),
@@ -242,7 +243,6 @@ def checked_items(
     return items[:limit], counts
 
 
-CATEGORIES: tuple[str, ...] = ("general", "hallucination", "reasoning")
 CATEGORY_BY_PREFIX: dict[str, str] = {
     "mathverse": "reasoning",
     "mmmu": "reasoning",
@@ -259,7 +259,7 @@ _TEXT_COLUMNS = ("id", "query", "question", "response", "responses", "human_rank
 def category_of(record: dict[str, Any]) -> tuple[str, bool]:
     """(category, defaulted): an explicit ``category`` field, else the mapped id prefix, else "general"."""
     explicit = record.get("category")
-    if isinstance(explicit, str) and explicit.strip().lower() in CATEGORIES:
+    if isinstance(explicit, str) and explicit.strip().lower() in GROUPS:
         return explicit.strip().lower(), False
     prefix = str(record.get("id") or "").split("-")[0].split("_")[0].lower()
     return CATEGORY_BY_PREFIX.get(prefix, "general"), prefix not in CATEGORY_BY_PREFIX
