@@ -348,6 +348,7 @@ class ChatClient:
         *,
         temperature: float = 0.2,
         top_p: float | None = 0.9,
+        top_k: int | None = None,
         max_tokens: int = 4096,
         seed: int | None = None,
         response_format: dict | None = None,
@@ -361,7 +362,7 @@ class ChatClient:
             "temperature": temperature,
             cfg.max_tokens_param: max_tokens,
         }
-        optional = {"top_p": top_p, "seed": seed, "response_format": response_format}
+        optional = {"top_p": top_p, "top_k": top_k, "seed": seed, "response_format": response_format}
         body |= {k: v for k, v in optional.items() if v is not None} | (cfg.extra_body or {})
         retrying = AsyncRetrying(
             stop=stop_after_attempt(cfg.max_retries + 1),

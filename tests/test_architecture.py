@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import importlib
 from collections import defaultdict
 from pathlib import Path
@@ -262,4 +263,85 @@ def test_every_subcommand_takes_config_and_set():
     assert without == WITHOUT_CONFIG_YET, (
         f"without --config/--set: {sorted(without - WITHOUT_CONFIG_YET)}; "
         + (f"converted, remove from WITHOUT_CONFIG_YET: {sorted(WITHOUT_CONFIG_YET - without)}")
+    )
+
+
+EVALUATION = "perception_judge.evaluation"
+SUITE_FAMILIES = tuple(f"{EVALUATION}.{family}" for family in ("perception", "bias", "benchmarks"))
+"""The suites' homes: each family's modules are its suites and their own helpers."""
+
+
+def _family(module: str) -> str | None:
+    return next((f for f in SUITE_FAMILIES if module == f or module.startswith(f + ".")), None)
+
+
+def test_no_arrow_runs_back_up_inside_evaluation(graph):
+    """Issue 42: general statistics lived inside particular suites (the preference benchmarks imported perception's
+    Wilson interval, perception the benchmarks' rate and the bias suite's mean/std, the results table the bias
+    metrics). Now a suite module (one the registry ``evaluation.suites`` lists) is imported by the registry alone,
+    so no suite module imports another's; the statistics (``evaluation.stats``) import nothing of the evaluation;
+    and the modules outside the suites' homes (the judge loop, the backends, plan, sweep, results, report) import
+    none of their modules but through the registry."""
+    modules, edges = graph
+    registry = f"{EVALUATION}.suites"
+    suites = {t for t in edges[registry] if _family(t) and modules[t].name != "__init__.py"}
+    expected = {"perception", "bias.suite", "benchmarks.mllm_judge", "benchmarks.self_enhancement"}
+    assert {f"{EVALUATION}.{s}" for s in expected} <= suites
+    found = []
+    for module, targets in edges.items():
+        if module.startswith(f"{EVALUATION}.") and module != registry:
+            found += [f"{module} -> {t} (a suite module)" for t in targets if t in suites]
+            found += [f"{module} -> {t}" for t in targets if _family(t) and not _family(module)]
+    assert not found, found
+    assert not {t for t in edges[f"{EVALUATION}.stats"] if t.startswith(f"{EVALUATION}.")}
+
+
+def test_the_report_asks_the_suite_records(graph):
+    """Issue 42: the report read bias internals (``bias.taxonomy.BIASES``, ``if suite == "bias"`` twice); now its
+    tables' labels, notes and bar plots come from the suite records (``Metric.label``, ``Suite.note``,
+    ``Suite.bars``), and it names no suite."""
+    modules, edges = graph
+    for module in (f"{EVALUATION}.report", f"{EVALUATION}.cli"):
+        assert not [t for t in edges[module] if _family(t)], module
+        names = {f.rsplit(".", 1)[-1] for f in SUITE_FAMILIES} | {"mllm_judge", "position", "verbosity"}
+        tree = ast.parse(modules[module].read_text(encoding="utf-8"))
+        said = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert not said & names, (module, said & names)
+
+
+def test_one_class_for_sampling_and_one_for_the_pixel_policy(graph):
+    """Issue 42: sampling had four shapes (``Sampling``, ``SamplingOptions``, ``StageSampling``, trl's fields) and the
+    pixel policy three (``PixelPolicy``, ``PixelOptions``, the recipe's flat keys), each with its own errors. Now one
+    typed class each in the core, which the eval job, the backends, the teacher stages and the run file use."""
+    import re
+
+    from perception_judge.core.images import PixelPolicy
+    from perception_judge.core.runinfo import RunInfo
+    from perception_judge.core.schema import Sampling
+    from perception_judge.evaluation.backends import BackendSpec
+    from perception_judge.evaluation.plan import BackendOptions, JobConfig
+    from perception_judge.ppjd.options import Stages
+
+    modules, _ = graph
+    shape = re.compile(r"\w*(Sampling\w*|Pixel\w*(Options|Policy))")
+    classes = {
+        (name, node.name)
+        for name, path in modules.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and shape.fullmatch(node.name)
+    }
+    assert classes == {
+        ("perception_judge.core.schema", "Sampling"),
+        ("perception_judge.core.images", "PixelPolicy"),
+    }
+    assert JobConfig.model_fields["sampling"].annotation is Sampling
+    assert {f.annotation for f in Stages.model_fields.values()} == {Sampling}
+    assert BackendOptions.model_fields["pixel_policy"].annotation == PixelPolicy | None
+    hints = {f.name: f.type for f in dataclasses.fields(BackendSpec)} | {
+        f"run.{f.name}": f.type for f in dataclasses.fields(RunInfo)
+    }
+    assert (hints["sampling"], hints["pixel_policy"], hints["run.pixel_policy"]) == (
+        "Sampling",
+        "PixelPolicy",
+        "PixelPolicy",
     )

@@ -8,6 +8,7 @@ import random
 import pytest
 from benchmark_fixtures import write_jsonl
 
+from perception_judge.evaluation import stats
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.common import (
     BenchmarkDataError,
@@ -46,12 +47,12 @@ def test_normalized_levenshtein():
 
 
 def test_pearson():
-    assert M.pearson([1, 3, 3], [1, 2, 3]) == approx(math.sqrt(3) / 2)
-    assert M.pearson([1, 2, 3], [3, 2, 1]) == approx(-1.0)
-    assert M.pearson([2, 2, 2], [1, 2, 3]) is None  # zero variance: undefined, not 0
-    assert M.pearson([1], [1]) is None
+    assert stats.pearson([1, 3, 3], [1, 2, 3]) == approx(math.sqrt(3) / 2)
+    assert stats.pearson([1, 2, 3], [3, 2, 1]) == approx(-1.0)
+    assert stats.pearson([2, 2, 2], [1, 2, 3]) is None  # zero variance: undefined, not 0
+    assert stats.pearson([1], [1]) is None
     with pytest.raises(ValueError):
-        M.pearson([1, 2], [1])
+        stats.pearson([1, 2], [1])
 
 
 def _reference_levenshtein(a: str, b: str) -> int:
@@ -84,14 +85,16 @@ def test_pearson_equals_the_textbook_formula_with_ties():
         y = [rng.randint(1, 5) for _ in range(n)]
         mx, my = sum(x) / n, sum(y) / n
         sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
-        got = M.pearson(x, y)
+        got = stats.pearson(x, y)
         if sxx == 0 or syy == 0:
             assert got is None
             continue
         want = sum((a - mx) * (b - my) for a, b in zip(x, y)) / math.sqrt(sxx * syy)
         assert isinstance(got, float) and -1.0 <= got <= 1.0 and got == approx(want, abs=1e-12)
-    assert M.pearson([0.1, 0.1, 0.1], [1, 2, 3]) is None  # constant even where its float mean is not exact
-    assert M.pearson([], []) is None
+    assert (
+        stats.pearson([0.1, 0.1, 0.1], [1, 2, 3]) is None
+    )  # constant even where its float mean is not exact
+    assert stats.pearson([], []) is None
 
 
 def test_score_mapping_and_verdicts():
@@ -148,8 +151,10 @@ def test_flex_replicas_accumulate_runs():
 
 
 def test_small_statistics():
-    assert M.mean([1, None, 3]) == 2.0 and M.mean([]) is None
-    assert M.median([3, 1, 2]) == 2.0 and M.median([1, 2, 3, 4]) == 2.5 and M.median([None]) is None
+    assert stats.mean([1, None, 3]) == 2.0 and stats.mean([]) is None
+    assert (
+        stats.median([3, 1, 2]) == 2.0 and stats.median([1, 2, 3, 4]) == 2.5 and stats.median([None]) is None
+    )
     assert mean_over_runs([{"a": 1.0, "b": None}, {"a": 0.0, "b": None, "c": 2.0}]) == {
         "a": 0.5,
         "b": None,

@@ -19,7 +19,7 @@ from benchmark_fixtures import backend, config, marker_judge, write_jsonl, write
 
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, BenchmarkFileMissing
 from perception_judge.evaluation.benchmarks.mllm_judge import SUITE as run
-from perception_judge.evaluation.benchmarks.mllm_judge import batch_gt
+from perception_judge.evaluation.benchmarks.pair_sources import batch_gt
 from perception_judge.evaluation.suites import get_suite
 
 approx = pytest.approx

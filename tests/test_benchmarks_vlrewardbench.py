@@ -22,8 +22,8 @@ from benchmark_fixtures import (
 )
 
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, BenchmarkFileMissing
+from perception_judge.evaluation.benchmarks.pair_sources import category_of, preferred_from_ranking
 from perception_judge.evaluation.benchmarks.vlrewardbench import SUITE as run
-from perception_judge.evaluation.benchmarks.vlrewardbench import category_of, preferred_from_ranking
 
 approx = pytest.approx
 

@@ -177,3 +177,31 @@ def test_flat_models_and_parse_set():
     assert parse_set("a.b=[1, 2]") == (["a", "b"], [1, 2])
     assert parse_set("x=not: yaml: here") == (["x"], "not: yaml: here")
     assert Flat.parse({"n": 1, "seed": None}).seed == 3  # None keeps the default of a field without None
+
+
+def test_the_shared_sampling_and_pixel_policy_records_speak_the_one_error_format():
+    """Issue 42: decoding and the pixel policy are one ``Options`` record each (``core.schema.Sampling``,
+    ``core.images.PixelPolicy``), refused as ``WHERE.KEY: ... (got V)``; a teacher stage's ``max_tokens`` is the
+    record's ``max_new_tokens``; training's flat ``image_*`` keys build the same policy (``pixel_policy_of``)."""
+    from perception_judge.core.images import PixelPolicy, pixel_policy_of
+    from perception_judge.core.schema import Sampling as Decoding
+
+    with pytest.raises(
+        OptionError, match=r"^sampling\.top_p: Input should be less than or equal to 1 \(got 2\)$"
+    ):
+        Decoding.parse({"top_p": 2}, "sampling")
+    assert Decoding.parse({"max_tokens": 512, "top_k": 0}).model_dump() == {
+        "temperature": 1.0, "top_p": 0.95, "top_k": None, "max_new_tokens": 512, "seed": 0}  # fmt: skip
+    with pytest.raises(
+        OptionError, match=r"^backend\.pixel_policy\.mode: Input should be 'fixed', 'smart' or 'none'"
+    ):
+        PixelPolicy.parse({"mode": "square"}, "backend.pixel_policy")
+    with pytest.raises(ValueError, match=r"^fixed image size 50 is not a multiple of the patch factor 28$"):
+        PixelPolicy("fixed", 50)  # training's positional call: one line
+    flat = argparse.Namespace(
+        image_mode="smart", image_size=448, image_min_pixels=None, image_max_pixels=10**5
+    )
+    assert pixel_policy_of(flat) == PixelPolicy(mode="smart", max_pixels=10**5)
+    assert pixel_policy_of({"image_size": 64, "image_factor": 32}) == PixelPolicy(size=64, factor=32)
+    with pytest.raises(OptionError, match=r"^image: Value error, need 0 < min_pixels <= max_pixels"):
+        pixel_policy_of({"image_min_pixels": 10, "image_max_pixels": 5}, "image")

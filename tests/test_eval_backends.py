@@ -15,7 +15,7 @@ from perception_judge.core.protocol import build_messages, render_generation_pro
 from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation.backends import load_backend, parse_spec
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, scripted_fn
-from perception_judge.evaluation.base import is_backend_error, request_seed
+from perception_judge.evaluation.base import is_backend_error, request_sampling, request_seed
 
 
 def _req(i: int, n_images: int = 1, protocol: str = "single") -> JudgeRequest:
@@ -376,23 +376,53 @@ def test_a_judge_folders_generation_config_changes_no_hf_output(tiny_qwen25, hf_
 
 
 def test_openai_backend_sends_every_sampling_field_to_vllm_servers():
-    """A vLLM server fills unset fields from the model folder too: with send_top_k the body carries them all."""
+    """Issue 39 item 6: a vLLM server fills unset fields from the model folder (repetition_penalty 1.05 for
+    Qwen2.5-VL), so by default (server: vllm) the body carries every field the hf backend sets, field by field as
+    request_sampling gives them; server: openai leaves out the fields OpenAI's API does not take."""
     fake = pytest.importorskip("support.fake_openai")
     from perception_judge.evaluation.backends.openai import OpenAIBackend
 
+    sampled, greedy = (
+        Sampling(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=32, seed=5),
+        Sampling(temperature=0, max_new_tokens=32),
+    )
     with fake.FakeOpenAIServer(model="judge", record_requests=True, seed=1) as srv:
-        for send_top_k in (True, False):
-            b = OpenAIBackend(
-                "judge", base_urls=[srv.base_url], api_key="k", progress=False, send_top_k=send_top_k
-            )
-            b.judge([_req(0)], Sampling(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=32, seed=5))
-            b.judge([_req(1)], Sampling(temperature=0, max_new_tokens=32))
-        sampled, greedy, plain_sampled, plain_greedy = [r for r in srv.requests if r.get("messages")]
-    assert {k: sampled[k] for k in ("top_k", "min_p", "repetition_penalty", "temperature")} == {
-        "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.0, "temperature": 0.7}  # fmt: skip
-    assert greedy["top_k"] == -1 and greedy["repetition_penalty"] == 1.0 and greedy["temperature"] == 0.0
-    # the OpenAI API itself has none of these fields: they are sent to vLLM-compatible servers only
-    assert not {"top_k", "min_p", "repetition_penalty"} & (set(plain_sampled) | set(plain_greedy))
+        for server in ({}, {"server": "openai"}):
+            b = OpenAIBackend("judge", base_urls=[srv.base_url], api_key="k", progress=False, **server)
+            b.judge([_req(0)], sampled)
+            b.judge([_req(1)], greedy)
+        bodies = [r for r in srv.requests if r.get("messages")]
+    for body, sampling, req in zip(bodies, (sampled, greedy), (_req(0), _req(1))):
+        want = request_sampling(sampling, req.request_id)
+        want["top_k"] = want["top_k"] or -1  # vLLM's "off"
+        assert {k: body[k] for k in want} == want and body["model"] == "judge"
+    assert (
+        bodies[0]["temperature"] == 0.7 and bodies[0]["repetition_penalty"] == 1.0 and bodies[0]["min_p"] == 0
+    )
+    assert bodies[1]["top_k"] == -1 and bodies[1]["temperature"] == 0.0 and bodies[1]["top_p"] == 1.0
+    for body, sampling, req in zip(bodies[2:], (sampled, greedy), (_req(0), _req(1))):
+        sent = request_sampling(sampling, req.request_id)
+        openai = {k: v for k, v in sent.items() if k not in ("top_k", "min_p", "repetition_penalty")}
+        assert {k: body[k] for k in openai} == openai  # presence / frequency penalty too
+        assert not {"top_k", "min_p", "repetition_penalty"} & set(body)  # OpenAI's API has none of these
+
+
+def test_openai_backend_without_a_server_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """Issue 39 item 6: without --base-url the backend called https://api.openai.com/v1 for 44 s and reported 18 of 18
+    judge calls failed. Now no backend.base_urls and no $OPENAI_BASE_URL is an error at plan time: exit 2, one line,
+    nothing written; $OPENAI_BASE_URL alone is the server."""
+    from perception_judge.cli import main
+    from perception_judge.evaluation.plan import resolve
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    argv = ["eval", "run", "--backend", "openai", "--model", "judge", "--suites", "bias", "-q"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "backend.base_urls: " in line and "--base-url" in line and "$OPENAI_BASE_URL" in line
+    assert not (tmp_path / "o").exists()
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    plan = resolve([{"suites": ["bias"], "backend": {"kind": "openai"}}], tmp_path / "p")
+    assert plan.backend.options.base_urls == ["http://127.0.0.1:9/v1"]
 
 
 def test_openai_backend_reports_call_failures_per_request():

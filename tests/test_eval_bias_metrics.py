@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from perception_judge.evaluation import stats
 from perception_judge.evaluation.base import get_parser
 from perception_judge.evaluation.bias import metrics as M
 from perception_judge.evaluation.bias.prompts import (
@@ -200,7 +201,7 @@ def test_combine_runs_mean_std_and_variances():
     assert c["inter_sample_var"] == pytest.approx((0.0 + 0.25) / 2)
     single = M.combine_runs([r1])
     assert single["overall"]["std"] is None and single["inter_run_var"] is None
-    assert M.mean_std([None, None]) == (None, None)
+    assert stats.mean_std([None, None]) == (None, None)
 
 
 def test_breakdown_by_meta_key():

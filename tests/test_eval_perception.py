@@ -10,7 +10,7 @@ import pytest
 from support.fake_run import make_validation_set
 
 from perception_judge.core.schema import Sampling
-from perception_judge.evaluation import perception
+from perception_judge.evaluation import perception, stats
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
 from perception_judge.evaluation.base import SuiteConfig
 
@@ -157,11 +157,11 @@ def test_ties_half_credit_intervals_and_chance():
     assert perception.pair_accuracy(0, 0, 0, 0) is None
     with pytest.raises(ValueError, match="exceeds n"):
         perception.pair_accuracy(5, 4, 0, 8)
-    lo, hi = perception.wilson_interval(45, 50)
+    lo, hi = stats.wilson_interval(45, 50)
     assert lo < 0.9 < hi and 0.78 < lo < 0.80 and 0.95 < hi < 0.96  # Wilson, not the normal approximation
-    assert perception.wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
-    assert perception.wilson_interval(10, 10)[1] == pytest.approx(1.0)
-    assert perception.wilson_interval(1, 0) is None
+    assert stats.wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
+    assert stats.wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    assert stats.wilson_interval(1, 0) is None
     assert perception.SUITE.metric("pair_acc_c_vs_rp").chance == 0.5
 
 

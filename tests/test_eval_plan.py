@@ -19,7 +19,7 @@ from perception_judge.cli import build_parser, main
 from perception_judge.evaluation import sweep as S
 from perception_judge.evaluation.backends.hf import HFBackend
 from perception_judge.evaluation.backends.scripted import ScriptedBackend
-from perception_judge.evaluation.cli import COMMAND, build_plan
+from perception_judge.evaluation.cli import COMMAND, plan_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,6 +33,9 @@ def no_model_loads(monkeypatch):
 
     monkeypatch.setattr(HFBackend, "__init__", refuse)
     monkeypatch.setattr(ScriptedBackend, "__init__", refuse)
+
+
+SELF = ("--set", "self_enhancement.own_model=me", "--set", "self_enhancement.pairs_file=p.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -65,6 +68,18 @@ def no_model_loads(monkeypatch):
             ["backend.pixel_policy", "not a multiple of the patch factor 28"],
         ),
         (["--set", "backend.think_prefix=always"], ["backend.think_prefix", "'auto' or 'off'"]),
+        # requirements between options, once checked by the suites after the judge had loaded (issue 42)
+        (["--suites", "perception"], ["perception.data", "needs the option data=PATH"]),
+        (["--suites", "bias", "--set", "bias.source=official"], ["bias.data", "needs the option data=PATH"]),
+        (["--suites", "mllm_judge"], ["mllm_judge: ", "set option 'data_dir'", "'pair_file'"]),
+        (
+            ["--suites", "position", "--set", "position.source=ppjd"],
+            ["position: ", "needs the option trainset_dir"],
+        ),
+        (
+            ["--suites", "self_enhancement", *SELF, "--set", "self_enhancement.settings=[pair,score]"],
+            ["self_enhancement: ", "the score setting needs the option score_file or data_dir"],
+        ),
     ],
 )
 def test_a_bad_option_exits_2_before_any_model_loads(tmp_path, capsys, no_model_loads, flags, names):
@@ -124,14 +139,18 @@ def _args(*argv: str):
     return build_parser("eval", COMMAND).parse_args(list(argv))
 
 
-def _build(args, run=None, out=None):
-    return build_plan(args, run)
+def _build(args, run=None):
+    if run is not None:
+        args.run_dir = run.run_dir
+    return plan_of(args)
 
 
 def test_settings_resolve_in_one_order_run_file_config_set_flags(tmp_path):
     """The pixel policy, the think prefix and the sampling, each from the run file, then the config file, then
     --set, then the flags; one typed backend spec holds them."""
-    run = S.read_run(dummy_run(tmp_path / "run", steps=(1,), final=False))  # fixed 56, think prefix off
+    run = S.read_run(
+        dummy_run(tmp_path / "run", steps=(1,), final=False, train_set="ts")
+    )  # fixed 56, no think
     cfg = tmp_path / "job.yaml"
     cfg.write_text("backend: {kind: scripted, pixel_policy: {size: 112}}\nsampling: {temperature: 0.5}\n")
     out = str(tmp_path / "o")
@@ -153,7 +172,7 @@ def test_settings_resolve_in_one_order_run_file_config_set_flags(tmp_path):
 
 
 def _run_with_budget(tmp_path: Path, budget: int) -> S.RunInfo:
-    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False, train_set="ts")
     info = json.loads((run_dir / S.RUN_FILE).read_text())
     (run_dir / S.RUN_FILE).write_text(json.dumps({**info, "args": {"max_completion_length": budget}}))
     return S.read_run(run_dir)
@@ -221,7 +240,7 @@ def read_only_mount(tmp_path):
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
     try:
-        dummy_run(disk / "run", steps=(1,), final=False)
+        dummy_run(disk / "run", steps=(1,), final=False, train_set="ts")
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True, capture_output=True)
         yield disk / "run"
     finally:
@@ -264,3 +283,38 @@ def test_server_credentials_never_reach_the_evaluation_records(tmp_path, capsys)
     for text in [p.read_text() for p in written] + [captured.out, captured.err]:
         for secret in ("hunter2", "hunter3", "hunter4", "sk-test0123456789abcdefgh"):
             assert secret not in text
+
+
+def test_eval_run_judges_are_typed_entries_checked_by_the_plan(tmp_path, capsys, no_model_loads):
+    """Issue 42: `eval run`'s judges were a list of dicts checked by hand after the plan (and the YAML read twice).
+    Now a `models:` entry and `--model [NAME=]TARGET` are one typed entry of the plan (a scripted backend's TARGET is
+    its function); no judge, --adapter with several, two names for one file, or a misspelled key exit 2 in one
+    line before any model loads."""
+    out, bias = str(tmp_path / "o"), ("--suites", "bias")
+    plan = _build(
+        _args(
+            "run", *bias, "--model", "a=constant", "--model", "random", "--backend", "scripted", "--out", out
+        )
+    )
+    assert [(e.name, e.spec) for e in plan.models] == [
+        ("a", {"fn": "constant"}),
+        ("random", {"fn": "random"}),
+    ]
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("models: [{name: ours, model: runs/x/checkpoint-40, step: 40}]\nout: " + out + "\n")
+    (entry,) = _build(_args("run", *bias, "--config", str(cfg), "--base-model", "b")).models
+    assert (entry.name, entry.step, entry.spec) == (
+        "ours",
+        40,
+        {"model": "runs/x/checkpoint-40", "base_model": "b"},
+    )
+    for flags, message in (
+        ([], "no model to evaluate"),
+        (["--model", "x", "--model", "y", "--adapter", "a"], "--adapter applies to exactly one --model"),
+        (["--model", "m=x", "--model", "m=y"], "judge 'm' is listed twice"),
+        (["--set", "models=[{modle: x}]"], "models.0.modle: unknown key in the eval job"),
+    ):
+        assert main(["eval", "run", "--suites", "bias", "--out", str(tmp_path / "no"), *flags]) == 2, flags
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert message in line, line
+    assert not (tmp_path / "no").exists()

@@ -167,6 +167,7 @@ def test_write_report_renders_any_suite_and_plots(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "## vlrewardbench" in md and "overall_acc" in md and "macro_acc" in md
     assert "TD (BD)" in md and "TextIns (BC)" in md and "**Best model: `final`**" in md
+    assert "BD: share of the downward room" in md  # the bias record's note
     assert "`x__bias__seed1`: boom" in md
     lines = [line for line in md.splitlines() if line.startswith("| base |")]
     assert lines and "0.100" in lines[0]

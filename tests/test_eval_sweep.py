@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from perception_judge.core.images import PixelPolicy
+from perception_judge.core.options import OptionError
 from perception_judge.evaluation import sweep as S
 from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
 from perception_judge.evaluation.base import SuiteConfig
@@ -166,14 +167,14 @@ def test_changed_settings_rerun_and_failed_cells_are_retried(tmp_path):
             raise OSError("weights are corrupt")
         return _factory(calls)(entry, plan)
 
-    outcome, _ = S.sweep(
-        run_dir, _plan(out, seeds=(0,), suites=("bias", "perception")), backend_factory=broken, progress=False
-    )
-    assert outcome.failed == 3  # checkpoint-5 x 2 suites + base x perception (no train_set)
+    # perception on a run without train_set: refused by the plan now, not a failed cell
+    with pytest.raises(OptionError, match=r"perception\.data: .*needs the option data"):
+        _plan(out, seeds=(0,), suites=("bias", "perception"))
+    outcome, _ = S.sweep(run_dir, _plan(out, seeds=(0,)), backend_factory=broken, progress=False)
+    assert outcome.failed == 1  # checkpoint-5 x bias
     cell = json.loads((out / "cells" / "checkpoint-5__bias__seed0.json").read_text())
     assert cell["status"] == "failed" and "weights are corrupt" in cell["error"]
-    perc = json.loads((out / "cells" / "base__perception__seed0.json").read_text())
-    assert "needs the option data" in perc["error"]
+    assert not (out / "cells" / "base__perception__seed0.json").exists()
     assert "Failed cells" in (out / "report.md").read_text()
     outcome, _ = S.sweep(
         run_dir, _plan(out, seeds=(0,), suites=("bias",)), backend_factory=_factory(calls), progress=False
@@ -323,7 +324,9 @@ def test_set_items_and_plan_building():
 
     def layers(*sets: str) -> tuple[dict, dict]:
         argv = ["run", "--model", "m=x", "--out", "o", *(a for s in sets for a in ("--set", s))]
-        return job_layers(build_parser("eval", COMMAND).parse_args(argv))
+        config, flags = job_layers(build_parser("eval", COMMAND).parse_args(argv))
+        assert flags.pop("models") == ["m=x"] and flags.pop("out") == "o"  # one job model: flags of the job
+        return config, flags
 
     cfg, flags = layers(
         "bias.n_per_type=8",
@@ -360,7 +363,8 @@ def test_position_and_verbosity_pairs_default_to_the_run_train_set(tmp_path):
     ts = str(tmp_path / "ts")
     run = S.read_run(dummy_run(tmp_path / "r", train_set=ts))
     entry = S.ModelEntry("checkpoint-10", 10, "checkpoint")
-    suites, own = ("position", "verbosity", "self_enhancement"), {"self_enhancement": {"own_model": "me"}}
+    suites = ("position", "verbosity", "self_enhancement")
+    own = {"self_enhancement": {"own_model": "me", "pairs_file": "own.jsonl"}}  # its own pairs: no default
     plan = _plan(tmp_path / "o", suites=suites, run=run, options=own)
     for suite in ("position", "verbosity"):
         assert str(S.suite_config(entry, suite, 0, plan).options.trainset_dir) == ts
@@ -372,7 +376,7 @@ def test_position_and_verbosity_pairs_default_to_the_run_train_set(tmp_path):
         {"pairs_file": "p.jsonl"},
         {"data_dir": "d"},
         {"trainset_dir": "other"},
-        {"source": "vlrewardbench"},
+        {"source": "vlrewardbench", "data_dir": "d"},
     ):
         plan = _plan(tmp_path / "o", suites=suites, run=run, options={"verbosity": given} | own)
         opts = S.suite_config(entry, "verbosity", 0, plan).options
@@ -380,9 +384,15 @@ def test_position_and_verbosity_pairs_default_to_the_run_train_set(tmp_path):
         assert (
             "trainset_dir" in given or opts.trainset_dir is None
         )  # the run's training set was not filled in
-    no_train_set = S.read_run(dummy_run(tmp_path / "r2"))
-    plan = _plan(tmp_path / "o2", suites=("position",), run=no_train_set)
-    assert S.suite_config(entry, "position", 0, plan).options.trainset_dir is None
+    with pytest.raises(
+        OptionError, match=r"verbosity: .*pair source 'vlrewardbench' needs the option data_dir"
+    ):
+        _plan(
+            tmp_path / "o", suites=suites, run=run, options={"verbosity": {"source": "vlrewardbench"}} | own
+        )
+    no_train_set = S.read_run(dummy_run(tmp_path / "r2"))  # nothing filled in: no pair source, refused
+    with pytest.raises(OptionError, match=r"position: .*no pair source"):
+        _plan(tmp_path / "o2", suites=("position",), run=no_train_set)
 
 
 def test_sweep_runs_position_on_the_run_train_set(tmp_path):
@@ -465,14 +475,17 @@ def test_hf_sweep_end_to_end_on_tiny_runs(tmp_path, tiny_qwen25, tuning):
 @pytest.mark.parametrize(
     "config", sorted(Path(__file__).resolve().parents[1].glob("eval/configs/*.yaml")), ids=lambda p: p.stem
 )
-def test_shipped_eval_configs_build_a_plan(config, tmp_path):
+def test_shipped_eval_configs_build_a_plan(config, tmp_path, monkeypatch):
     from perception_judge.cli import build_parser
-    from perception_judge.evaluation.cli import COMMAND, build_plan
+    from perception_judge.evaluation.cli import COMMAND, plan_of
 
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # as compare_api_judges.yaml says to
+
+    data = ["--set", "bias.data=d", "--set", "perception.data=ts", "--set", "perception_mismatched.data=ts"]
     args = build_parser("eval", COMMAND).parse_args(
-        ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x"]
+        ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x", *data]
     )
-    plan = build_plan(args)
+    plan = plan_of(args)
     assert plan.suites and plan.seeds and plan.backend.kind in ("hf", "vllm", "openai", "scripted")
     from perception_judge.evaluation.suites import SUITES
 
@@ -484,7 +497,7 @@ def test_backend_pixel_policy_is_used_and_fingerprinted(tmp_path):
     """A job config's backend.pixel_policy is the one the backend gets (it used to be overwritten by the run's policy
     while still entering the cell fingerprint), and it decides whether a finished cell is reused."""
     entry = S.ModelEntry("m", None, "model", {"fn": "constant"})
-    run = S.read_run(dummy_run(tmp_path / "run"))  # its pixel policy: fixed 56
+    run = S.read_run(dummy_run(tmp_path / "run", train_set="ts"))  # its pixel policy: fixed 56
     run_policy = PixelPolicy(mode="fixed", size=56, factor=28)
     own = {"mode": "fixed", "size": 112, "factor": 28}
     job = {"suites": ["perception"], "backend": {"kind": "scripted", "pixel_policy": own}}
@@ -519,7 +532,7 @@ def test_openai_backend_asks_for_a_lora_checkpoint_by_its_served_name(tmp_path):
 
 
 def test_judge_names_that_collide_as_file_names_are_refused(tmp_path):
-    plan = resolve([{"suites": ["perception"], "backend": {"kind": "scripted"}}], tmp_path)
+    plan = resolve([{"suites": ["bias"], "backend": {"kind": "scripted"}}], tmp_path)
     entries = [
         S.ModelEntry("judge a", None, "model", {"fn": "constant"}),
         S.ModelEntry("judge/a", None, "model"),
@@ -536,7 +549,8 @@ def test_api_keys_never_reach_the_sweep_files(tmp_path):
     from perception_judge.core.redact import REDACTED, redact
 
     secret = "sk-live-0123456789abcdefghijkl"
-    backend = {"kind": "openai", "model": "m", "api_key": secret, "concurrency": 32, "api_key_env": "MY_KEY"}
+    backend = {"kind": "openai", "model": "m", "api_key": secret, "concurrency": 32, "api_key_env": "MY_KEY",
+               "base_urls": ["http://127.0.0.1:9/v1"]}  # fmt: skip
     plan = resolve(
         [{"suites": ["bias"], "backend": backend, "options": {"bias": {"model_key": secret}}}], tmp_path
     )
@@ -553,19 +567,22 @@ def test_api_keys_never_reach_the_sweep_files(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["openai", "vllm"])
-def test_backend_flag_drops_another_kinds_config_keys(kind, tmp_path):
+def test_backend_flag_drops_another_kinds_config_keys(kind, tmp_path, monkeypatch):
     """`--backend vllm` / `openai` with a config whose backend block is hf's kept hf-only keys ('device',
     'batch_size'), so every cell failed in the backend's constructor; now the plan keeps only keys the chosen kind
     takes, and a key a kind does not take is an error that names it."""
     from perception_judge.cli import build_parser
     from perception_judge.evaluation.backends import KINDS, load_backend
-    from perception_judge.evaluation.cli import COMMAND, build_plan
+    from perception_judge.evaluation.cli import COMMAND, plan_of
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # the openai backend's server
 
     config = Path(__file__).resolve().parents[1] / "eval/configs/tiny.yaml"
+    data = ["--set", "perception.data=ts", "--set", "perception_mismatched.data=ts"]
     args = build_parser("eval", COMMAND).parse_args(
-        ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x", "--backend", kind]
+        ["run", "--config", str(config), "--out", str(tmp_path), "--model", "m=x", "--backend", kind, *data]
     )
-    plan = build_plan(args)
+    plan = plan_of(args)
     assert plan.backend.kind == kind
     assert type(plan.backend.options) is KINDS[kind].Options  # only keys the chosen kind takes
     assert "device" not in plan.backend.to_dict()

@@ -243,7 +243,7 @@ def _openai(server, model, **kw):
         backoff_max_s=0.1,
         pixel_policy=PixelPolicy(size=POLICY_SIZE),
         progress=False,
-        send_top_k=True,  # a vLLM server: send every sampling field, or it takes the folder's
+        server="vllm",  # send every sampling field, or the server takes the folder's
         **kw,
     )
 

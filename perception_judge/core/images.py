@@ -13,11 +13,14 @@ import base64
 import io
 import math
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from PIL import Image, UnidentifiedImageError
+from pydantic import ConfigDict, ValidationError, model_validator
+
+from perception_judge.core.options import Flag, Options
 
 # Decompression-bomb guard: refuse anything above this many pixels before decoding it.
 DEFAULT_MAX_IMAGE_PIXELS = 64_000_000
@@ -32,17 +35,30 @@ class ImageError(ValueError):
         self.reason, self.detail = reason, detail
 
 
-@dataclass(frozen=True)
-class PixelPolicy:
-    mode: str = "fixed"
-    size: int = 448
+class PixelPolicy(Options):
+    """The one pixel-policy record (the module docstring): the eval job's ``backend.pixel_policy``, the run file's
+    ``pixel_policy``; training builds it from its flat ``image_*`` keys (:func:`pixel_policy_of`)."""
+
+    model_config = ConfigDict(frozen=True)
+    mode: Annotated[Literal["fixed", "smart", "none"], Flag("--pixel-mode")] = "fixed"
+    """pixel policy mode (default: the run's, else fixed)"""
+    size: Annotated[int, Flag("--pixel-size")] = 448
+    """fixed pixel policy size (default: the run's, else 448)"""
     min_pixels: int = 56 * 56
     max_pixels: int = 448 * 448
     factor: int = 28
 
-    def __post_init__(self) -> None:
-        if self.mode not in ("fixed", "smart", "none"):
-            raise ValueError(f"pixel policy mode must be fixed, smart or none, got {self.mode!r}")
+    def __init__(self, *args: Any, **values: Any) -> None:
+        """Positional values too (training's ``PixelPolicy(image_mode, image_size, ...)``: a one-line ValueError)."""
+        try:
+            super().__init__(**dict(zip(type(self).model_fields, args)), **values)
+        except ValidationError as e:
+            if not args:
+                raise
+            raise ValueError("; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors())) from None
+
+    @model_validator(mode="after")
+    def _check(self) -> PixelPolicy:
         if self.factor < 1 or self.size < self.factor:
             raise ValueError(
                 f"pixel policy needs size >= factor >= 1 (size={self.size}, factor={self.factor})"
@@ -53,6 +69,7 @@ class PixelPolicy:
             )
         if not 0 < self.min_pixels <= self.max_pixels:
             raise ValueError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+        return self
 
     def target_size(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) this policy gives an image of the given size."""
@@ -69,7 +86,14 @@ class PixelPolicy:
         return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
+
+
+def pixel_policy_of(keys: Any, where: str = "") -> PixelPolicy:
+    """The pixel policy of flat ``image_mode`` / ``image_size`` / ``image_min_pixels`` / ``image_max_pixels`` /
+    ``image_factor`` keys (a mapping or attributes; an unset one keeps the default); ``OptionError`` naming ``where``."""
+    get = keys.get if isinstance(keys, Mapping) else lambda k: getattr(keys, k, None)
+    return PixelPolicy.parse({f: get(f"image_{f}") for f in PixelPolicy.model_fields}, where)
 
 
 def processor_pixel_bounds(processor: Any) -> tuple[int, int] | None:

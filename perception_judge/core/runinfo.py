@@ -60,7 +60,7 @@ def read_run(run_dir: str | os.PathLike[str]) -> RunInfo:
         model_type=str(raw.get("model_type", "")),
         tuning=tuning,
         think_prefix=str(raw.get("think_prefix", "auto")),
-        pixel_policy=PixelPolicy(**(raw.get("pixel_policy") or {})),
+        pixel_policy=PixelPolicy.parse(raw.get("pixel_policy"), "pixel_policy"),
         train_set=train_set,
         raw=raw,
     )

@@ -12,7 +12,11 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
+
+from perception_judge.core.options import Options
 
 PROTOCOLS: tuple[str, ...] = ("batch", "pair", "single")
 
@@ -206,15 +210,31 @@ class Counterfactuals:
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TEACHER_USAGE, 0))
 
 
-@dataclass
-class Sampling:
-    """Decoding settings for one judge call. ``temperature == 0`` means greedy."""
+class Sampling(Options):
+    """The one decoding record: a judge call's (the eval job's ``sampling`` section, every backend), a teacher
+    stage's (``ppjd.options.Stages``). ``max_tokens`` is accepted for ``max_new_tokens``; ``seed`` is set per call
+    (from an eval job's ``seeds``, a teacher's ``seed``)."""
 
-    temperature: float = 1.0
-    top_p: float = 0.95
-    top_k: int | None = 20
-    max_new_tokens: int = 4096
+    model_config = ConfigDict(frozen=True)
+    temperature: float = Field(1.0, ge=0)
+    """0 = greedy"""
+    top_p: float | None = Field(0.95, gt=0, le=1)
+    """nucleus sampling"""
+    top_k: Annotated[int | None, AfterValidator(lambda k: k or None)] = Field(20, ge=0)
+    """0 disables top-k"""
+    max_new_tokens: int = Field(4096, ge=1)
+    """the token budget (default: the training run's max_completion_length, else 4096)"""
     seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _max_tokens(cls, data: Any) -> Any:
+        """``max_tokens`` (a teacher stage's word) wins over a ``max_new_tokens`` merged in from a default."""
+        if isinstance(data, dict) and "max_tokens" in data:
+            data = {k: v for k, v in data.items() if k != "max_tokens"} | {
+                "max_new_tokens": data["max_tokens"]
+            }
+        return data
 
 
 @dataclass

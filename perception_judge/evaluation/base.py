@@ -12,7 +12,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
 
 from perception_judge.core.images import PixelPolicy, load_image
 from perception_judge.core.io import atomic_open
@@ -41,6 +43,16 @@ def get_parser(name: str) -> ParserFn:
     if name not in PARSERS:
         raise KeyError(f"unknown parser {name!r}; known: {sorted(PARSERS)}")
     return PARSERS[name]
+
+
+def _names(value: Any) -> Any:
+    """Names given one by one, in a list, or comma-separated (``--suites bias,perception``, ``seeds: [0, 1]``)."""
+    items = value if isinstance(value, list | tuple) else [value]
+    return [n.strip() for v in items for n in str(v).split(",") if n.strip()] if value is not None else None
+
+
+Names = Annotated[list[str], BeforeValidator(_names)]
+Ints = Annotated[list[int], BeforeValidator(_names)]
 
 
 BACKEND_ERROR_PREFIX = "backend error: "
@@ -120,13 +132,16 @@ def prepare_each(
 class Metric:
     """What a reader needs to know of a metric, declared next to it (as lm-evaluation-harness does): its
     direction (``higher_is_better``; None: neither, a number shown for information), the value an unbiased judge
-    reaches when that is not an extreme (``ideal``), the value of a judge that guesses (``chance``), and whether
-    it is a count (shown as an integer)."""
+    reaches when that is not an extreme (``ideal``), the value of a judge that guesses (``chance``), whether it is a
+    count (shown as an integer), its column header in the report (``label``) and what it measures (``about``, for
+    ``eval list``)."""
 
     higher_is_better: bool | None = True
     ideal: float | None = None
     chance: float | None = None
     count: bool = False
+    label: str | None = None
+    about: str = ""
 
 
 LOWER = Metric(higher_is_better=False)
@@ -241,7 +256,7 @@ def judge_items(
             owners += [i] * len(reqs)
         done = len(out)
         for seed in seeds if requests else ():
-            results = backend.judge(requests, dataclasses.replace(sampling, seed=int(seed)))
+            results = backend.judge(requests, sampling.model_copy(update={"seed": int(seed)}))
             got, wanted = [r.request_id for r in results], [r.request_id for r in requests]
             if got != wanted:  # one result per request, in request order
                 raise RuntimeError(
@@ -295,16 +310,32 @@ def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
 
 
 @dataclass(frozen=True)
+class Bars:
+    """A grouped-bar plot the report draws of some of a suite's metrics, one bar per model: ``metrics`` maps each to
+    its tick label, ``groups`` to a heading over its run of bars, ``legend`` names the metric quoted per model."""
+
+    file: str
+    title: str
+    metrics: Mapping[str, str]
+    groups: Mapping[str, str] = field(default_factory=dict)
+    legend: str | None = None
+    ylabel: str = ""
+
+
+@dataclass(frozen=True)
 class Suite:
-    """A suite's record, what the plan, the sweep and the report read of it (the contract: docs/evaluation.md §6):
-    its options model, every metric it reports declared (by full name or a dot-separated part), its headline
-    metrics as shell patterns in order (the first reported one ranks models) and ``run(backend, config)``."""
+    """A suite's record, what the plan, the sweep, ``eval list`` and the report read of it (the contract:
+    docs/evaluation.md §6): its options model, every metric it reports declared (by full name or a dot-separated
+    part), its headline metrics as shell patterns in order (the first reported one ranks models),
+    ``run(backend, config)``, the report's note below its tables and its bar plot."""
 
     name: str
     options: type[Options]
     metrics: Mapping[str, Metric]
     primary: tuple[str, ...]
     run: Callable[[JudgeBackend, SuiteConfig], SuiteResult]
+    note: str = ""
+    bars: Bars | None = None
 
     def parse(self, values: Options | Mapping[str, Any] | None) -> Options:
         """The typed, defaults-filled options; a bad key or value raises ``OptionError`` naming ``SUITE.KEY``."""
@@ -329,6 +360,6 @@ class Suite:
         result.suite = self.name
         if primary := self.primary_metrics(result.metrics):
             result.protocol["primary_metric"] = primary[0]
-        given = {"seeds": list(config.seeds), "sampling": dataclasses.asdict(config.sampling)}
+        given = {"seeds": list(config.seeds), "sampling": config.sampling.model_dump()}
         result.protocol |= {**given, "backend": backend.describe()} | result.protocol
         return result

@@ -7,16 +7,16 @@ import json
 import logging
 import os
 import sys
-from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict
 
 from perception_judge.core.command import Command
-from perception_judge.core.options import Flag, OptionError, Options, add_flags, given_flags, resolve_options
+from perception_judge.core.options import OptionError, Options, add_flags, given_flags, resolve_options
 from perception_judge.core.redact import RedactingFilter, redact_text
-from perception_judge.evaluation.plan import JobConfig, Names, resolve
+from perception_judge.core.runinfo import read_run
+from perception_judge.evaluation.plan import EvalPlan, JobConfig, RunJob, SweepJob, resolve
 from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger("perception_judge.eval")
@@ -37,87 +37,51 @@ backend.KEY), then the flags below. Everything is checked before any model loads
 """
 
 
-class CommonFlags(Options):
-    out: Path | None = None
-    """output folder"""
-    force: bool = False
-    """re-run finished cells too"""
-    no_report: bool = False
-    """write the results table but no report"""
+JOBS: dict[str, type[JobConfig]] = dict(sweep=SweepJob, run=RunJob)
+"""The one options model of each command line that evaluates: the eval job with that command's own flags."""
 
 
-class SweepFlags(CommonFlags):
-    models: Names | None = None
-    """only these models (shell patterns: base,checkpoint-*,final)"""
-    claim: bool = False
-    """one of many identical workers on this sweep (a SLURM array, srun tasks, Ray tasks): run only the cells this
-    worker claims (exclusive-create claim files with a heartbeat lease); write no tables (`eval collect OUT` does,
-    once every cell is done)"""
-    lease: float = 60.0
-    """--claim: seconds before a silent worker's cell is taken over"""
-    max_attempts: int = 3
-    """--claim: a cell that failed this often is left failed"""
-    ray: Annotated[int | None, Flag(metavar="N")] = None
-    """run N --claim workers as Ray tasks (pip install 'perception-judge[ray]'), then collect"""
-    ray_gpus: float | None = None
-    """--ray: GPUs per worker (default 1 when the cluster has GPUs, else 0)"""
-    ray_address: str | None = None
-    """--ray: a running cluster (auto inside one; default: start a local cluster)"""
+class _Layer(Options):
+    """A config file with ``--set`` applied, untyped: the plan merges the layers first, then types them once."""
+
+    model_config = ConfigDict(extra="allow")
 
 
-class RunFlags(CommonFlags):
-    model: Annotated[list[str], Flag(metavar="[NAME=]TARGET")] = Field(default_factory=list)
-    """a judge to evaluate (repeatable): a model or adapter folder (hf, vllm; an adapter is loaded on the base its
-    config names), a served model name (openai), a scripted judge (constant, random, module:function)"""
-    adapter: str | None = None
-    """LoRA adapter for a single --model"""
-    base_model: str | None = None
-    """base model of adapter folders whose config names another path"""
-
-
-def _flags(args: argparse.Namespace) -> Any:
-    """The action's own flags, typed."""
-    model = {"sweep": SweepFlags, "run": RunFlags}[args.action]
-    return model.parse(given_flags(model, args))
-
-
-def _suite_key(item: str) -> str:
+def _suite_key(item: str, job: type[JobConfig]) -> str:
     """A ``--set`` item with a suite's option (``SUITE.KEY=VALUE``) as the job key it sets (``options.SUITE.KEY``)."""
     key = item.partition("=")[0]
     head = key.split(".")[0].strip()
     if head in SUITES and "." in key:
         return f"options.{item.strip()}"
-    if head in SUITES or head not in JobConfig.model_fields:
+    if head in SUITES or head not in job.model_fields:
         raise OptionError(
             f"--set {item!r}: expected SUITE.KEY=VALUE with SUITE one of {', '.join(SUITES)} (or a key of the eval "
-            f"job: {', '.join(JobConfig.model_fields)}); {head!r} is neither a suite nor a job key"
+            f"job: {', '.join(job.model_fields)}); {head!r} is neither a suite nor a job key"
         )
     return item
 
 
 def job_layers(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The eval job's checked layers from the command line: the config file with ``--set`` applied, and the flags."""
-    config = resolve_options(JobConfig, "", args.config, [_suite_key(s) for s in args.sets])
+    """The command line's layers of the eval job, untyped: the config file (read once) with ``--set`` applied, and
+    the flags given."""
+    job = JOBS[args.action]
+    config = resolve_options(_Layer, "", args.config, [_suite_key(s, job) for s in args.sets]).model_dump()
     flags: dict[str, Any] = {}
-    for key, value in given_flags(JobConfig, args).items():
+    for key, value in given_flags(job, args).items():
         *heads, last = key.split(".")
         target = flags
         for head in heads:
             target = target.setdefault(head, {})
         target[last] = value
-    return config.model_dump(exclude_unset=True), flags
+    return config, flags
 
 
-def build_plan(args: argparse.Namespace, run: Any = None) -> Any:
-    """The :class:`~perception_judge.evaluation.plan.EvalPlan` of the run file (``eval sweep``), the job config with
-    ``--set``, and the flags, in that order (:func:`~perception_judge.evaluation.plan.resolve`: everything typed and
-    checked before any model loads)."""
-    config, flags = job_layers(args)
-    own = _flags(args)
-    out = own.out or config.get("out") or (run.run_dir / "eval" if run is not None else None)
-    if out is None:
-        raise ValueError("eval run needs --out DIR (or out: in the config)")
-    return resolve([config, flags], Path(out), run, force=own.force)
+def plan_of(args: argparse.Namespace) -> EvalPlan:
+    """The :class:`~perception_judge.evaluation.plan.EvalPlan` of an ``eval sweep`` / ``eval run`` command line: the
+    run file (sweep), then :func:`job_layers` (:func:`~perception_judge.evaluation.plan.resolve`: typed and checked
+    once, before any model loads)."""
+    run = read_run(args.run_dir) if args.action == "sweep" else None
+    return resolve(job_layers(args), run=run, job=JOBS[args.action])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,11 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sw = sub.add_parser("sweep", help="evaluate every checkpoint of a training run", description=sweep_help)
     sw.add_argument("run_dir", type=Path, help="training output folder (train_grpo.py --output_dir)")
     rn = sub.add_parser(
-        "run", help="evaluate and compare judges", description=RunFlags.model_fields["model"].description
+        "run", help="evaluate and compare judges", description=RunJob.model_fields["models"].description
     )
-    for p, flags in ((sw, SweepFlags), (rn, RunFlags)):
-        add_flags(p, flags, config=False)
-        add_flags(p, JobConfig)
+    for p, job in ((sw, SweepJob), (rn, RunJob)):
+        add_flags(p, job)
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
     co = sub.add_parser(
         "collect",
@@ -168,31 +131,28 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from perception_judge.evaluation.sweep import read_run, sweep
+    from perception_judge.evaluation.sweep import sweep
 
-    run, f = read_run(args.run_dir), _flags(args)
-    plan = build_plan(args, run)
-    out_dir = plan.out_dir
-    if f.ray:
+    plan = plan_of(args)
+    job, out_dir = plan.job, plan.out_dir
+    if job.ray:
         from perception_judge.evaluation.ray_workers import run_on_ray
 
-        args.out_dir = out_dir
-        codes, state = run_on_ray(claim_worker, args, f.ray, f.ray_gpus, f.ray_address)
+        codes, state = run_on_ray(claim_worker, args, plan)
         print(
             f"ray: {len(codes)} workers, exit codes {sorted(codes)}; wrote {out_dir}/results.csv, results.json"
         )
         _print_collect_state(state)
         return 1 if any(codes) or state["missing"] or state["failed"] else 0
-    models = f.models or job_layers(args)[0].get("models_filter")
-    claims = {"claim": f.claim, "lease_s": f.lease, "max_attempts": f.max_attempts}
-    outcome, _ = sweep(run.run_dir, plan, models, report=not f.no_report, progress=not args.quiet, **claims)
-    if f.claim:
+    claims = {"claim": job.claim, "lease_s": job.lease, "max_attempts": job.max_attempts}
+    outcome, _ = sweep(args.run_dir, plan, report=not plan.job.no_report, progress=not args.quiet, **claims)
+    if job.claim:
         print(
             f"cells: {outcome.done} run by this worker, {outcome.skipped} already done, {outcome.elsewhere} held by "
             f"other workers, {outcome.failed} failed; `perception-judge eval collect {out_dir}` writes the tables"
         )
     else:
-        _print_outcome(outcome, out_dir, not f.no_report)
+        _print_outcome(outcome, out_dir, not plan.job.no_report)
     return 1 if outcome.failed else 0
 
 
@@ -217,42 +177,12 @@ def run_collect(args: argparse.Namespace) -> int:
     return 1 if state["missing"] or state["failed"] else 0
 
 
-def _model_entries(f: RunFlags, models: list[dict[str, Any]], kind: str) -> list[Any]:
-    from perception_judge.evaluation.sweep import ModelEntry
-
-    entries = []
-    for i, m in enumerate(models):
-        if not isinstance(m, dict) or not (m.get("model") or m.get("fn")):
-            raise ValueError(
-                f"config models[{i}] must be a mapping with 'model' (and optional name, adapter, step)"
-            )
-        name = str(m.get("name") or Path(str(m.get("model") or m.get("fn"))).name)
-        spec = {k: v for k, v in m.items() if k not in ("name", "step")}
-        entries.append(ModelEntry(name, m.get("step"), "model", spec))
-    for item in f.model:
-        name, sep, target = item.partition("=")
-        if not sep:
-            name, target = Path(item.rstrip("/")).name or item, item
-        key = "fn" if kind == "scripted" else "model"
-        spec = {key: target, "adapter": f.adapter, "base_model": f.base_model}
-        entries.append(ModelEntry(name, None, "model", {k: v for k, v in spec.items() if v}))
-    if f.adapter and len(f.model) != 1:
-        raise ValueError("--adapter applies to exactly one --model")
-    if dupes := sorted(n for n, k in Counter(e.name for e in entries).items() if k > 1):
-        raise ValueError(f"duplicate model names {dupes}: name them with --model NAME=TARGET")
-    if not entries:
-        raise ValueError("no model to evaluate: pass --model [NAME=]TARGET (or models: in --config)")
-    return entries
-
-
 def run_eval(args: argparse.Namespace) -> int:
-    from perception_judge.evaluation.sweep import check_cell_names, evaluate
+    from perception_judge.evaluation.sweep import evaluate
 
-    plan, f = build_plan(args), _flags(args)
-    entries = _model_entries(f, job_layers(args)[0].get("models") or [], plan.backend.kind)
-    check_cell_names(entries)
-    outcome, _ = evaluate(entries, plan, report=not f.no_report, progress=not args.quiet)
-    _print_outcome(outcome, plan.out_dir, not f.no_report)
+    plan = plan_of(args)
+    outcome, _ = evaluate(list(plan.models), plan, report=not plan.job.no_report, progress=not args.quiet)
+    _print_outcome(outcome, plan.out_dir, not plan.job.no_report)
     return 1 if outcome.failed else 0
 
 
@@ -272,15 +202,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from perception_judge.evaluation.bias.taxonomy import BIASES
-
-    print("suites (options: --set SUITE.KEY=VALUE; headline metrics first):")
+    print("suites (options: --set SUITE.KEY=VALUE; headline metrics first; what some metrics measure):")
     for name, suite in SUITES.items():
         print(f"  {name:22s} {', '.join(suite.primary[:3])}")
         print(f"  {'':22s} options: {', '.join(suite.options.model_fields)}")
-    print("bias types (MM-JudgeBias):")
-    for b in BIASES:
-        print(f"  {b.bias_type:26s} {b.category:12s} {b.metric.upper()}  {b.perturbation}")
+        for metric in (k for k, m in suite.metrics.items() if m.about):
+            print(f"  {'':22s} {metric:26s} {suite.metrics[metric].about}")
     return 0
 
 

@@ -29,8 +29,7 @@ from perception_judge.core.schema import (
     order_from_kinds,
 )
 from perception_judge.evaluation import base
-from perception_judge.evaluation.benchmarks.metrics import rate
-from perception_judge.evaluation.bias.metrics import mean_std
+from perception_judge.evaluation.stats import mean_std, rate, wilson_interval
 from perception_judge.rewards import ranking_reward, verdict_reward
 
 PROTOCOL_NAMES = ("pair", "batch", "single")
@@ -46,12 +45,21 @@ def _known_protocols(values: list[str]) -> list[str]:
     return values
 
 
+def _needs_data(data: str | None) -> str:
+    if not data:
+        raise ValueError(
+            "the perception suite needs the option data=PATH (an exported training set with validation.parquet); "
+            "a sweep takes it from the run's train_set"
+        )
+    return data
+
+
 class PerceptionOptions(Options):
     """``data``: a training-set folder or a parquet file (a sweep fills it from the run's ``train_set``);
     ``prompt_style``: default, the style the training set was exported in."""
 
     model_config = ConfigDict(validate_default=True)
-    data: str | None = None
+    data: Annotated[str | None, AfterValidator(_needs_data)] = None
     split: str = "validation"
     protocols: Annotated[CommaList, AfterValidator(_known_protocols)] = PROTOCOL_NAMES
     batch_orders: Literal["random", "all"] = "random"
@@ -124,22 +132,6 @@ def pair_accuracy(correct: int, ties: int, fails: int, n: int) -> float | None:
     if correct + ties + fails > n:
         raise ValueError(f"correct + ties + fails ({correct + ties + fails}) exceeds n ({n})")
     return (correct + 0.5 * ties) / n
-
-
-def wilson_interval(successes: float, n: int, z: float = 1.959964) -> tuple[float, float] | None:
-    """Wilson score interval of a proportion ``successes / n`` (95% for the default z):
-
-        centre = (p + z^2 / 2n) / (1 + z^2 / n),  half = z sqrt(p (1 - p) / n + z^2 / 4n^2) / (1 + z^2 / n)
-
-    ``successes`` may be fractional (ties as half credit); the two orders of one pair count as separate judgements
-    (a somewhat narrower interval than over independent pairs). None when ``n == 0``."""
-    if n <= 0:
-        return None
-    p = min(1.0, max(0.0, successes / n))
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def derangement(n: int, seed: int) -> list[int]:
@@ -311,11 +303,6 @@ def score_seed(
 def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     """Run the perceptual-sensitivity suite (see the module docstring)."""
     opts: PerceptionOptions = config.options
-    if not opts.data:
-        raise ValueError(
-            "the perception suite needs the option data=PATH (an exported training set with validation.parquet); "
-            "a sweep takes it from the run's train_set"
-        )
     from perception_judge.core.trainset import prompt_style_of
 
     data = Path(opts.data)
@@ -368,6 +355,12 @@ def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResul
     return base.SuiteResult("perception", metrics, protocol, counts, str(samples), {"per_seed": per_seed})
 
 
-SUITE = base.Suite("perception", PerceptionOptions, METRICS, PRIMARY, run)
+BARS = base.Bars(
+    "perception_protocols.png", "Perceptual sensitivity per protocol (held-out PPJD)",
+    {"pair_acc_c_vs_rp": "pair: r_c > r_rp", "pair_acc_c_vs_rp_r": "pair: r_c > r_rp+r",
+     "pair_consistency": "pair: order consistency", "batch_ranking_reward": "batch: ranking reward",
+     "batch_kendall_tau": "batch: Kendall τ", "single_verdict_acc": "single: verdict acc."},
+)  # fmt: skip
+SUITE = base.Suite("perception", PerceptionOptions, METRICS, PRIMARY, run, bars=BARS)
 MISMATCHED = base.Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run)
 """The control a sweep runs beside ``perception`` (``image_control=mismatched``), so the report shows both."""

@@ -10,18 +10,21 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
+from perception_judge.core.images import PixelPolicy
 from perception_judge.core.io import temp_name
 from perception_judge.core.options import Flag, OptionError, Options
 from perception_judge.core.redact import redact
 from perception_judge.core.runinfo import RunInfo
 from perception_judge.core.schema import Sampling
 from perception_judge.evaluation.backends import KINDS, BackendSpec, takes
+from perception_judge.evaluation.base import Ints, Names
+from perception_judge.evaluation.results import cell_id
 from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger(__name__)
@@ -30,45 +33,6 @@ DEFAULT_SUITES = ("bias", "perception")
 PAIR_SOURCE_SUITES = ("position", "verbosity")
 """Pair-source suites whose pairs default to the run's training set (the ``ppjd`` source, ``trainset_dir``)."""
 PAIR_SOURCE_PATHS = ("data_dir", "pair_file", "trainset_dir", "pairs_file")
-
-
-def _names(value: Any) -> Any:
-    """Names given one by one, in a list, or comma-separated (``--suites bias,perception``, ``seeds: [0, 1]``)."""
-    items = value if isinstance(value, list | tuple) else [value]
-    return [n.strip() for v in items for n in str(v).split(",") if n.strip()] if value is not None else None
-
-
-Names = Annotated[list[str], BeforeValidator(_names)]
-Ints = Annotated[list[int], BeforeValidator(_names)]
-
-
-class SamplingOptions(Options):
-    """Decoding (the job's ``sampling`` section); ``seed`` is ignored: ``seeds`` sets it."""
-
-    temperature: float = Field(1.0, ge=0)
-    """0 = greedy"""
-    top_p: float = Field(0.95, gt=0, le=1)
-    """nucleus sampling"""
-    top_k: int | None = Field(20, ge=0)
-    """0 disables top-k"""
-    max_new_tokens: int = Field(4096, ge=1)
-    """the token budget (default: the training run's max_completion_length, else 4096)"""
-    seed: int | None = None
-
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.top_k or None, self.max_new_tokens)
-
-
-class PixelOptions(Options):
-    """The pixel policy (``backend.pixel_policy``; :class:`perception_judge.core.images.PixelPolicy`)."""
-
-    mode: Annotated[Literal["fixed", "smart", "none"] | None, Flag("--pixel-mode")] = None
-    """pixel policy mode (default: the run's, else fixed)"""
-    size: Annotated[int | None, Flag("--pixel-size")] = None
-    """fixed pixel policy size (default: the run's, else 448)"""
-    min_pixels: int | None = None
-    max_pixels: int | None = None
-    factor: int | None = None
 
 
 class BackendOptions(Options):
@@ -84,17 +48,54 @@ class BackendOptions(Options):
     device: str | None = None
     """hf device (auto, cpu, cuda)"""
     base_urls: Annotated[Names | None, Flag("--base-url")] = None
-    """openai: server URL(s), comma-separated"""
+    """openai: server URL(s), comma-separated (default: $OPENAI_BASE_URL)"""
     think_prefix: Literal["auto", "off"] | None = None
     """think prefill (default: the run's, else auto)"""
-    pixel_policy: PixelOptions | None = None
+    pixel_policy: PixelPolicy | None = None
     """pixel policy"""
+
+
+class Judge(Options):
+    """A judge of ``eval run``: a ``models:`` entry or ``--model [NAME=]TARGET`` (the name defaults to TARGET's last
+    part; TARGET is the ``model``, a scripted backend's ``fn``)."""
+
+    name: str | None = None
+    model: str | None = None
+    fn: str | None = None
+    adapter: str | None = None
+    base_model: str | None = None
+    processor: str | None = None
+    step: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        name, sep, target = value.partition("=")
+        return {"name": name, "model": target} if sep else {"model": value}
+
+    @model_validator(mode="after")
+    def _target_given(self) -> Judge:
+        if not (self.model or self.fn):
+            raise ValueError(
+                "a judge needs 'model' (a folder, a served model's name, a scripted judge) or 'fn'"
+            )
+        return self
+
+    def entry(self, kind: str) -> ModelEntry:
+        """The judge's model entry (the backend's keys in ``spec``; a scripted backend's TARGET is its ``fn``)."""
+        spec = self.model_dump(exclude={"name", "step"}, exclude_none=True)
+        if kind == "scripted" and "fn" not in spec:
+            spec["fn"] = spec.pop("model")
+        target = str(self.model or self.fn)
+        return ModelEntry(self.name or Path(target.rstrip("/")).name or target, self.step, "model", spec)
 
 
 class JobConfig(Options):
     """An eval job: a YAML file (``--config``), ``--set KEY=VALUE`` (``SUITE.KEY`` for a suite's option) and the flags
-    of its documented keys. ``options`` holds each suite's options, ``models`` the judges of ``eval run`` (``{name,
-    model, adapter, step}``), ``models_filter`` the models of ``eval sweep`` (shell patterns), ``out`` the folder."""
+    of its documented keys. ``options`` holds each suite's options, ``models`` the judges of ``eval run``,
+    ``models_filter`` the models of ``eval sweep`` (shell patterns)."""
 
     suites: Names | None = None
     """comma-separated suites (default: bias,perception)"""
@@ -102,20 +103,96 @@ class JobConfig(Options):
     """comma-separated judge seeds (default: 0)"""
     limit: int | None = Field(None, ge=1)
     """cap items per suite (bias: pairs per bias type)"""
-    sampling: SamplingOptions | None = None
+    sampling: Sampling = Sampling()
     """decoding"""
     backend: BackendOptions | None = None
     """the judge backend"""
     options: dict[str, dict[str, Any] | None] | None = None
-    models: list[dict[str, Any]] | None = None
-    out: str | None = None
+    out: Path | None = None
+    """output folder"""
+    force: bool = False
+    """re-run finished cells too"""
+    no_report: bool = False
+    """write the results table but no report"""
+    models: list[Judge] = Field(default_factory=list)
     models_filter: Names | None = None
+
+
+class SweepJob(JobConfig):
+    """``eval sweep``: the job and its workers."""
+
+    models_filter: Annotated[Names | None, Flag("--models")] = None
+    """only these models (shell patterns: base,checkpoint-*,final)"""
+    claim: bool = False
+    """one of many identical workers on this sweep (a SLURM array, srun tasks, Ray tasks): run only the cells this
+    worker claims (exclusive-create claim files with a heartbeat lease); write no tables (`eval collect OUT` does,
+    once every cell is done)"""
+    lease: float = 60.0
+    """--claim: seconds before a silent worker's cell is taken over"""
+    max_attempts: int = 3
+    """--claim: a cell that failed this often is left failed"""
+    ray: Annotated[int | None, Flag(metavar="N")] = None
+    """run N --claim workers as Ray tasks (pip install 'perception-judge[ray]'), then collect"""
+    ray_gpus: float | None = None
+    """--ray: GPUs per worker (default 1 when the cluster has GPUs, else 0)"""
+    ray_address: str | None = None
+    """--ray: a running cluster (auto inside one; default: start a local cluster)"""
+
+
+class RunJob(JobConfig):
+    """``eval run``: the job and its judges (``--model`` replaces the config's ``models``)."""
+
+    models: Annotated[list[Judge], Flag("--model", "[NAME=]TARGET")] = Field(default_factory=list)
+    """a judge to evaluate (repeatable): a model or adapter folder (hf, vllm; an adapter is loaded on the base its
+    config names), a served model name (openai), a scripted judge (constant, random, module:function)"""
+    adapter: str | None = None
+    """LoRA adapter for a single --model"""
+    base_model: str | None = None
+    """base model of adapter folders whose config names another path"""
+
+    @model_validator(mode="after")
+    def _judges(self) -> RunJob:
+        if not self.models:
+            raise ValueError("no model to evaluate: pass --model [NAME=]TARGET (or models: in --config)")
+        if self.adapter and len(self.models) != 1:
+            raise ValueError("--adapter applies to exactly one --model")
+        for judge in self.models:
+            judge.adapter = judge.adapter or self.adapter
+            judge.base_model = judge.base_model or self.base_model
+        return self
+
+
+@dataclass
+class ModelEntry:
+    """One judge to evaluate. ``spec`` holds the backend's model keys (``model``, ``adapter``, ``processor``)."""
+
+    name: str
+    step: int | None = None
+    kind: str = "model"  # base | checkpoint | final | model
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+def check_cell_names(entries: Sequence[ModelEntry]) -> None:
+    """Refuse judges whose names give the same cell file name (``cell_id`` keeps only ``A-Za-z0-9._-``): their
+    results would overwrite each other. The error names both."""
+    seen: dict[str, str] = {}
+    for entry in entries:
+        key = cell_id(entry.name, "x", 0)
+        if seen.get(key) == entry.name:
+            raise ValueError(f"judge {entry.name!r} is listed twice")
+        if key in seen:
+            raise ValueError(
+                f"judges {seen[key]!r} and {entry.name!r} would share the result files {key.split('__')[0]}__*: "
+                "give them names that differ in letters, digits, '.', '_' or '-'"
+            )
+        seen[key] = entry.name
 
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """Everything that decides the numbers of an evaluation, besides the models: the suites to run with every
-    suite's typed options, the backend (with the pixel policy, think prefix and sampling), the seeds, the limit."""
+    """Everything an eval command line decides, resolved once: the suites to run with every suite's typed options,
+    the backend (with the pixel policy, think prefix and sampling), the seeds, the limit, the output folder, the
+    judges of ``eval run`` (``models``), and the typed ``job`` (the sweep's ``models_filter``, ``no_report``, workers)."""
 
     suites: tuple[str, ...]
     options: Mapping[str, Options]
@@ -125,6 +202,8 @@ class EvalPlan:
     limit: int | None = None
     force: bool = False
     warnings: tuple[str, ...] = ()
+    models: tuple[ModelEntry, ...] = ()
+    job: JobConfig = field(default_factory=JobConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as ``plan.json`` records it (secrets redacted)."""
@@ -157,17 +236,16 @@ def merge(into: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
     return into
 
 
-def _merge_backend(job: dict[str, Any], block: Mapping[str, Any] | None) -> None:
+def _merge_backend(job: dict[str, Any], block: Any) -> None:
     """Merge a layer's backend block; a block of another kind keeps only the earlier keys that kind takes."""
-    block = dict(block or {})
     old = job.setdefault("backend", {})
-    kind = block.get("kind")
+    kind = block.get("kind") if isinstance(block, Mapping) and isinstance(old, dict) else None
     if kind and kind != old.get("kind", "hf") and kind in KINDS:
         shared = takes(kind) | {"pixel_policy", "think_prefix"}
         if dropped := sorted(k for k in old if k != "kind" and k not in shared):
             log.warning("backend %s: dropping the %s backend key(s) %s", kind, old.get("kind", "hf"), dropped)
         job["backend"] = {k: v for k, v in old.items() if k in shared}
-    merge(job["backend"], block)
+    merge(job, {"backend": block or {}})
 
 
 def _run_layer(run: RunInfo | None) -> dict[str, Any]:
@@ -201,18 +279,20 @@ def check_writable(folder: Path) -> None:
 
 def resolve(
     layers: Sequence[Mapping[str, Any]],
-    out_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
     run: RunInfo | None = None,
     force: bool = False,
+    job: type[JobConfig] = JobConfig,
 ) -> EvalPlan:
-    """The plan from the run file (``run``) and ``layers`` (the config file, then the command line), in the order
-    of the module docstring, typed and checked; raises ``OptionError`` naming what is wrong."""
-    job: dict[str, Any] = {}
+    """The plan from the run file (``run``) and ``layers`` shaped like ``job`` (the config file, then the command
+    line), merged in the order of the module docstring, then typed and checked once; raises ``OptionError`` naming
+    what is wrong. ``out_dir`` wins over the job's ``out`` (default: the run's ``eval`` folder)."""
+    merged: dict[str, Any] = {}
     for layer in (_run_layer(run), *layers):
-        layer = JobConfig.parse(layer, "", what="key in the eval job").model_dump(exclude_unset=True)
-        _merge_backend(job, layer.pop("backend", None))
-        merge(job, layer)
-    config = JobConfig.parse(job, "", what="key in the eval job")
+        layer = dict(layer)
+        _merge_backend(merged, layer.pop("backend", None))
+        merge(merged, layer)
+    config = job.parse(merged, "", what="key in the eval job")
     suites = tuple(config.suites or DEFAULT_SUITES)
     options = dict(config.options or {})
     if unknown := [s for s in (*suites, *options) if s not in SUITES]:
@@ -221,17 +301,21 @@ def resolve(
         opts = options.get(suite) or {}
         if opts.get("source") in (None, "ppjd") and not any(opts.get(k) for k in PAIR_SOURCE_PATHS):
             options[suite] = {**opts, "trainset_dir": run.train_set}
+    backend = BackendSpec.parse({"kind": "hf", **merged["backend"]}, config.sampling)
     typed = {s: SUITES[s].parse(options.get(s)) for s in dict.fromkeys((*suites, *options))}
-    sampling = (config.sampling or SamplingOptions()).sampling()
-    backend = BackendSpec.parse({"kind": "hf", **job.get("backend", {})}, sampling)
     trained = (run.raw.get("args") or {}).get("max_completion_length") if run else None
+    budget = config.sampling.max_new_tokens
     warnings = (
-        (f"sampling.max_new_tokens {sampling.max_new_tokens} is below the {trained} tokens the run trained with "
+        (f"sampling.max_new_tokens {budget} is below the {trained} tokens the run trained with "
          "(args.max_completion_length): a longer answer is cut off and scored as a parse failure",)
-        if trained and sampling.max_new_tokens < int(trained) else ()
+        if trained and budget < int(trained) else ()
     )  # fmt: skip
     for w in warnings:
         log.warning("%s", w)
-    check_writable(Path(out_dir))
-    seeds = tuple(config.seeds or (0,))
-    return EvalPlan(suites, typed, backend, Path(out_dir), seeds, config.limit, force, warnings)
+    out = out_dir or config.out or (run.run_dir / "eval" if run else None)
+    if out is None:
+        raise OptionError("out: eval run needs --out DIR (or out: in the config)")
+    check_cell_names(models := tuple(j.entry(backend.kind) for j in config.models))
+    check_writable(Path(out))
+    seeds, force = tuple(config.seeds or (0,)), force or config.force
+    return EvalPlan(suites, typed, backend, Path(out), seeds, config.limit, force, warnings, models, config)

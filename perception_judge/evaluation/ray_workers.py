@@ -12,15 +12,11 @@ from typing import Any
 
 
 def run_on_ray(
-    worker: Callable[[argparse.Namespace], int],
-    args: argparse.Namespace,
-    workers: int,
-    gpus: float | None = None,
-    address: str | None = None,
+    worker: Callable[[argparse.Namespace], int], args: argparse.Namespace, plan: Any
 ) -> tuple[list[int], dict[str, Any]]:
-    """Run ``workers`` tasks of ``worker(args)`` (the ``--claim`` worker, a module-level function Ray can pickle)
-    on Ray and collect; returns their exit codes and the collect state (``missing`` / ``failed`` / ``claimed``
-    cells)."""
+    """Run the plan's ``ray`` tasks of ``worker(args)`` (the ``--claim`` worker, a module-level function Ray can
+    pickle; ``ray_gpus`` each, on ``ray_address``) and collect; returns their exit codes and the collect state
+    (``missing`` / ``failed`` / ``claimed`` cells)."""
     try:
         import ray
     except ImportError:
@@ -30,11 +26,12 @@ def run_on_ray(
         ) from None
     from perception_judge.evaluation.sweep import collect
 
+    workers, gpus = plan.job.ray, plan.job.ray_gpus
     if workers < 1:
         raise ValueError(f"--ray needs at least one worker, got {workers}")
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=not args.quiet)
+        ray.init(address=plan.job.ray_address, include_dashboard=False, log_to_driver=not args.quiet)
     try:
         if gpus is None:
             gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
@@ -43,5 +40,5 @@ def run_on_ray(
     finally:
         if started:
             ray.shutdown()
-    _, state = collect(args.out_dir, report=not args.no_report)
+    _, state = collect(plan.out_dir, report=not plan.job.no_report)
     return codes, state

@@ -5,6 +5,7 @@ it is a count) comes from its suite's declarations (:data:`perception_judge.eval
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -15,21 +16,12 @@ from scipy.stats import rankdata
 
 from perception_judge.core.io import atomic_write_json, atomic_write_text
 from perception_judge.core.redact import redact_text
-from perception_judge.evaluation.base import Metric
-from perception_judge.evaluation.bias.taxonomy import BIASES
+from perception_judge.evaluation.base import Bars, Metric
 from perception_judge.evaluation.results import done_results, read_results
 from perception_judge.evaluation.suites import SUITES
 
 PLOTS_DIR = "plots"
 PANELS_PER_PAGE = 16
-PERCEPTION_BARS = (
-    ("pair_acc_c_vs_rp", "pair: r_c > r_rp"),
-    ("pair_acc_c_vs_rp_r", "pair: r_c > r_rp+r"),
-    ("pair_consistency", "pair: order consistency"),
-    ("batch_ranking_reward", "batch: ranking reward"),
-    ("batch_kendall_tau", "batch: Kendall τ"),
-    ("single_verdict_acc", "single: verdict acc."),
-)
 PROTOCOL_FAMILIES = {
     "project": "the project's rules (failures and ties count against the judge)",
     "published": "a replica of the published evaluation script's aggregation",
@@ -156,69 +148,41 @@ def _save_figure(plt: Any, fig: Any, path: Path, dpi: int = 110) -> Path:
     return path
 
 
-def _bar_figure(
-    table: dict[str, Any], metrics: list[str], labels: list[str], style: tuple
-) -> tuple[Any, Any, Any]:
-    """Grouped bars: one group per metric, one bar per model (``style``: colour map, its share used, bar group
-    width, figure height), the std over seeds as error bars when any is non-zero. A value the suite declares
-    undefined is drawn as an empty hatched bar marked n/a, never as a 0."""
-    cmap, shade, width, height = style
-    plt, rows = _plt(), table["rows"]
-    fig, ax = plt.subplots(figsize=(max(8, width * len(metrics) + 2), height))
-    n, w = len(rows), 0.8 / len(rows)
-    undefined = table.get("undefined") or {}
-    for i, (row, label) in enumerate(zip(rows, labels)):
+def plot_bars(table: dict[str, Any], bars: Bars, path: Path) -> Path | None:
+    """A suite's :class:`~perception_judge.evaluation.base.Bars`: one group per metric, one bar per model, the std
+    over seeds as error bars when any is non-zero, a heading over each run of metrics of one group. A value the suite
+    declares undefined is an empty hatched bar marked n/a, never a 0."""
+    metrics, rows = [m for m in bars.metrics if m in table["columns"]], table["rows"]
+    if not metrics or not rows:
+        return None
+    plt, undefined = _plt(), table.get("undefined") or {}
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(metrics) + 2), 4.6))
+    w, lowest = 0.8 / len(rows), 0.0
+    for i, row in enumerate(rows):
         xs = [j - 0.4 + w * (i + 0.5) for j in range(len(metrics))]
         cells = [row["values"].get(m, (None, None)) for m in metrics]
-        errors = [std or 0.0 for _, std in cells]
-        colour = plt.get_cmap(cmap)(i / max(1, n - 1) * shade)
-        heights = [mean or 0.0 for mean, _ in cells]
+        errors, heights = [std or 0.0 for _, std in cells], [mean or 0.0 for mean, _ in cells]
+        colour = plt.get_cmap("viridis")(i / max(1, len(rows) - 1) * 0.9)
+        quoted = f" ({bars.legend} {_fmt(_mean(row, bars.legend))})" if bars.legend in row["values"] else ""
+        label = row["model"] + quoted
         ax.bar(xs, heights, w, yerr=errors if any(errors) else None, label=label, color=colour, capsize=2)
+        lowest = min(lowest, *heights)
         for x, m, (mean, _) in zip(xs, metrics, cells):
             if mean is None and m in undefined.get(row["model"], {}):
                 ax.bar(x, 0.12, w, fill=False, hatch="///", edgecolor=colour)
                 ax.text(x, 0.14, NOT_AVAILABLE, ha="center", va="bottom", fontsize=7, rotation=90)
-    ax.set_xticks(range(len(metrics)))
-    return plt, fig, ax
-
-
-def plot_bias_bars(table: dict[str, Any], path: Path) -> Path | None:
-    """The nine biases per model as grouped bars (0-1; BD types left, BC types right)."""
-    types = [b for b in BIASES if b.bias_type in table["columns"]]
-    if not types or not table["rows"]:
-        return None
-    labels = [
-        f"{r['model']} (overall {_fmt(_mean(r, 'overall'))})" if "overall" in r["values"] else r["model"]
-        for r in table["rows"]
-    ]
-    plt, fig, ax = _bar_figure(table, [b.bias_type for b in types], labels, ("viridis", 0.9, 1.1, 4.6))
-    n_bd = sum(b.metric == "bd" for b in types)
-    if 0 < n_bd < len(types):
-        ax.axvline(n_bd - 0.5, color="grey", lw=0.8, ls="--")
-        ax.text(n_bd / 2 - 0.5, 1.07, "Bias-Deviation (↑)", ha="center", fontsize=9)
-        ax.text((n_bd + len(types)) / 2 - 0.5, 1.07, "Bias-Conformity (↑)", ha="center", fontsize=9)
-    ax.set_xticklabels([b.short for b in types])
-    ax.set_ylim(0, 1.15)
-    ax.set_ylabel("score (higher is better; hatched n/a: no scorable pair)")
-    ax.set_title("MM-JudgeBias: the nine biases per model")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(4, len(labels)))
-    return _save_figure(plt, fig, path)
-
-
-def plot_perception(table: dict[str, Any], path: Path) -> Path | None:
-    """Per-protocol accuracies per model (grouped bars)."""
-    metrics = [(m, lab) for m, lab in PERCEPTION_BARS if m in table["columns"]]
-    rows = table["rows"]
-    if not metrics or not rows:
-        return None
-    style = ("plasma", 0.85, 1.4, 4.4)
-    plt, fig, ax = _bar_figure(table, [m for m, _ in metrics], [r["model"] for r in rows], style)
+    start = 0
+    for group, run in itertools.groupby(bars.groups.get(m) for m in metrics):  # a heading over each run
+        n = len(list(run))
+        if group and start:
+            ax.axvline(start - 0.5, color="grey", lw=0.8, ls="--")
+        ax.text(start + n / 2 - 0.5, 1.07, group or "", ha="center", fontsize=9)
+        start += n
     ax.axhline(0, color="black", lw=0.6)
-    ax.set_xticklabels([lab for _, lab in metrics], fontsize=8, rotation=12)
-    low_tau = min(_mean(r, "batch_kendall_tau") or 0 for r in rows)
-    ax.set_ylim(min(-0.05, low_tau - 0.05), 1.15)
-    ax.set_title("Perceptual sensitivity per protocol (held-out PPJD)")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(5, len(rows)))
+    ax.set_xticks(range(len(metrics)))
+    ax.set_xticklabels([bars.metrics[m] for m in metrics], fontsize=8, rotation=12)
+    ax.set(ylim=(min(0.0, lowest - 0.05), 1.15), ylabel=bars.ylabel, title=bars.title)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(4, len(rows)))
     return _save_figure(plt, fig, path)
 
 
@@ -278,8 +242,7 @@ def _cell(suite: str, row: dict[str, Any], metric: str, undefined: dict[str, dic
 def _md_table(suite: str, table: dict[str, Any], columns: list[str]) -> list[str]:
     """A Markdown table of ``columns``; an undefined number reads ``n/a`` (why: in the cell or below the table)."""
     undefined = table.get("undefined") or {}
-    short = {b.bias_type: f"{b.short} ({b.metric.upper()})" for b in BIASES} if suite == "bias" else {}
-    head = ["model", "step", *[short.get(c, c) for c in columns]]
+    head = ["model", "step", *[((d := declared(suite, c)) and d.label) or c for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * len(columns)) + "|"]
     notes = []
     for r in table["rows"]:
@@ -340,12 +303,7 @@ def _suite_lines(suite: str, table: dict[str, Any], counts: dict[str, dict[str, 
         rule = (table.get("rules") or {}).get(family)
         lines += [f"**{family} protocol**: {PROTOCOL_FAMILIES[family]}{f': {rule}' if rule else ''}.", ""]
         lines += _md_table(suite, table, members)
-    if suite == "bias":
-        lines += [
-            "BD: share of the downward room used when the evidence is destroyed; BC: 1 − relative score change "
-            "under meaning-preserving changes; overall = mean of the nine. Higher is better everywhere.",
-            "",
-        ]
+    lines += [SUITES[suite].note, ""] if suite in SUITES and SUITES[suite].note else []
     lines += [f"Parser: {table['parser']}.", ""] if table.get("parser") else []
     if counts:
         keys = sorted({k for c in counts.values() for k in c})
@@ -433,11 +391,8 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     tables, protocols, counts = _tables(out_dir, data)
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path | None] = []
-    if "bias" in tables:
-        written.append(plot_bias_bars(tables["bias"], plots_dir / "bias_per_model.png"))
-    if "perception" in tables:
-        written.append(plot_perception(tables["perception"], plots_dir / "perception_protocols.png"))
+    bars = {s: SUITES[s].bars for s in tables if s in SUITES and SUITES[s].bars}
+    written = [plot_bars(tables[s], b, plots_dir / b.file) for s, b in bars.items()]
     for s, table in tables.items():
         written += plot_vs_step(s, table, plots_dir / f"{s}_vs_step.png")
     report = {

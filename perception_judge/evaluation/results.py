@@ -13,7 +13,7 @@ from typing import Any
 
 from perception_judge.core.io import atomic_open, atomic_write_json
 from perception_judge.core.schema import sha256_hex
-from perception_judge.evaluation.bias.metrics import mean_std
+from perception_judge.evaluation.stats import mean_std
 
 CELLS_DIR = "cells"
 CSV_COLUMNS = ("model", "step", "kind", "suite", "metric", "mean", "std", "n_seeds", "values")

@@ -27,7 +27,7 @@ from perception_judge.core.runinfo import RunInfo, has_full_weights, list_checkp
 from perception_judge.core.schema import content_key
 from perception_judge.evaluation.backends.common import fingerprint, has_processor, is_adapter_dir
 from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, progress_bar
-from perception_judge.evaluation.plan import EvalPlan, jsonable, resolve
+from perception_judge.evaluation.plan import EvalPlan, ModelEntry, check_cell_names, jsonable, resolve
 from perception_judge.evaluation.results import (
     CELLS_DIR,
     cell_id,
@@ -39,16 +39,6 @@ from perception_judge.evaluation.results import (
 from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ModelEntry:
-    """One judge to evaluate. ``spec`` holds the backend's model keys (``model``, ``adapter``, ``processor``)."""
-
-    name: str
-    step: int | None = None
-    kind: str = "model"  # base | checkpoint | final | model
-    spec: dict[str, Any] = field(default_factory=dict)
 
 
 def _model_spec(folder: Path, run: RunInfo) -> dict[str, Any] | None:
@@ -210,22 +200,6 @@ def suite_config(entry: ModelEntry, suite: str, seed: int, plan: EvalPlan) -> Su
     return SuiteConfig(out_dir, [int(seed)], plan.backend.sampling, plan.limit, options)
 
 
-def check_cell_names(entries: list[ModelEntry]) -> None:
-    """Refuse judges whose names give the same cell file name (``cell_id`` keeps only ``A-Za-z0-9._-``): their
-    results would overwrite each other. The error names both."""
-    seen: dict[str, str] = {}
-    for entry in entries:
-        key = cell_id(entry.name, "x", 0)
-        if seen.get(key) == entry.name:
-            raise ValueError(f"judge {entry.name!r} is listed twice")
-        if key in seen:
-            raise ValueError(
-                f"judges {seen[key]!r} and {entry.name!r} would share the result files {key.split('__')[0]}__*: "
-                "give them names that differ in letters, digits, '.', '_' or '-'"
-            )
-        seen[key] = entry.name
-
-
 def _run_cell(
     entry: ModelEntry, suite: str, seed: int, fp: str, plan: EvalPlan, backend: Any
 ) -> dict[str, Any]:
@@ -363,13 +337,13 @@ def sweep(
     progress: bool = True,
     **claim_options: Any,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
-    """Evaluate the base model and every checkpoint of a run (``claim_options``: ``claim``, ``lease_s``,
-    ``max_attempts`` of :func:`evaluate`). ``plan`` should be resolved with the run (:func:`~.plan.resolve`, which
+    """Evaluate the base model and every checkpoint of a run (``models``: default the plan's ``models_filter``;
+    ``claim_options``: ``claim``, ``lease_s``, ``max_attempts`` of :func:`evaluate`). ``plan`` should be resolved with the run (:func:`~.plan.resolve`, which
     takes its pixel policy, think prefix, token budget and training set); the default runs the bias and perception
     suites into ``RUN_DIR/eval``."""
     run = read_run(run_dir)
     plan = plan or resolve([], run.run_dir / "eval", run)
-    entries = select_models(discover_models(run), models)
+    entries = select_models(discover_models(run), models or plan.job.models_filter)
     return evaluate(entries, plan, backend_factory, report, progress, run=run, **claim_options)
 
 

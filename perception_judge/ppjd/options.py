@@ -12,6 +12,7 @@ from pydantic import BeforeValidator, Field
 
 from perception_judge.core.images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 from perception_judge.core.options import Flag, Options
+from perception_judge.core.schema import Sampling
 from perception_judge.llm_client import ClientConfig
 
 _Paths = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]  # one, or several
@@ -38,20 +39,13 @@ class SourceOptions(Options):
     """table sources: rows without an image are text-only items (default: a missing image is an error)"""
 
 
-class StageSampling(Options):
-    """The sampling of one teacher stage; every setting is sent to every server."""
-
-    temperature: float
-    top_p: float | None
-    max_tokens: int
-
-
 class Stages(Options):
-    """Sampling per teacher stage (``--set teacher.stages.rewrite.max_tokens=8192``; the rest keeps its default)."""
+    """Sampling per teacher stage (``--set teacher.stages.rewrite.max_tokens=8192``; the rest keeps its default);
+    every setting is sent to every server, ``top_k`` only when set."""
 
-    verify: StageSampling = StageSampling(temperature=0.0, top_p=None, max_tokens=512)
-    attributes: StageSampling = StageSampling(temperature=0.2, top_p=0.9, max_tokens=512)
-    rewrite: StageSampling = StageSampling(temperature=0.7, top_p=0.95, max_tokens=4096)
+    verify: Sampling = Sampling(temperature=0.0, top_p=None, top_k=None, max_tokens=512)
+    attributes: Sampling = Sampling(temperature=0.2, top_p=0.9, top_k=None, max_tokens=512)
+    rewrite: Sampling = Sampling(temperature=0.7, top_p=0.95, top_k=None, max_tokens=4096)
 
 
 class TeacherOptions(ClientConfig):

@@ -226,7 +226,10 @@ class LLMTeacher:
                 resp = await self.client.chat(
                     messages,
                     images,
-                    **sampling.model_dump(),  # temperature, top_p, max_tokens
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
+                    max_tokens=sampling.max_new_tokens,
                     seed=_seed_for(self.options.seed, inp.key, stage, attempt),
                     response_format={"type": "json_object"} if self.options.json_mode else None,
                 )
@@ -242,7 +245,7 @@ class LLMTeacher:
             except JSONParseError as e:
                 if resp.finish_reason == "length" or e.reason == "truncated_json":
                     reason = "truncated"
-                    detail = f"the reply ended before its JSON did (max_tokens={sampling.max_tokens})"
+                    detail = f"the reply ended before its JSON did (max_tokens={sampling.max_new_tokens})"
                 else:
                     reason = e.reason if e.reason in ("no_json", "missing_keys") else "bad_json"
                     detail = f"{e.detail}; reply starts {resp.text[:120]!r}"

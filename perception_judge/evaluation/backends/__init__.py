@@ -6,13 +6,12 @@ its class's ``Options`` model (docs/evaluation.md §1). :class:`BackendSpec` is 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy
-from perception_judge.core.options import OptionError, Options
+from perception_judge.core.options import Options
 from perception_judge.core.schema import Sampling
 from perception_judge.evaluation.backends.common import LocalBackend
 from perception_judge.evaluation.backends.hf import HFBackend
@@ -68,11 +67,9 @@ class BackendSpec:
         """A spec from a mapping ``{kind, pixel_policy, think_prefix, **options}``: a key the kind does not take
         is an error naming it (``scripted`` ignores other kinds' keys: it stands in for any judge)."""
         d = parse_spec(block)
-        kind, policy, think = d.pop("kind"), d.pop("pixel_policy", None) or {}, d.pop("think_prefix", None)
-        try:
-            policy = policy if isinstance(policy, PixelPolicy) else PixelPolicy(**policy)
-        except (TypeError, ValueError) as e:  # the plan's job model has checked the keys already
-            raise OptionError(f"backend.pixel_policy: {e}") from None
+        kind, policy, think = d.pop("kind"), d.pop("pixel_policy", None), d.pop("think_prefix", None)
+        if not isinstance(policy, PixelPolicy):
+            policy = PixelPolicy.parse(policy, "backend.pixel_policy")
         if kind == "scripted":
             d = {k: v for k, v in d.items() if k in takes(kind)}
         options = KINDS[kind].Options.parse(d, "backend", f"option of the {kind} backend")
@@ -86,7 +83,7 @@ class BackendSpec:
             ),
             "pixel_policy": self.pixel_policy.to_dict(),
             "think_prefix": self.think_prefix,
-            "sampling": dataclasses.asdict(self.sampling),
+            "sampling": self.sampling.model_dump(),
         }
 
     def build(self, **judge: Any) -> JudgeBackend:

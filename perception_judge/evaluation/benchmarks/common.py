@@ -6,7 +6,6 @@ the line or row); see ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -18,12 +17,13 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
 from perception_judge.core.images import ImageError, PixelPolicy, load_image, resolve_under
 from perception_judge.core.options import CommaList, Options
-from perception_judge.core.schema import JudgeRequest
+from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import ParserOption, whole_completion
 
-PERCEPTION_JUDGE_SAMPLING = {"temperature": 1.0, "top_p": 0.95, "top_k": 20}
+PERCEPTION_JUDGE_SAMPLING = Sampling().model_dump(include={"temperature", "top_p", "top_k"})
+"""Perception-Judge's published sampling: the defaults of the one sampling record."""
 PERCEPTION_JUDGE_SEEDS = [0, 1, 2]
 AGGREGATIONS = {
     "mean": "metrics per seed, then the mean over seeds",
@@ -44,12 +44,6 @@ def _path(value: Any) -> Any:
     return Path(str(value)).expanduser() if value not in (None, "") else None
 
 
-def _ints(value: Any) -> Any:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [value] if isinstance(value, int) else value
-
-
 def choices(allowed: Sequence[str]) -> Any:
     """A list option (a list or ``"a,b"``) naming some of ``allowed``; ``"all"`` names every one."""
 
@@ -65,7 +59,6 @@ def choices(allowed: Sequence[str]) -> Any:
 OptPath = Annotated[Path | None, BeforeValidator(_path)]
 DataPath = Annotated[Path, BeforeValidator(_path)]
 """A path option (``~`` expanded; an empty value is no path): optional, or required."""
-IntList = Annotated[list[int], BeforeValidator(_ints)]
 
 
 class JudgeOptions(Options):
@@ -83,7 +76,7 @@ class BenchmarkOptions(JudgeOptions):
     data_dir: OptPath = None
     images_dir: OptPath = None
     aggregation: choices(("mean", "vote")) = ("mean",)
-    seeds: IntList | None = None
+    seeds: base.Ints | None = None
     missing_images: Literal["error", "skip"] = "error"
     parser: ParserOption = "strict"
 
@@ -458,7 +451,7 @@ class BenchmarkRun:
                     f"the backend's fixed pixel policy ({policy.get('size')}px) resizes the images again; set the "
                     "backend pixel policy instead of image_size to change what the model sees"
                 )
-        sampling = dataclasses.asdict(self.config.sampling)
+        sampling = self.config.sampling.model_dump()
         sampling.pop("seed", None)
         protocol.update(images=images, sampling=sampling, seeds=self.seeds)
         if published_sampling:

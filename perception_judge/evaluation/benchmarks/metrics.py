@@ -7,13 +7,13 @@ replicate Flex-Judge's ``test/evaluate.py`` aggregation over seeds.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
 from perception_judge.core.schema import SLOTS
 from perception_judge.evaluation.base import COUNT, LOWER, Metric
+from perception_judge.evaluation.stats import mean, median, pearson, rate  # noqa: F401 (M.mean for the suites)
 
 VERDICTS: tuple[str, ...] = ("A", "B", "C")
 _SIGN = {"A": -1, "B": 1, "C": 0}
@@ -32,39 +32,6 @@ METRICS: dict[str, Metric] = {
 }
 """What the metrics the benchmark suites share mean, by the name part that states the metric
 (:meth:`perception_judge.evaluation.base.Suite.metric`); each suite adds its own."""
-
-
-def mean(values: Iterable[float | None]) -> float | None:
-    """Arithmetic mean Σx / n of the values that are not None (:func:`statistics.fmean`); None when none."""
-    xs = [float(v) for v in values if v is not None]
-    return statistics.fmean(xs) if xs else None
-
-
-def median(values: Iterable[float | None]) -> float | None:
-    """Median of the values that are not None (:func:`statistics.median`); None if there are none."""
-    xs = [float(v) for v in values if v is not None]
-    return statistics.median(xs) if xs else None
-
-
-def rate(numerator: int, denominator: int) -> float | None:
-    """``numerator / denominator``; None when the denominator is 0."""
-    return numerator / denominator if denominator else None
-
-
-def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Pearson correlation r = Σ(x−x̄)(y−ȳ) / sqrt(Σ(x−x̄)² · Σ(y−ȳ)²) (:func:`scipy.stats.pearsonr`),
-    clamped to [−1, 1].
-
-    None when fewer than two pairs or when either side is constant (r is undefined there; the Flex-Judge
-    evaluator turns that NaN into 0, see :func:`flex_score_pearson`)."""
-    if len(x) != len(y):
-        raise ValueError(f"pearson needs equal lengths, got {len(x)} and {len(y)}")
-    if len(x) < 2 or len(set(x)) == 1 or len(set(y)) == 1:
-        return None
-    from scipy.stats import pearsonr  # lazy: scipy.stats costs most of a second to import
-
-    r = float(pearsonr(x, y).statistic)
-    return None if math.isnan(r) else max(-1.0, min(1.0, r))
 
 
 def ceil_half(score: float) -> int:

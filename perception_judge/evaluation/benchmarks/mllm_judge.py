@@ -7,15 +7,15 @@ onto the human 1-5 scale; batch: slots sorted by score, ties towards the later s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from perception_judge.core.protocol import build_messages
-from perception_judge.core.schema import SLOTS, JudgeRequest
+from pydantic import model_validator
+
 from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import common
 from perception_judge.evaluation.benchmarks import metrics as M
+from perception_judge.evaluation.benchmarks import pair_sources as S
+from perception_judge.evaluation.benchmarks.pair_sources import PROMPT_PROTOCOL, Item
 from perception_judge.evaluation.benchmarks.published import (
     DESCRIPTIONS,
     block_ints,
@@ -26,8 +26,6 @@ from perception_judge.evaluation.benchmarks.published import (
 
 NAME = "mllm_judge"
 SETTINGS: tuple[str, ...] = ("pair", "score", "batch")
-PROMPT_PROTOCOL = {"pair": "pair", "score": "single", "batch": "batch"}
-GT_FIELDS = ("human", "human_answer")
 AGGREGATIONS = {
     "mean": "metrics per seed, then the mean over seeds (Perception-Judge protocol)",
     "vote": "per item over seeds: pair majority vote, score median, batch mean score per slot (failures "
@@ -46,135 +44,13 @@ class MLLMJudgeOptions(common.BenchmarkOptions):
     batch_file: common.OptPath = None
     aggregation: common.choices(tuple(AGGREGATIONS)) = ("mean",)
 
-
-@dataclass
-class Item:
-    """One benchmark record, normalised."""
-
-    setting: str
-    row: int  # 1-based position in the file
-    item_id: str
-    dataset: str
-    question: str
-    responses: list[str]
-    names: list[str | None]
-    image: Any
-    gt: Any  # "A" | "B" | "C" (pair), int 1-5 (score), ranking string (batch)
-    where: str = ""  # "<file> record <row>", for messages
-
-    def request(self, suite: str, image: Any, parser: str = "protocol") -> JudgeRequest:
-        return JudgeRequest(
-            request_id=f"{suite}:{self.item_id}:r{self.row}",
-            messages=build_messages(PROMPT_PROTOCOL[self.setting], self.question, self.responses, n_images=1),
-            images=[image],
-            n_scores=1 if self.setting == "score" else len(self.responses),
-            parser=parser,
-            meta={"variant": "main", "suite": suite, "setting": self.setting},
-        )
-
-
-def pair_gt(record: dict[str, Any]) -> str | None:
-    v = common.first_field(record, GT_FIELDS)
-    return v.strip().upper() if isinstance(v, str) and v.strip().upper() in M.VERDICTS else None
-
-
-def score_gt(record: dict[str, Any]) -> int | None:
-    v = common.first_field(record, GT_FIELDS)
-    if isinstance(v, str) and v.strip().isdigit():
-        v = int(v.strip())
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    return v if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 5 else None
-
-
-def batch_gt(record: dict[str, Any]) -> str | None:
-    """The human ranking as slot letters (separators such as ``>`` or spaces dropped); None if absent."""
-    v = common.first_field(record, GT_FIELDS)
-    if not isinstance(v, str):
-        return None
-    return "".join(ch for ch in v.upper() if ch in SLOTS) or None
-
-
-def _answer(value: Any, what: str, path: Path, row: int) -> tuple[str, str | None]:
-    """(answer text, model name) of a ``{name, answer}`` cell or a bare string."""
-    if isinstance(value, dict) and isinstance(value.get("answer"), str):
-        return value["answer"], str(value["name"]) if value.get("name") is not None else None
-    if isinstance(value, str):
-        return value, None
-    raise common.BenchmarkDataError(
-        f"MLLM-as-a-Judge: {path!s} record {row}: {what} must be {{name, answer}}"
-    )
-
-
-def load_items(setting: str, path: Path) -> tuple[list[Item], dict[str, int]]:
-    """Items of one setting, and counts of the records left out (``skipped_<reason>``)."""
-    records = common.read_jsonl(path, f"MLLM-as-a-Judge {setting} file")
-    items: list[Item] = []
-    counts: dict[str, int] = {"records": len(records)}
-
-    def skip(reason: str) -> None:
-        counts[f"skipped_{reason}"] = counts.get(f"skipped_{reason}", 0) + 1
-
-    for row, rec in enumerate(records, 1):
-        question = common.first_field(rec, ("instruction", "question"))
-        if not isinstance(question, str):
-            raise common.BenchmarkDataError(f"MLLM-as-a-Judge: {path!s} record {row}: no 'instruction' text")
-        if setting == "pair":
-            answers = [_answer(rec.get(k), repr(k), path, row) for k in ("answer1", "answer2")]
-            gt, reason = pair_gt(rec), "no_gt"
-        elif setting == "score":
-            text, name = _answer(rec.get("answer"), "'answer'", path, row)
-            answers = [(text, name if name is not None or rec.get("name") is None else str(rec["name"]))]
-            gt, reason = score_gt(rec), "no_gt"
-        else:
-            raw = rec.get("answers")
-            if not isinstance(raw, list) or not 2 <= len(raw) <= len(SLOTS):
-                skip("bad_answers")
-                continue
-            answers = [_answer(a, f"answers[{j}]", path, row) for j, a in enumerate(raw)]
-            gt, reason = batch_gt(rec), "gt_short"
-            if gt is not None and len(gt) <= 2:  # the published rule: skip rankings of <= 2 letters
-                gt = None
-        if gt is None:
-            skip(reason)
-            continue
-        ident = rec.get(f"{setting}_id", rec.get("id", row))
-        dataset = str(rec.get("original_dataset") or "unknown")
-        texts, names = [a for a, _ in answers], [n for _, n in answers]
-        image, where = rec.get("image_path"), f"{path} record {row}"
-        items.append(
-            Item(setting, row, f"{setting}:{ident}", dataset, question, texts, names, image, gt, where)
-        )
-    return items, counts
-
-
-def setting_file(setting: str, explicit: Path | None, data_dir: Path | None) -> Path:
-    """The file of one setting: ``explicit`` (option ``<setting>_file``) or ``data_dir/<setting>.jsonl``."""
-    if explicit is None and data_dir is None:
-        raise ValueError(
-            f"MLLM-as-a-Judge {setting}: set option 'data_dir' (the MLLM-Judge Dataset/Benchmark folder) or "
-            f"'{setting}_file'"
-        )
-    return common.require_file(explicit or data_dir / f"{setting}.jsonl", f"MLLM-as-a-Judge {setting} file")  # type: ignore[operator]
-
-
-def image_source(images_dir: Path | None, files: list[Path], missing: str) -> common.ImageSource:
-    """The images: under ``images_dir``, else each file's folder, its parent, and ``image/`` under either."""
-    roots = (
-        r for f in files for r in (f.parent, f.parent.parent, f.parent / "image", f.parent.parent / "image")
-    )
-    folders = [images_dir] if images_dir is not None else list(dict.fromkeys(roots))
-    return common.ImageSource(folders, missing, "MLLM-as-a-Judge image")
-
-
-def checked_items(
-    setting: str, path: Path, images: common.ImageSource, limit: int | None
-) -> tuple[list[Item], dict[str, int]]:
-    """:func:`load_items`, the first ``limit`` kept (None keeps all), their images found before any judging."""
-    items, counts = load_items(setting, path)
-    for item in items[:limit]:
-        images.check(item.image, item.where)
-    return items[:limit], counts
+    @model_validator(mode="after")
+    def _files(self) -> MLLMJudgeOptions:
+        if self.data_dir is None and (
+            s := next((s for s in self.settings if not getattr(self, f"{s}_file")), None)
+        ):
+            raise ValueError(f"set option 'data_dir' (the MLLM-Judge Dataset/Benchmark folder) or '{s}_file'")
+        return self
 
 
 def prediction(setting: str, scores: list[float] | None, parser: str = "strict") -> Any:
@@ -382,10 +258,10 @@ def aggregated(
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     bench = common.BenchmarkRun(NAME, backend, config)
     opts = bench.opts
-    files = {s: setting_file(s, getattr(opts, f"{s}_file"), opts.data_dir) for s in opts.settings}
-    images = image_source(opts.images_dir, list(files.values()), opts.missing_images)
+    files = {s: S.setting_file(s, getattr(opts, f"{s}_file"), opts.data_dir) for s in opts.settings}
+    images = S.image_source(opts.images_dir, list(files.values()), opts.missing_images)
     # read every file and find every image before any judging
-    loaded = {s: checked_items(s, files[s], images, config.limit) for s in opts.settings}
+    loaded = {s: S.checked_items(s, files[s], images, config.limit) for s in opts.settings}
     metrics: dict[str, float | None] = {}
     counts: dict[str, int] = {}
     for setting, (items, set_counts) in loaded.items():

@@ -44,7 +44,7 @@ def position_metrics(
 
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     bench = BenchmarkRun(NAME, backend, config)
-    items, source = load_pair_source(bench.opts, config.limit, NAME)
+    items, source = load_pair_source(bench.opts, config.limit)
     counts: dict[str, int] = {"pairs": len(items)}
     judged = bench.judge(
         items,

@@ -17,7 +17,7 @@ from perception_judge.evaluation.base import INFO, JudgeBackend, Metric, SuiteCo
 from perception_judge.evaluation.benchmarks import common, pairs
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS
-from perception_judge.evaluation.perception import wilson_interval
+from perception_judge.evaluation.stats import wilson_interval
 
 IMAGE = "\ue000"  # an image's place while the project's prompt is rendered (a private-use character)
 SCORES = {"A": [1.0, 0.0], "B": [0.0, 1.0], "C": [0.0, 0.0]}  # a verdict as a parser's scores (C: neither)

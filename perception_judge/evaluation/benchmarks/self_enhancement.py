@@ -9,18 +9,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, model_validator
 
 from perception_judge.core.options import CommaList
 from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks import mllm_judge, pairs
+from perception_judge.evaluation.benchmarks import pair_sources as S
+from perception_judge.evaluation.benchmarks import pairs
 from perception_judge.evaluation.benchmarks.common import BenchmarkRun, OptPath, choices, prefixed
-from perception_judge.evaluation.benchmarks.pair_sources import (
-    PairSourceOptions,
-    infer_source,
-    load_pair_source,
-)
 
 NAME = "self_enhancement"
 SETTINGS: tuple[str, ...] = ("pair", "score")
@@ -47,10 +43,23 @@ def _some_name(names: list[str]) -> list[str]:
     return names
 
 
-class SelfEnhancementOptions(PairSourceOptions):
+class SelfEnhancementOptions(S.PairSourceOptions):
     own_model: Annotated[CommaList, AfterValidator(_some_name)] = ()
     settings: choices(SETTINGS) | None = None
     score_file: OptPath = None
+
+    def chosen(self) -> list[str]:
+        """The settings judged: ``settings``, else both for an MLLM-as-a-Judge source, else pair."""
+        return self.settings or (list(SETTINGS) if S.infer_source(self) == "mllm_judge" else ["pair"])
+
+    def uses_pairs(self) -> bool:
+        return "pair" in (self.settings or ["pair"])
+
+    @model_validator(mode="after")
+    def _score_file(self) -> SelfEnhancementOptions:
+        if "score" in self.chosen() and not (self.score_file or self.data_dir):
+            raise ValueError("the score setting needs the option score_file or data_dir (a path)")
+        return self
 
 
 def normalize_name(name: Any) -> str:
@@ -95,7 +104,7 @@ def pair_metrics(
 
 
 def score_metrics(
-    items: list[mllm_judge.Item], is_own: list[bool], scores: list[list[float] | None]
+    items: list[S.Item], is_own: list[bool], scores: list[list[float] | None]
 ) -> dict[str, float | None]:
     """One run: ``score.gap`` = mean judge score of own − other responses (1-10); ``score.gap_vs_human`` =
     mean(ceil(s/2) − human | own) − mean(ceil(s/2) − human | other) on the 1-5 scale (0 = unbiased)."""
@@ -131,7 +140,7 @@ def _own_pairs(
 
 def _pair_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict]:
     """The pair setting's metrics and counts, and its source."""
-    all_pairs, source = load_pair_source(bench.opts, None, NAME)
+    all_pairs, source = S.load_pair_source(bench.opts, None)
     kept, own_index, counts = _own_pairs(all_pairs, own)
     kept, own_index = kept[: bench.config.limit], own_index[: bench.config.limit]
     fields = ("item_id", "names", "preferred")
@@ -152,9 +161,9 @@ def _pair_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict]
 def _score_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict]:
     """The score setting's metrics and counts, and its file."""
     opts = bench.opts
-    file = mllm_judge.setting_file("score", opts.score_file, opts.data_dir)
-    images = mllm_judge.image_source(opts.images_dir, [file], opts.missing_images)
-    items, counts = mllm_judge.checked_items("score", file, images, bench.config.limit)
+    file = S.setting_file("score", opts.score_file, opts.data_dir)
+    images = S.image_source(opts.images_dir, [file], opts.missing_images)
+    items, counts = S.checked_items("score", file, images, bench.config.limit)
     judged = bench.judge(
         items, lambda it: [it.request(NAME, bench.image(images.load(it.image, it.where)))], "self_enhancement score",
         counts, lambda it: {"setting": "score", "item_id": it.item_id, "name": it.names[0], "gt": it.gt},
@@ -176,9 +185,7 @@ def _score_setting(bench: BenchmarkRun, own: set[str]) -> tuple[dict, dict, dict
 def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     bench = BenchmarkRun(NAME, backend, config)
     own = {normalize_name(n) for n in bench.opts.own_model}
-    settings = bench.opts.settings or (
-        list(SETTINGS) if infer_source(bench.opts) == "mllm_judge" else ["pair"]
-    )
+    settings = bench.opts.chosen()
     metrics: dict[str, float | None] = {}
     counts: dict[str, int] = {}
     protocol: dict[str, Any] = {

@@ -161,7 +161,7 @@ def flip_metrics(judged: Judged, seed: int) -> dict[str, float | None]:
 def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResult:
     bench = BenchmarkRun(NAME, backend, config)
     opts = bench.opts
-    items, source = load_pair_source(opts, config.limit, NAME)
+    items, source = load_pair_source(opts, config.limit)
     counts: dict[str, int] = {"pairs": len(items)}
     ratios: list[float] = []
 

@@ -5,29 +5,16 @@ written in its input layout (:mod:`~perception_judge.evaluation.benchmarks.vlrb_
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Any
 
 from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult, write_samples
 from perception_judge.evaluation.benchmarks import common, pairs
 from perception_judge.evaluation.benchmarks import metrics as M
+from perception_judge.evaluation.benchmarks.pair_sources import vlrewardbench_items
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS, request_parser
 from perception_judge.evaluation.benchmarks.vlrb_cal import RULE, cal_py_stops, cal_records, official_metrics
 
 NAME = "vlrewardbench"
-CATEGORIES: tuple[str, ...] = ("general", "hallucination", "reasoning")
-CATEGORY_BY_PREFIX: dict[str, str] = {
-    "mathverse": "reasoning",
-    "mmmu": "reasoning",
-    "hallucination": "hallucination",
-    "rlhf": "hallucination",
-    "rlaif": "hallucination",
-    "wildvision": "general",
-    "vlfeedback": "general",
-}
-"""The id prefixes of lmms-eval's VL-RewardBench task; any other prefix is ``general``."""
-_TEXT_COLUMNS = ("id", "query", "question", "response", "responses", "human_ranking", "models", "category")
 
 
 class VLRewardBenchOptions(common.BenchmarkOptions):
@@ -35,71 +22,10 @@ class VLRewardBenchOptions(common.BenchmarkOptions):
     split: str = "test"
 
 
-def category_of(record: dict[str, Any]) -> tuple[str, bool]:
-    """(category, defaulted): an explicit ``category`` field, else the mapped id prefix, else "general"."""
-    explicit = record.get("category")
-    if isinstance(explicit, str) and explicit.strip().lower() in CATEGORIES:
-        return explicit.strip().lower(), False
-    prefix = str(record.get("id") or "").split("-")[0].split("_")[0].lower()
-    return CATEGORY_BY_PREFIX.get(prefix, "general"), prefix not in CATEGORY_BY_PREFIX
-
-
-def preferred_from_ranking(ranking: Any) -> str | None:
-    """``[0, 1]`` → "A" (response 0 better), ``[1, 0]`` → "B"; None when absent or equal."""
-    if not isinstance(ranking, list | tuple) or len(ranking) != 2:
-        return None
-    try:
-        r0, r1 = float(ranking[0]), float(ranking[1])
-    except (TypeError, ValueError):
-        return None
-    return "A" if r0 < r1 else "B" if r1 < r0 else None
-
-
-def load_items(
-    path: Path, split: str, images_dir: Path | None, missing_images: str
-) -> tuple[list[pairs.PairItem], dict[str, int], Path]:
-    """The benchmark's pairs (images loaded lazily), counts of the rows left out or adjusted, and the data path."""
-    table = common.load_table(path, split, "VL-RewardBench")
-    image_col = next((c for c in ("image", "image_path") if c in table.columns), None)
-    if image_col is None:
-        raise common.BenchmarkDataError(f"VL-RewardBench: {str(table.path)!r} has no 'image' column")
-    images = common.TableImages(table, [image_col], images_dir, missing_images, "VL-RewardBench image")
-    items: list[pairs.PairItem] = []
-    counts = {"rows": len(table), "skipped_no_gt": 0, "category_defaulted": 0, "duplicate_ids": 0}
-    seen_ids: set[str] = set()
-    for i, rec in enumerate(table.view(_TEXT_COLUMNS)):
-        where = f"{table.path} row {i}"
-        question = common.first_field(rec, ("query", "question"))
-        responses = common.first_field(rec, ("response", "responses"))
-        if not isinstance(question, str):
-            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: no 'query' text")
-        if not common.two_texts(responses):
-            raise common.BenchmarkDataError(f"VL-RewardBench: {where}: 'response' must hold two strings")
-        preferred = preferred_from_ranking(rec.get("human_ranking"))
-        if preferred is None:
-            counts["skipped_no_gt"] += 1
-            continue
-        group, defaulted = category_of(rec)
-        counts["category_defaulted"] += defaulted
-        models = rec.get("models")
-        names = [str(m) for m in models] if isinstance(models, list) and len(models) == 2 else [None, None]
-        record_id = str(rec.get("id") if rec.get("id") is not None else i)
-        # the hub release has rows that share an id: the row index keeps their requests apart
-        counts["duplicate_ids"] += record_id in seen_ids
-        item_id = f"{record_id}#row{i}" if record_id in seen_ids else record_id
-        seen_ids.add(item_id)
-        load, check = (functools.partial(f, i, where) for f in (images.load, images.check))
-        item = pairs.PairItem(
-            item_id, question, list(responses), preferred, group, names, record_id, load, check
-        )
-        items.append(item)
-    return items, counts, table.path
-
-
 def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     bench = common.BenchmarkRun(NAME, backend, config)
     opts = bench.opts
-    items, counts, path = load_items(opts.data_dir, opts.split, opts.images_dir, opts.missing_images)
+    items, counts, path = vlrewardbench_items(opts.data_dir, opts.split, opts.images_dir, opts.missing_images)
     items = items[: config.limit]  # a None limit keeps everything
     for item in items:
         item.check_images()

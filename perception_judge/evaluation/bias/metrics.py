@@ -16,15 +16,14 @@ missing is dropped and counted in ``n_unparsed``; empty types follow ``empty`` (
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from perception_judge.core.schema import MAX_SCORE, MIN_SCORE
-from perception_judge.evaluation.benchmarks.metrics import mean
 from perception_judge.evaluation.bias.taxonomy import BD, BIAS_TYPES, BY_TYPE, CATEGORIES
+from perception_judge.evaluation.stats import mean, mean_std
 
 Abstention = Literal["drop", "aware"]
 EmptyRule = Literal["upstream", "none", "zero"]
@@ -233,15 +232,6 @@ def breakdown(
         rep = compute_report(ps, abstention, bias_types=present)
         out[g] = {"overall": rep.overall_avg, "n_used": rep.counts()["n_used"], "per_bias": rep.values}
     return out
-
-
-def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """(mean, sample standard deviation) of the non-None, non-NaN values: x̄ = Σx / n and
-    s = sqrt(Σ(x − x̄)² / (n − 1)) (ddof=1, :func:`statistics.stdev`); std is None with fewer than two values."""
-    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    if not xs:
-        return None, None
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
 
 
 def combine_runs(reports: Sequence[BiasReport]) -> dict[str, Any]:

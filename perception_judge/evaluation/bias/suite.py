@@ -6,7 +6,6 @@ files ``judgements/seed_<seed>/<id:04d>.json``, which an interrupted run resumes
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -15,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from perception_judge.core.io import atomic_write_json
 from perception_judge.core.options import CommaList, Options
@@ -32,7 +31,7 @@ from perception_judge.evaluation.bias.prompts import (
     score_messages,
     upstream_extract_score,
 )
-from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, BIASES, CATEGORIES, get_bias, select
+from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, get_bias, select
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ class BiasOptions(Options):
     """The suite's options (``SuiteConfig.options``; ``--set bias.KEY=VALUE`` on the command line)."""
 
     source: Literal["synth", "builtin", "official", "items", "pairs"] = "synth"
-    data: str | Path | None = None  # official: a datasets folder, a parquet folder or a JSONL file
+    data: str | Path | None = Field(None, validate_default=True)  # official: datasets / parquet folder, JSONL
     images_dir: str | Path | None = None  # official: restricted images (<id:04d>_<role>.jpg / <id:04d>.jpg)
     split: str = "test"
     on_missing: Literal["skip", "error"] = "skip"  # official: a row without its image is skipped or an error
@@ -65,9 +64,24 @@ class BiasOptions(Options):
     items: Any = None  # source "items": a list of BaseItem
     pairs: Any = None  # source "pairs": a list of BiasPair
 
+    @field_validator("data")
+    @classmethod
+    def _official_data(cls, data: Any, info: ValidationInfo) -> Any:
+        if info.data.get("source") == "official" and not data:
+            raise ValueError("bias source 'official' needs the option data=PATH (datasets folder or JSONL)")
+        return data
+
 
 METRICS: dict[str, base.Metric] = {
-    **dict.fromkeys((*BIAS_TYPES, *CATEGORIES, "overall"), base.Metric(ideal=1.0)),
+    **{
+        b.bias_type: base.Metric(
+            ideal=1.0,
+            label=f"{b.short} ({b.metric.upper()})",
+            about=f"{b.category:12s} {b.metric.upper()}  {b.perturbation}",
+        )
+        for b in BIASES
+    },
+    **dict.fromkeys((*CATEGORIES, "overall"), base.Metric(ideal=1.0)),
     **dict.fromkeys(("inter_run_var", "inter_sample_var", "parse_failure_rate"), base.LOWER),
 }
 """BD and BC lie in [0, 1], higher is better (1: the judge follows the evidence exactly)."""
@@ -77,8 +91,6 @@ def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPa
     """The pairs to judge (at most ``limit`` per bias type) and a description of where they came from."""
     info: dict[str, Any] = {"source": opts.source}
     if opts.source == "official":
-        if not opts.data:
-            raise ValueError("bias source 'official' needs the option data=PATH (datasets folder or JSONL)")
         pairs, rep = load_official(
             opts.data, opts.images_dir, opts.split, opts.bias_types, on_missing=opts.on_missing
         )
@@ -287,7 +299,7 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
     described = backend.describe()
     model_key = str(opts.model_key or described.get("label") or described.get("model") or backend.name)
     pairs, source_info = load_pairs(opts, config.limit)
-    sampling_wo_seed = {k: v for k, v in dataclasses.asdict(config.sampling).items() if k != "seed"}
+    sampling_wo_seed = config.sampling.model_dump(exclude={"seed"})
     # stored completions are reused only for the same prompt, decoding and judge
     resume_key = content_key(p_hash, sampling_wo_seed, described)
     return {
@@ -394,6 +406,15 @@ def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResul
     return base.SuiteResult("bias", metrics, protocol, counts, str(samples_path), extra)
 
 
+NOTE = (
+    "BD: share of the downward room used when the evidence is destroyed; BC: 1 − relative score change under "
+    "meaning-preserving changes; overall = mean of the nine. Higher is better everywhere."
+)
+BARS = base.Bars(
+    "bias_per_model.png", "MM-JudgeBias: the nine biases per model", {b.bias_type: b.short for b in BIASES},
+    {b.bias_type: "Bias-Deviation (↑)" if b.metric == "bd" else "Bias-Conformity (↑)" for b in BIASES},
+    "overall", "score (higher is better; hatched n/a: no scorable pair)",
+)  # fmt: skip
 SUITE = base.Suite(
-    "bias", BiasOptions, METRICS, ("overall", *CATEGORIES, *(b.bias_type for b in BIASES)), run
+    "bias", BiasOptions, METRICS, ("overall", *CATEGORIES, *(b.bias_type for b in BIASES)), run, NOTE, BARS
 )
