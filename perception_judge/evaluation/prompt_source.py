@@ -131,7 +131,7 @@ def _read(src: dict, split: str, found: dict, consts: dict, where: str, digest: 
             try:
                 names = {f for _, t in steps for _, f, _, _ in string.Formatter().parse(t) if f is not None}
             except ValueError as e:
-                names = {f"not a str.format template: {e}"}
+                raise PromptSourceError(f"{at}: not a str.format template ({e})") from None
         if names != (want := set(spec.get("fields", "").split() * (turn == "user"))):
             raise PromptSourceError(f"{at}: placeholders {sorted(names)}, expected {sorted(want)}")
         if (scale := spec["scale"]) and turn == "system" and "{}-{}".format(*scale) not in steps[-1][1]:
