@@ -117,7 +117,7 @@ class ClientConfig(Options):
     image_format: str = "JPEG"  # JPEG (quality 90) or PNG for the data URLs
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"  # OpenAI reasoning models
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server-specific fields, e.g. {top_k: 20}
-    cooldown_s: float = 5.0  # how long a server that just failed is avoided when others are available
+    cooldown_s: float = 5.0  # a failed server is avoided this long (x2 per failure in a row) if others are up
     retry_after_max_s: float = 600.0  # a server's Retry-After is honoured up to this many seconds
     max_reply_bytes: Annotated[int, Field(ge=1024)] = 8 << 20
     """a reply body larger than this is refused unread (reason reply_too_large)"""
@@ -220,6 +220,11 @@ class _Endpoint:
     cooldown_until: float = 0.0
     requests: int = 0
     errors: int = 0
+    failures: int = 0  # in a row: the cooldown doubles with each (a dead server fails fast, looks idle)
+
+    def cool_down(self, seconds: float) -> None:
+        self.failures += 1
+        self.cooldown_until = time.monotonic() + seconds * 2 ** min(self.failures - 1, 6)
 
 
 class ChatClient:
@@ -335,7 +340,8 @@ class ChatClient:
         why = f"answers GET /models with {error.reason} (does the URL end in /v1?)"
         if error.reason == "auth":
             why = f"refuses the API key ({'from' if self._key else 'none in'} ${cfg.api_key_env})"
-        down = error.reason in ("connection", "timeout")
+        if down := error.reason in ("connection", "timeout"):
+            self._endpoints[i].cool_down(cfg.cooldown_s)
         return down, f"{where} {'cannot be reached' if down else why} ({error.detail[:160]})"
 
     def endpoint_stats(self) -> list[dict[str, Any]]:
@@ -398,7 +404,9 @@ class ChatClient:
                     completion = await self._clients[idx].post(
                         "/chat/completions", cast_to=self._completion_type, body=body
                     )
-                return self._to_response(completion, attempt)
+                response = self._to_response(completion, attempt)
+                ep.failures = 0
+                return response
             except LLMError as e:  # unreadable completion
                 error = e
             except Exception as e:
@@ -408,7 +416,7 @@ class ChatClient:
             ep.errors += 1
             log.info(f"{ep.url} (attempt {attempt}) failed: {error.reason}: {error.detail[:200]}")
             if error.reason in ("server_error", "connection", "timeout"):
-                ep.cooldown_until = time.monotonic() + cfg.cooldown_s
+                ep.cool_down(cfg.cooldown_s)
             elif error.reason == "rate_limited":
                 wait = error.retry_after if error.retry_after is not None else cfg.cooldown_s
                 ep.cooldown_until = time.monotonic() + wait

@@ -217,6 +217,22 @@ def test_requests_spread_over_base_urls_and_avoid_a_dead_one():
         assert stats[dead]["requests"] <= 2  # cooled down after failing, the live server took the rest
 
 
+def test_a_dead_server_cools_down_longer_with_each_failure_in_a_row():
+    """A dead server fails at once, so it always looks idle; with a short fixed cooldown the least-busy pick kept
+    sending it work (an item could spend all its retries there). The cooldown doubles per failure in a row."""
+    with FakeOpenAIServer(latency_s=0.05) as a:
+        dead = f"http://127.0.0.1:{_free_port()}/v1"
+        client = ChatClient(_config([dead, a.base_url], concurrency=4, max_retries=3, cooldown_s=0.05))
+        assert len(_run(_chat(client, n=40))) == 40
+        stats = {e["url"]: e for e in client.endpoint_stats()}
+        assert stats[dead]["requests"] == stats[dead]["errors"] <= 8, stats  # a fixed 0.05 s: about 19
+        ep = client._endpoints[0]
+        assert ep.failures == stats[dead]["errors"]
+        before = time.monotonic()
+        ep.cool_down(1.0)
+        assert ep.cooldown_until - before >= 2 ** min(ep.failures - 1, 6) * 0.99
+
+
 def test_client_survives_successive_event_loops(server):
     client = ChatClient(_config(server))
 
