@@ -282,8 +282,8 @@ def test_vllm_backend_end_to_end_with_lora(tiny_qwen25, lora_adapter):
 
 # ------------------------------------------------------------------------------------------------ openai backend
 def test_openai_backend_against_the_fake_server():
-    fake = pytest.importorskip("support.fake_openai")
-    pytest.importorskip("perception_judge.llm_client")
+    from support import fake_openai as fake
+
     from perception_judge.evaluation.backends.openai import OpenAIBackend
 
     with fake.FakeOpenAIServer(
@@ -377,7 +377,8 @@ def test_a_judge_folders_generation_config_changes_no_hf_output(tiny_qwen25, hf_
 
 def test_openai_backend_sends_every_sampling_field_to_vllm_servers():
     """A vLLM server fills unset fields from the model folder too: with send_top_k the body carries them all."""
-    fake = pytest.importorskip("support.fake_openai")
+    from support import fake_openai as fake
+
     from perception_judge.evaluation.backends.openai import OpenAIBackend
 
     with fake.FakeOpenAIServer(model="judge", record_requests=True, seed=1) as srv:
