@@ -222,6 +222,8 @@ def test_edges_the_mutation_run_found():
     assert M.ranking_from_scores([1, 2, 3], "ABC") == "CBA"  # as many scores as labels
     with pytest.raises(ValueError, match=r"^at most 3 scores, got 4$"):
         M.ranking_from_scores([1, 2, 3, 4], "ABC")
+    with pytest.raises(ValueError, match=r"^failure must be 'exclude' or 'inconsistent', got 'skip'$"):
+        M.consistency_rate([("A", "A")], failure="skip")
     with pytest.raises(ValueError, match=r"^failure must be 'wrong' or 'tie', got 'skip'$"):
         M.pair_accuracy(["A"], ["A"], with_tie=True, failure="skip")
     # one verdict per label, never a silently shorter pairing

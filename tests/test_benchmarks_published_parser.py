@@ -489,9 +489,11 @@ def test_published_and_pairwise_parsers_at_their_edges():
         published_ranking,
         request_parser,
         tag_ints,
+        whole_completion,
     )
 
     assert tag_ints(None) == []
+    assert whole_completion(None) == "" and whole_completion(None, "r") == "<think>r</think>"
     assert parse_published_prefix("<answer>7</answer>", 2, reasoning="<answer>3</answer>") == (
         [3.0, 7.0],
         None,

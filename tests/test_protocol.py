@@ -200,13 +200,16 @@ def test_the_judge_prompts_word_for_word():
     )
     assert tiny_user_text(" colour ? ", [" shape red ", "shape blue"]) == "colour ? A shape red B shape blue"
     assert tiny_user_text("  ", ["x", "y"]) == "A x B y"
+    single_user = build_messages("single", "Q?", ["a"], n_images=0)[1]["content"]
+    assert single_user == [{"type": "text", "text": "## Question\nQ?\n\n## The assistant's answer\na"}]
     tiny = build_messages("pair", "colour ?", ["red", "blue"], style="tiny")
     assert tiny[0]["content"] == [{"type": "text", "text": "judge"}]
     assert tiny[1]["content"] == [{"type": "image"}, {"type": "text", "text": "colour ? A red B blue"}]
 
 
 class _Processor:
-    """A processor stand-in: a chat template rendered by jinja2, its tokenizer (when given) holding it too."""
+    """A tokenizer-like stand-in: a chat template rendered by jinja2, its tokenizer (when given) holding it too; like a
+    tokenizer's, ``apply_chat_template`` returns token ids unless ``tokenize`` is false."""
 
     def __init__(self, template, tokenizer=None, on_processor=True):
         self.chat_template = template if on_processor else None
@@ -214,13 +217,14 @@ class _Processor:
             self.tokenizer = tokenizer
             tokenizer.chat_template = template
 
-    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=False):
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True):
         import jinja2
 
         template = self.chat_template or self.tokenizer.chat_template
-        return jinja2.Template(template).render(
+        text = jinja2.Template(template).render(
             messages=messages, add_generation_prompt=add_generation_prompt
         )
+        return [ord(c) for c in text] if tokenize else text
 
 
 PLAIN = (
@@ -257,6 +261,12 @@ def test_the_think_prefill_is_installed_once_where_the_template_lacks_it():
     assert render_generation_prompt(on_tokenizer, msgs) == "[user][assistant]<think>\n"
     with pytest.raises(ValueError, match=r"^think_prefix must be 'auto' or 'off', got 'on'$"):
         prepare_processor(_Processor(PLAIN), "on")
+    deaf = _Processor(PLAIN)
+    deaf.apply_chat_template = lambda *a, **k: (
+        "[assistant]"
+    )  # renders without its template: the suffix is lost
+    with pytest.raises(RuntimeError, match=r"^could not install the <think> prefix into the chat template$"):
+        prepare_processor(deaf)
 
 
 def test_chat_template_of_and_opens_think_block():
@@ -264,7 +274,9 @@ def test_chat_template_of_and_opens_think_block():
 
     from perception_judge.core.protocol import chat_template_of, opens_think_block
 
-    assert chat_template_of(SimpleNamespace(chat_template="T")) == "T"
+    both = SimpleNamespace(chat_template="T", tokenizer=SimpleNamespace(chat_template="U"))
+    assert chat_template_of(both) == "T"
+    assert chat_template_of(SimpleNamespace(tokenizer=SimpleNamespace(chat_template="U"))) == "U"
     assert (
         chat_template_of(SimpleNamespace(chat_template=None, tokenizer=SimpleNamespace(chat_template="U")))
         == "U"
@@ -275,6 +287,10 @@ def test_chat_template_of_and_opens_think_block():
         ValueError, match=r"^SimpleNamespace has no chat template; a judge model needs one \("
     ):
         chat_template_of(SimpleNamespace(chat_template=""))
+    with pytest.raises(
+        ValueError, match=r"^object has no chat template; .* \(chat_template.jinja in the model folder\)$"
+    ):
+        chat_template_of(object())
     assert opens_think_block("x<think>\n") and opens_think_block("<think>a</think><think>b")
     assert not opens_think_block("<think>a</think>") and not opens_think_block("plain")
     assert not opens_think_block("</think><think>a</think>")

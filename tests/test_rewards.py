@@ -193,8 +193,12 @@ def test_trl_callable_options_and_names():
 
 
 def test_trl_callable_data_errors_are_loud():
-    with pytest.raises(KeyError, match=r"ground_truth.*keyword arguments; keep remove_unused_columns=False"):
+    with pytest.raises(KeyError) as e:
         REWARDS["judge"](prompts=None, completions=[_conv("x")], protocol=["batch"])
+    assert e.value.args[0] == (
+        "reward 'judge' needs the dataset column 'ground_truth' (trl passes dataset columns as keyword arguments; "
+        "keep remove_unused_columns=False)"
+    )
     with pytest.raises(ValueError, match="row 0"):
         REWARDS["judge"](prompts=None, completions=[_conv("x")], protocol=["batch"], ground_truth=["AAB"])
     with pytest.raises(ValueError, match="row 0"):
