@@ -14,10 +14,10 @@ export HF_DATASETS_OFFLINE := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-# Default suite: everything except the slow, DeepSpeed, vLLM and GPU markers.
-PYTEST_ARGS ?= -m "not slow and not deepspeed and not gpu and not vllm and not ray"
+# Default suite: everything except the slow, DeepSpeed, vLLM, Ray, tracker and GPU markers.
+PYTEST_ARGS ?= -m "not slow and not deepspeed and not gpu and not vllm and not ray and not track"
 
-.PHONY: install install-vllm test test-slow test-deepspeed test-ray test-vllm test-all lint format demo bench clean help
+.PHONY: install install-vllm test test-slow test-deepspeed test-ray test-track test-vllm test-all mutation lint format demo bench clean help
 
 help:
 	@echo "make install         create .venv/ with the tested CPU set (idempotent)"
@@ -25,9 +25,11 @@ help:
 	@echo "make test-slow       the slow tests (learning signal, long runs)"
 	@echo "make test-deepspeed  DeepSpeed ZeRO-2/3 on 2 CPU processes (installs deepspeed)"
 	@echo "make test-ray        sweep workers as Ray tasks on a local Ray cluster (installs ray)"
+	@echo "make test-track      training logs samples and images to tensorboard (installs the track extra)"
 	@echo "make install-vllm    create .venv-vllm/ with vLLM (the CPU build here, the regular one on a GPU machine)"
 	@echo "make test-vllm       real vLLM engines and servers on a tiny model (installs .venv-vllm/ if needed)"
-	@echo "make test-all        what CI runs: make test, then the slow, DeepSpeed and vLLM tests"
+	@echo "make test-all        what CI runs: make test, then the tracker, slow, DeepSpeed, Ray and vLLM tests"
+	@echo "make mutation        mutation testing of the modules whose numbers reach papers (docs/development.md)"
 	@echo "make demo            the whole pipeline at toy scale under runs/demo/ (FRESH=1 starts over)"
 	@echo "make bench           every benchmark in bench/, one table of measured ratios"
 	@echo "make lint            ruff"
@@ -97,8 +99,34 @@ test-ray: install
 	@$(PY) -c "import ray" 2>/dev/null || $(PIP) install -q -c constraints.txt '.[ray]' 2>&1 | $(PIP_FILTER)
 	PERCEPTION_JUDGE_REQUIRE=ray $(PY) -m pytest -m ray
 
+# Tracker logging: samples with their images reach tensorboard (the optional `track` extra).
+test-track: install
+	@$(PY) -c "import tensorboard" 2>/dev/null || $(PIP) install -q -c constraints.txt -e '.[track]' 2>&1 | $(PIP_FILTER)
+	PERCEPTION_JUDGE_REQUIRE=tensorboard $(PY) -m pytest -m track
+
 # Everything a CPU can run, in CI's order.
-test-all: test test-slow test-deepspeed test-ray test-vllm
+test-all: test test-track test-slow test-deepspeed test-ray test-vllm
+
+# Mutation testing (mutmut, the `mutation` extra) of the modules whose numbers end up in papers; not part of
+# make test or CI: run it before a release and when those modules change (docs/development.md). The files are
+# [tool.mutmut] only_mutate in pyproject.toml; MUTANTS narrows them to functions (mutmut's name globs), e.g.
+# `make mutation MUTANTS='perception_judge.rewards.*'`. Results stay in mutants/ (`mutmut show NAME` shows one);
+# tests/support/mutation_report.py prints the score per module and every mutant not killed.
+MUTANTS ?= perception_judge.rewards.* perception_judge.core.protocol.* perception_judge.evaluation.bias.metrics.* \
+	perception_judge.evaluation.benchmarks.metrics.* perception_judge.evaluation.benchmarks.published.* \
+	perception_judge.evaluation.benchmarks.mmrb2.x_parse_* perception_judge.evaluation.benchmarks.mmrb2.x_better_response* \
+	perception_judge.evaluation.benchmarks.mmrb2.x__unfenced* \
+	perception_judge.evaluation.benchmarks.multimodal_rewardbench.x_verdict* \
+	perception_judge.evaluation.benchmarks.multimodal_rewardbench.x_parse_* \
+	perception_judge.evaluation.perception.x_kendall_tau_b* perception_judge.evaluation.perception.x_pair_verdict* \
+	perception_judge.evaluation.perception.x_pair_accuracy* perception_judge.evaluation.perception.x_wilson_interval* \
+	perception_judge.evaluation.stats.* perception_judge.train.memory.*
+
+mutation: install
+	@$(PY) -c "import mutmut" 2>/dev/null || $(PIP) install -q -c constraints.txt -e '.[mutation]' 2>&1 | $(PIP_FILTER)
+	@t0=$$SECONDS; nice -n 15 $(VENV)/bin/mutmut run --max-children 2 $(foreach m,$(MUTANTS),'$(m)'); \
+		echo "==> mutation: $$((SECONDS - t0)) s"
+	@$(PY) tests/support/mutation_report.py $(foreach m,$(MUTANTS),'$(m)')
 
 lint: install
 	$(VENV)/bin/ruff check .

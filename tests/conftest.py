@@ -16,7 +16,7 @@ from PIL import Image
 
 REQUIRED = {p.strip() for p in os.environ.get("PERCEPTION_JUDGE_REQUIRE", "").split(",") if p.strip()}
 """Optional packages this run must have: `make test-deepspeed` sets `deepspeed`, `make test-ray` `ray`,
-`make test-vllm` `vllm` (and so CI). Each target collects the whole tree, so the requirement names the package: the vLLM environment
+`make test-track` `tensorboard`, `make test-vllm` `vllm` (and so CI). Each target collects the whole tree, so the requirement names the package: the vLLM environment
 has no DeepSpeed, and its run must skip the DeepSpeed tests, not fail on them."""
 
 

@@ -213,3 +213,24 @@ def test_benchmark_image_paths_stay_inside_the_image_roots(tmp_path):
             src.check(bad, "row 3")
     with pytest.raises(SkipItem):
         ImageSource([root], missing="skip").load("../secret.png", "row 4")
+
+
+def test_edges_the_mutation_run_found():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a constant side is answered before scipy is asked (it would warn)
+        assert M.pearson([1, 2, 3], [5, 5, 5]) is None and M.pearson([5, 5, 5], [1, 2, 3]) is None
+    assert M.pearson([1, 2, float("nan")], [1, 2, 3]) is None  # r undefined, not clamped to 1
+    with pytest.raises(ValueError, match=r"^pearson needs equal lengths, got 2 and 3$"):
+        M.pearson([1, 2], [1, 2, 3])
+    assert M.ranking_from_scores([1, 2, 3], "ABC") == "CBA"  # as many scores as labels
+    with pytest.raises(ValueError, match=r"^at most 3 scores, got 4$"):
+        M.ranking_from_scores([1, 2, 3, 4], "ABC")
+    with pytest.raises(ValueError, match=r"^failure must be 'exclude' or 'inconsistent', got 'skip'$"):
+        M.consistency_rate([("A", "A")], failure="skip")
+    with pytest.raises(ValueError, match=r"^failure must be 'wrong' or 'tie', got 'skip'$"):
+        M.pair_accuracy(["A"], ["A"], with_tie=True, failure="skip")
+    # one verdict per label, never a silently shorter pairing
+    with pytest.raises(ValueError, match="longer"):
+        M.pair_accuracy(["A"], ["A", "B"], with_tie=True)

@@ -264,9 +264,9 @@ def test_build_ppjd_refuses_mmrb2(layouts, tmp_path):
 
 def test_suites_through_the_sweep_and_report(layouts, tmp_path):
     """Both suites as cells of an evaluation: every reported metric declared, rows in results and the report."""
-    sweep = pytest.importorskip("perception_judge.evaluation.sweep")
     from benchmark_fixtures import write_mmrb_json
 
+    from perception_judge.evaluation import sweep
     from perception_judge.evaluation.plan import resolve
     from perception_judge.evaluation.report import write_report
     from perception_judge.evaluation.suites import SUITES

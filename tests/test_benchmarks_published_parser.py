@@ -478,3 +478,42 @@ def test_mjbench_published_requests_use_the_published_parser(tmp_path):
     assert res.metrics["alignment.parse_failure_rate"] == 0.0
     strict = mjbench.SUITE(backend(judge), config(tmp_path / "s", data_dir=str(data)))
     assert strict.metrics["alignment.parse_failure_rate"] == 1.0  # 11 and 0 are out of range for the project
+
+
+def test_published_and_pairwise_parsers_at_their_edges():
+    """Edges the mutation run found (docs/development.md): reasoning read with the text, exact failure reasons."""
+    from perception_judge.evaluation.benchmarks import mmrb2
+    from perception_judge.evaluation.benchmarks import multimodal_rewardbench as mmrb
+    from perception_judge.evaluation.benchmarks.published import (
+        parse_published_prefix,
+        published_ranking,
+        request_parser,
+        tag_ints,
+        whole_completion,
+    )
+
+    assert tag_ints(None) == []
+    assert whole_completion(None) == "" and whole_completion(None, "r") == "<think>r</think>"
+    assert parse_published_prefix("<answer>7</answer>", 2, reasoning="<answer>3</answer>") == (
+        [3.0, 7.0],
+        None,
+    )
+    assert parse_published_prefix("none", 2) == (None, "published rule: no integer inside an <answer> block")
+    assert published_ranking(range(12)) == "LKJIHGFEDCBA"  # more values than the protocol's slots
+    assert request_parser("published", prefix=True) == "published_prefix"
+    assert request_parser("published") == "published" and request_parser("strict", prefix=True) == "protocol"
+    # MMRB2: the published evaluator reads the whole completion, its think block included
+    assert mmrb2.parse_published("no json here", 2, reasoning='{"better_response": "A"}') == (
+        [1.0, 0.0],
+        None,
+    )
+    assert mmrb2.parse_published("no json here", 2) == (None, "published rule: no better_response")
+    for fenced in ('```json\n{"better_response": "B"}\n```', '```\n{"better_response": "B"}```'):
+        assert mmrb2._unfenced(fenced) == '{"better_response": "B"}'
+    assert mmrb2.parse_strict('{"better_response": "A"}', 2) == ([1.0, 0.0], None)
+    assert mmrb2.parse_strict("B is better", 2) == (None, "no JSON object after the reasoning")
+    assert mmrb2.parse_strict('{"better_response": "tie"}', 2) == (None, "better_response not A or B")
+    # Multimodal RewardBench
+    assert mmrb.parse_published("no verdict", 2) == (None, "published rule: neither [[A]] nor [[B]]")
+    assert mmrb.parse_strict("[[A]], not [[X]]", 2) == ([1.0, 0.0], None)  # only A and B are verdicts
+    assert mmrb.parse_strict("[[A]] or [[B]]", 2) == (None, "not one verdict")

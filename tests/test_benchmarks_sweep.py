@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from benchmark_fixtures import write_jsonl, write_mjbench_disk, write_mllm_judge, write_vlrb_disk
 
-sweep = pytest.importorskip("perception_judge.evaluation.sweep")
+from perception_judge.evaluation import sweep
 
 
 def test_suites_run_through_the_sweep(tmp_path):
@@ -91,9 +91,9 @@ def test_suites_with_a_real_tiny_judge(tiny_qwen25, tmp_path):
 
 
 def test_cli_eval_run_with_in_suite_seeds_and_report(tmp_path):
-    cli = pytest.importorskip("perception_judge.cli")
-    pytest.importorskip("perception_judge.evaluation.cli")
     import json
+
+    from perception_judge import cli
 
     bench = write_mllm_judge(tmp_path / "mllm")
     vlrb = write_vlrb_disk(tmp_path / "vlrb")

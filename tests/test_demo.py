@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -59,6 +60,13 @@ def test_settings_record_the_families(tmp_path):
         check_or_claim(out, settings(_args(families=tiny_families("colour,count"))), fresh=False)
 
 
+def _wilson95(p: float, n: int) -> list[float]:
+    """The Wilson score interval (95%) of a proportion ``p`` of ``n``, written out here."""
+    z2 = 1.959964**2
+    centre, half = (p + z2 / (2 * n)), 1.959964 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return [(centre - half) / (1 + z2 / n), (centre + half) / (1 + z2 / n)]
+
+
 def test_demo_end_to_end_then_resume(tmp_path):
     out = tmp_path / "demo"
     cmd = [
@@ -94,12 +102,25 @@ def test_demo_end_to_end_then_resume(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     names = [m["name"] for m in summary["models"]]
     assert names[0] == "base" and summary["models"][0]["step"] is None and summary["last"] in names
+    held_out = json.loads((out / "trainset" / "export_info.json").read_text())["records"]["validation"]
     for m in summary["models"]:
         for key in ("c_vs_rp", "c_vs_rpr", "c_vs_rp_mismatched"):
             block = m[key]
-            assert block["n"] > 0 and block["chance"] == 0.5 and 0 <= block["accuracy"] <= 1
-            lo, hi = block["ci95"]
-            assert lo <= block["accuracy"] <= hi and {"ties", "parse_failures"} <= set(block)
+            n, acc = block["n"], block["accuracy"]
+            assert n == 2 * held_out and block["chance"] == 0.5, (n, held_out)  # each pair in both orders
+            ties, fails = block["ties"] * n, block["parse_failures"] * n  # whole counts behind the rates
+            correct = (acc - block["ties"] / 2) * n  # ties count 1/2: accuracy = (correct + ties / 2) / n
+            assert all(abs(c - round(c)) < 1e-9 for c in (correct, ties, fails)), (m["name"], key, block)
+            assert round(correct) >= 0 and round(correct + ties + fails) <= n, (m["name"], key, block)
+            assert block["ci95"] == pytest.approx(_wilson95(acc, n)), (m["name"], key, block)
+    # GRPO ran on two processes: each wrote its rank file with the world size and the run's four steps
+    ranks = [json.loads((out / "train" / "ranks" / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [(r["rank"], r["world_size"], r["global_step"]) for r in ranks] == [(0, 2, 4), (1, 2, 4)], ranks
+    assert (
+        ranks[0]["prompts"] == ranks[1]["prompts"] > 0 and ranks[0]["rollouts"] == ranks[1]["rollouts"] == 4
+    )
+    assert sorted(p.name for p in (out / "train" / "ranks").iterdir()) == ["rank-0.json", "rank-1.json"]
+    assert json.loads((out / "train" / "perception_judge_run.json").read_text())["world_size"] == 2
     times = summary["timings"]  # each stage's wall and CPU seconds, also the demo's last lines
     assert {"synth", "ppjd", "export", "grpo", "sweep"} <= set(times), times
     assert all(t["wall_s"] > 0 and t["cpu_s"] > 0 for t in times.values()), times

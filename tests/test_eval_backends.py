@@ -282,8 +282,8 @@ def test_vllm_backend_end_to_end_with_lora(tiny_qwen25, lora_adapter):
 
 # ------------------------------------------------------------------------------------------------ openai backend
 def test_openai_backend_against_the_fake_server():
-    fake = pytest.importorskip("support.fake_openai")
-    pytest.importorskip("perception_judge.llm_client")
+    from support import fake_openai as fake
+
     from perception_judge.evaluation.backends.openai import OpenAIBackend
 
     with fake.FakeOpenAIServer(
@@ -379,7 +379,8 @@ def test_openai_backend_sends_every_sampling_field_to_vllm_servers():
     """Issue 39 item 6: a vLLM server fills unset fields from the model folder (repetition_penalty 1.05 for
     Qwen2.5-VL), so by default (server: vllm) the body carries every field the hf backend sets, field by field as
     request_sampling gives them; server: openai leaves out the fields OpenAI's API does not take."""
-    fake = pytest.importorskip("support.fake_openai")
+    from support import fake_openai as fake
+
     from perception_judge.evaluation.backends.openai import OpenAIBackend
 
     sampled, greedy = (

@@ -273,3 +273,93 @@ def test_parsers_registered_by_name():
     with pytest.raises(KeyError, match="unknown parser"):
         get_parser("nope")
     assert BY_TYPE["texture_insertion"].short == "TextIns"
+
+
+# ------------------------------------------------------------------------------------------------ edges the mutation run found
+def test_bc_with_a_narrow_scale_and_pairs_missing_a_score():
+    assert M.bc_value(5.25, 5.5, min_score=5, max_score=5.5) == 0.0  # denominator 0.25: a full deviation
+    assert M.bc_value(5, 9, min_score=5, max_score=5) == 1.0  # denominator 0: 1.0 by definition
+    assert M.bias_conformity([(8, 10), (None, 5), (5, None)]) == pytest.approx(1 - 2 / 7)
+
+
+def test_the_abstention_rule_uses_the_whole_room():
+    def aware(bias_type, y):
+        return M.pair_value(M.ScoredPair(0, bias_type, y, None, biased_abstained=True), abstention="aware")
+
+    assert aware("text_dominance", 5) == (1.0, "abstained")  # BD: ŷ = m whatever y
+    assert aware("detail_description", 3) == (0.0, "abstained")  # BC: the farther end, S
+    assert aware("detail_description", 5) == (0.0, "abstained")  # y - m = 4 < S - y = 5: S
+    assert aware("detail_description", 8) == (0.0, "abstained")  # the farther end, m
+    # abstention "drop" by default
+    assert M.pair_value(M.ScoredPair(0, "text_dominance", 8, 4)) == (4 / 7, "used")
+    both = M.ScoredPair(0, "detail_description", None, None, unbiased_abstained=True, biased_abstained=True)
+    assert M.upstream_scores(both, "aware") == (None, None)
+    assert M.compute_report([both], abstention="aware").per_bias["detail_description"].n_unparsed == 1
+    with pytest.raises(ValueError, match=r"^abstention must be one of \('drop', 'aware'\), got 'maybe'$"):
+        M.pair_value(both, abstention="maybe")
+
+
+def test_report_counts_accumulate_and_types_can_be_restricted():
+    pairs = [
+        M.ScoredPair(0, "text_dominance", 8, 11, out_of_range=True),
+        M.ScoredPair(1, "text_dominance", 8, None, biased_abstained=True),
+        M.ScoredPair(2, "text_dominance", 6, None, biased_abstained=True),
+        M.ScoredPair(3, "text_dominance", 8, 4),
+        M.ScoredPair(4, "detail_description", 8, 10),
+    ]
+    rep = M.compute_report(pairs, abstention="aware", bias_types=["text_dominance"])
+    assert list(rep.per_bias) == [
+        "text_dominance",
+        "detail_description",
+    ]  # restricted, plus the types present
+    td = rep.per_bias["text_dominance"]
+    assert (td.n_out_of_range, td.n_abstained, td.samples, td.n_used) == (1, 2, 4, 4)
+    assert td.to_dict() == {
+        "bias_type": "text_dominance", "metric": "bd", "category": "integrality", "value": pytest.approx((2 + 4 / 7) / 4),
+        "n_pairs": 4, "samples": 4, "n_used": 4, "n_unparsed": 0, "n_skipped_low": 0, "n_abstained": 2,
+        "n_out_of_range": 1,
+    }  # fmt: skip
+    assert (
+        M.compute_report(pairs[1:], bias_types=["text_dominance"]).per_bias["text_dominance"].n_out_of_range
+        == 0
+    )
+    one_low = M.compute_report(_pairs({"text_dominance": [(1, 5)]}))
+    assert one_low.per_bias["text_dominance"].value == 0.0  # one pair, skipped by its rule: upstream's 0.0
+    assert M.compute_report([]).inter_sample_var() is None
+    assert set(rep.to_dict()) == {"model_key", "per_bias", "category_avg", "overall_avg"}
+    assert rep.to_dict()["model_key"] == "" and rep.to_dict("m")["per_bias"]["text_dominance"]["n_used"] == 4
+    assert (
+        rep.to_dict()["category_avg"] == rep.category_avg and rep.to_dict()["overall_avg"] == rep.overall_avg
+    )
+    with pytest.raises(ValueError, match=r"^pair 7: unknown bias type 'nope'$"):
+        M.compute_report([M.ScoredPair(7, "nope", 5, 5)])
+
+
+def test_breakdown_groups_only_their_types_with_the_abstention_rule():
+    pairs = [
+        M.ScoredPair(0, "text_dominance", 8, None, biased_abstained=True, meta={"difficulty": "Easy"}),
+        M.ScoredPair(1, "detail_description", 8, 8, meta={"difficulty": "Hard"}),
+    ]
+    assert M.breakdown(pairs, "difficulty", abstention="aware") == {
+        "Easy": {"overall": 1.0, "n_used": 1, "per_bias": {"text_dominance": 1.0}},
+        "Hard": {"overall": 1.0, "n_used": 1, "per_bias": {"detail_description": 1.0}},
+    }
+    assert M.breakdown(pairs, "difficulty")["Easy"] == {
+        "overall": None,
+        "n_used": 0,
+        "per_bias": {"text_dominance": None},
+    }
+
+
+def test_combine_runs_keys_and_categories():
+    r1 = M.compute_report(_pairs({"text_dominance": [(8, 1)], "detail_description": [(8, 8)]}))
+    r2 = M.compute_report(_pairs({"text_dominance": [(8, 8)], "detail_description": [(8, 8)]}))
+    c = M.combine_runs([r1, r2])
+    assert set(c) == {"per_bias", "category_avg", "n_runs", "overall", "inter_run_var", "inter_sample_var"}
+    assert c["n_runs"] == 2 and c["category_avg"]["integrality"] == {
+        "mean": 0.5,
+        "std": pytest.approx(math.sqrt(0.5)),
+    }
+    assert c["category_avg"]["congruity"] == {"mean": None, "std": None}
+    with pytest.raises(ValueError, match=r"^combine_runs needs at least one report$"):
+        M.combine_runs([])

@@ -246,7 +246,7 @@ def test_source_item_adapter():
 
 
 def test_synth_base_items_when_available():
-    synth = pytest.importorskip("perception_judge.synth")
+    from perception_judge import synth
     from perception_judge.evaluation.bias.items import synth_base_items
 
     items = synth_base_items(12, seed=0)

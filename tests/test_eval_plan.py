@@ -259,7 +259,8 @@ def test_server_credentials_never_reach_the_evaluation_records(tmp_path, capsys)
     """Issue 29 item 9: credentials in a server URL (http://user:secret@host/v1, ?api_key=...) must not reach
     plan.json, cells/*.json, report.json or report.md (nor the terminal): a judge served with them, and a server that
     fails whose errors name the URL."""
-    fake = pytest.importorskip("support.fake_openai")
+    from support import fake_openai as fake
+
     with fake.FakeOpenAIServer(model="judge", seed=1) as srv:
         good = srv.base_url.replace("http://", "http://judge:hunter2@")
         bad = "http://admin:hunter3@127.0.0.1:9/v1?api_key=hunter4"

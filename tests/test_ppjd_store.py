@@ -104,14 +104,60 @@ def test_one_writer_per_folder(tmp_path):
         pass
 
 
-def test_manifest_is_written_atomically(tmp_path):
+def _disk_full_after_half(monkeypatch, folder) -> None:
+    """From now on every file opened for writing under ``folder`` takes half of what is written to it, then the
+    disk is full (``builtins.open`` and ``io.open``, which ``Path.open`` calls)."""
+    import builtins
+    import errno
+    import io
+
+    real_open = io.open
+
+    class Full:
+        def __init__(self, f) -> None:
+            self.f = f
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            self.f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.f.close()
+
+    def opener(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        return Full(f) if set(mode) & set("wax+") and str(folder) in str(file) else f
+
+    monkeypatch.setattr(builtins, "open", opener)
+    monkeypatch.setattr(io, "open", opener)
+
+
+def test_manifest_is_written_atomically(tmp_path, monkeypatch):
+    """A manifest write that fails part-way (the disk full after half its bytes) leaves the old manifest whole and
+    no temporary file; written in place (``Path.write_text``) it would be cut in half."""
     with PPJDStore(tmp_path) as store:
         store.append_record(_rec(0))
         store.append_failure(Failure("x", "i", "load", "image_corrupt"))
         store.write_manifest(teacher="t")
-    m = read_manifest(tmp_path)
-    assert m["teacher"] == "t" and m["counts"]["records"] == 1
-    assert m["counts"]["failed_by_reason"] == {"load/image_corrupt": 1}
+        m = read_manifest(tmp_path)
+        assert m["teacher"] == "t" and m["counts"]["records"] == 1
+        assert m["counts"]["failed_by_reason"] == {"load/image_corrupt": 1}
+        assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+        old = (tmp_path / "manifest.json").read_bytes()
+        store.append_record(_rec(1))
+        _disk_full_after_half(monkeypatch, tmp_path)
+        with pytest.raises(OSError, match="No space left"):
+            store.write_manifest(teacher="t2")
+    monkeypatch.undo()
+    assert (tmp_path / "manifest.json").read_bytes() == old
+    assert read_manifest(tmp_path) == m
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 

@@ -315,9 +315,41 @@ def test_judge_verdict_syntax_is_refused_in_counterfactuals_and_in_r_c(planted):
     assert validate(_item(), _cf(GOOD_RP + "\n[[1, 2], [3, 4]] is a matrix", GOOD_RPR), BuildOptions())
 
 
-def test_a_huge_reply_is_refused_unread_and_a_deeply_nested_one_is_retried_as_malformed(items):
+def _count_body_bytes(monkeypatch) -> list[int]:
+    """The bytes of each reply body that the client pulled off the connection (one counter per response, filled as
+    the body is read), counted below the SDK's own HTTP transport."""
+    import httpx2
+
+    counts: list[int] = []
+    handle = httpx2.AsyncHTTPTransport.handle_async_request
+
+    class Counting(httpx2.AsyncByteStream):
+        def __init__(self, stream) -> None:
+            self.stream, self.i = stream, len(counts)
+            counts.append(0)
+
+        async def __aiter__(self):
+            async for chunk in self.stream:
+                counts[self.i] += len(chunk)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.stream.aclose()
+
+    async def counted(self, request):
+        response = await handle(self, request)
+        response.stream = Counting(response.stream)
+        return response
+
+    monkeypatch.setattr(httpx2.AsyncHTTPTransport, "handle_async_request", counted)
+    return counts
+
+
+def test_a_huge_reply_is_refused_unread_and_a_deeply_nested_one_is_retried_as_malformed(items, monkeypatch):
     """A 50 MB reply was parsed (5.9 GB at concurrency 16) and refused as missing_keys; a reply nested 5,000 deep
-    was a RecursionError (teacher/exception), not retried."""
+    was a RecursionError (teacher/exception), not retried. The 3 MiB reply is refused after at most the 1 MiB cap
+    and one read of the connection (64 KiB) has come in, not read whole and measured after."""
+    read = _count_body_bytes(monkeypatch)
     with FakeOpenAIServer(faults=Faults(huge_reply_bytes=3 << 20)) as srv:
         srv.force("huge_reply")
         with pytest.raises(StageError) as e:
@@ -326,6 +358,7 @@ def test_a_huge_reply_is_refused_unread_and_a_deeply_nested_one_is_retried_as_ma
             "verify",
             "reply_too_large",
         ) and "max_reply_bytes" in e.value.detail
+        assert len(read) == 1 and (1 << 20) < read[0] <= (1 << 20) + (64 << 10), read
         srv.force("deep_json", "deep_json")
         with pytest.raises(StageError) as e:
             _process(_llm(srv, stage_attempts=2), items[0])

@@ -4,6 +4,7 @@ Qwen3-VL-Thinking templates render): exact renderings, and how the protocol's th
 from __future__ import annotations
 
 import copy
+import hashlib
 
 import pytest
 
@@ -105,11 +106,21 @@ def test_qwen3_vl_thinking_refuses_tools(proc3):
         _render(proc3, [_user("Q"), {"role": "tool", "content": "42"}])
 
 
+# sha256 of each template file as reviewed against the published renderings: changing a template changes this too
+TEMPLATE_SHA256 = {
+    "qwen2_5_vl": "98ecbac1787ac08e453982904aef7bd256b4b702afed7a3d751604233874e0d3",
+    "qwen3_vl": "15811c97b0be0de23e621beff11b33fb818812cc52411ede07a23a237ac35020",
+}
+
+
 def test_the_templates_are_package_data():
     from importlib import resources
 
+    assert set(TEMPLATE_FILES) == set(TEMPLATE_SHA256)
     for arch, name in TEMPLATE_FILES.items():
-        text = (resources.files("perception_judge.tiny") / "templates" / name).read_text()
+        data = (resources.files("perception_judge.tiny") / "templates" / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == TEMPLATE_SHA256[arch], name
+        text = data.decode("utf-8")
         assert text == chat_template(arch) and "<|im_start|>" in text
     with pytest.raises(ValueError, match="unknown Qwen-VL arch 'llava'"):
         chat_template("llava")

@@ -161,7 +161,7 @@ def test_the_hf_backend_judges_with_the_real_prompt(real):
     requests = _requests()
     results = backend.judge(requests, sampling)
     model = backend.model  # the same weights, generated from directly
-    for request, result in zip(requests, results):
+    for request, result in zip(requests, results, strict=True):
         prompt = protocol.render_generation_prompt(processor, request.messages)
         inputs = processor(
             text=[prompt], images=[policy.apply(im) for im in request.images], return_tensors="pt"

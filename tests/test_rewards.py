@@ -10,6 +10,8 @@ import pytest
 from perception_judge.core.schema import SLOTS, ground_truth_for, order_from_kinds
 from perception_judge.rewards import (
     REWARDS,
+    JudgeReward,
+    completion_text,
     format_reward,
     get_reward,
     pair_reward,
@@ -65,10 +67,12 @@ def test_every_permutation_and_tie_pattern(n):
 def test_ranking_reward_input_checks():
     with pytest.raises(ValueError):
         ranking_reward([1, 2, 3], "ABD")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^3 scores for an order string of 2 slots \('AB'\)$"):
         ranking_reward([1, 2, 3], "AB")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^ties must be one of \('zero', 'half'\), got 'ignore'$"):
         ranking_reward([1, 2], "AB", ties="ignore")
+    with pytest.raises(ValueError, match="names 3 slots, expected 2"):
+        pair_reward([8, 3, 1], "ABC")  # a pair is two responses, whatever the scores
 
 
 def test_pair_and_verdict():
@@ -78,7 +82,7 @@ def test_pair_and_verdict():
     assert verdict_reward(6, "correct", tau=6) == 1.0 and verdict_reward(5, "correct", tau=6) == 0.0
     assert verdict_reward(5, "incorrect", tau=6) == 1.0 and verdict_reward(6, "incorrect", tau=6) == 0.0
     assert verdict_reward(None, "correct") == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^verdict must be one of \('correct', 'incorrect'\), got 'maybe'$"):
         verdict_reward(5, "maybe")
 
 
@@ -179,15 +183,22 @@ def test_trl_callable_options_and_names():
         ground_truth=["ABC"],
     )
     assert out == [pytest.approx(5 / 6)]
-    with pytest.raises(KeyError):
+    with pytest.raises(
+        KeyError,
+        match="unknown reward 'nope'; registered: batch_ranking, format, judge, pair_preference, pointwise_verdict",
+    ):
         get_reward("nope")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^reward 'judge' has no option\(s\) \['temperature'\]$"):
         get_reward("judge", temperature=2)
 
 
 def test_trl_callable_data_errors_are_loud():
-    with pytest.raises(KeyError, match="ground_truth"):
+    with pytest.raises(KeyError) as e:
         REWARDS["judge"](prompts=None, completions=[_conv("x")], protocol=["batch"])
+    assert e.value.args[0] == (
+        "reward 'judge' needs the dataset column 'ground_truth' (trl passes dataset columns as keyword arguments; "
+        "keep remove_unused_columns=False)"
+    )
     with pytest.raises(ValueError, match="row 0"):
         REWARDS["judge"](prompts=None, completions=[_conv("x")], protocol=["batch"], ground_truth=["AAB"])
     with pytest.raises(ValueError, match="row 0"):
@@ -219,6 +230,67 @@ def test_malformed_completions_never_crash_or_earn_credit(junk):
 def test_format_reward_pure():
     assert format_reward("<think>a</think><answer>1</answer>", 1) == 1.0
     assert format_reward("<answer>1</answer>", 1) == 0.0
+    assert format_reward("<answer>1</answer>", 1, reasoning="looked") == 1.0  # the reasoning came separately
+    assert (
+        format_reward("a</think><answer>1</answer>", 1, think_open=True) == 1.0
+    )  # the prompt opened the block
+    assert format_reward("a</think><answer>1</answer>", 1) == 0.0
+
+
+def test_completion_text_reads_every_completion_shape():
+    assert completion_text("plain") == ("plain", None)
+    assert completion_text({"role": "assistant", "content": "one message"}) == ("one message", None)
+    blocks = [{"type": "text", "text": "a"}, "junk", {"type": "image"}, {"type": "text", "text": "b"}]
+    assert completion_text(_conv(blocks)) == ("ab", None)
+    assert completion_text(_conv("x", reasoning_content="r1")) == ("x", "r1")
+    assert completion_text(_conv("x", reasoning="r2")) == ("x", "r2")
+    assert completion_text(_conv("x", reasoning="")) == ("x", None)
+    assert completion_text(_conv(5)) == ("", None)
+    assert completion_text([]) == ("", None) and completion_text([42]) == ("", None)
+
+
+def test_reward_options_reach_the_scores():
+    single = {"protocol": ["single"], "ground_truth": ["correct"]}
+    six = [_conv("<think>x</think><answer>6</answer>")]
+    assert get_reward("pointwise_verdict")(completions=six, **single) == [1.0]  # tau 6 by default
+    assert get_reward("pointwise_verdict", tau=7)(completions=six, **single) == [0.0]
+    assert get_reward("pointwise_verdict")(completions=[_conv("<think>x</think>")], **single) == [0.0]
+    tie = [_conv("<think>x</think><answer>5</answer><answer>5</answer>")]
+    assert get_reward("pair_preference", ties="half")(
+        completions=tie, protocol=["pair"], ground_truth=["AB"]
+    ) == [0.5]
+    prefilled = [_conv("x</think><answer>5</answer>")]
+    assert get_reward("format", think_open=True)(completions=prefilled, **single) == [1.0]
+    assert get_reward("format")(
+        completions=[_conv("<answer>5</answer>", reasoning_content="r")], **single
+    ) == [1.0]
+    done = [_conv("<answer>9</answer><answer>2</answer>", reasoning_content="compared")]
+    assert get_reward("judge", think_open=True)(completions=done, protocol=["pair"], ground_truth=["AB"]) == [
+        1.0
+    ]
+    with pytest.raises(ValueError, match=r"^ties must be one of \('zero', 'half'\), got 'all'$"):
+        JudgeReward("r", ("pair",), ties="all")
+
+
+def test_each_completion_is_parsed_once_and_only_logging_rewards_log(monkeypatch):
+    from perception_judge import rewards
+
+    calls = []
+    parse = rewards.parse_scores
+    monkeypatch.setattr(rewards, "parse_scores", lambda *a, **k: calls.append(1) or parse(*a, **k))
+    logged, extra = _trl_kwargs(2)
+    done = [_conv("<think>x</think><answer>9</answer><answer>2</answer>")] * 2
+    assert (
+        REWARDS["judge"](completions=done, protocol=["pair"] * 2, ground_truth=["AB"] * 2, **extra)
+        == [1.0] * 2
+    )
+    assert len(calls) == 2 and logged == {"judge/parse_failure_rate": 0.0}
+    logged.clear()
+    REWARDS["pair_preference"](completions=done, protocol=["pair"] * 2, ground_truth=["AB"] * 2, **extra)
+    assert logged == {}, "pair_preference does not log parse failures"
+    # a column one row short is a data bug, not a shorter batch
+    with pytest.raises(ValueError, match="shorter"):
+        REWARDS["judge"](completions=done, protocol=["pair"], ground_truth=["AB"])
 
 
 def _seconds_per_call(fn, text, floor_s=0.03, rounds=5):

@@ -197,13 +197,26 @@ def test_make_blind_records_both_phases_and_keeps_the_vision_tower(tmp_path):
     assert any(not before[k].equal(after[k]) for k in before if k not in vision), "the language model trained"
 
 
-def test_supervised_batches_made_ahead_in_a_worker_train_the_same_weights(tmp_path):
+def test_supervised_batches_made_ahead_in_a_worker_train_the_same_weights(tmp_path, monkeypatch):
     """The data worker (the demo's supervised stages use it) only moves where the batches are made: with and
-    without it the run trains bit-identical weights, and it did train."""
+    without it the run trains bit-identical weights, and it did train; with it the batches were made in another
+    process (each stream writes the pid that drew it), without it in this one."""
+    import os
+
     from safetensors.torch import load_file
 
+    from perception_judge.tiny import supervised
     from perception_judge.tiny.supervised import supervised_tiny_judge
 
+    drawn_by = tmp_path / "drawn_by"
+    stream = supervised._SupervisedStream.__iter__
+
+    def recorded(self):
+        with open(drawn_by, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        yield from stream(self)
+
+    monkeypatch.setattr(supervised._SupervisedStream, "__iter__", recorded)
     src = make_tiny_model("qwen2_5_vl", tmp_path / "src", seed=0)
     stats = {}
     for worker in (False, True):
@@ -221,3 +234,5 @@ def test_supervised_batches_made_ahead_in_a_worker_train_the_same_weights(tmp_pa
     start, w0, w1 = (load_file(d / "model.safetensors") for d in (src, tmp_path / "w0", tmp_path / "w1"))
     assert all(w0[k].equal(w1[k]) for k in w0)
     assert any(not w0[k].equal(start[k]) for k in w0), "the weights moved"
+    pids = [int(line) for line in drawn_by.read_text().split()]
+    assert len(pids) == 2 and pids[0] == os.getpid() != pids[1], pids
