@@ -54,7 +54,7 @@ test-slow: install
 	$(PY) -m pytest -m slow
 
 test-deepspeed: install
-	@$(PY) -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt '.[deepspeed]' 2>&1 | $(PIP_FILTER)
+	@$(PY) -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[deepspeed]' 2>&1 | $(PIP_FILTER)
 	PERCEPTION_JUDGE_REQUIRE=deepspeed $(PY) -m pytest -m deepspeed
 
 # vLLM lives in an environment of its own: it pins torch 2.13.0 / torchvision 0.28.0 / numpy < 2.4
@@ -96,7 +96,7 @@ test-vllm: install-vllm
 
 # Sweep workers as Ray tasks on a local cluster (the optional `ray` extra).
 test-ray: install
-	@$(PY) -c "import ray" 2>/dev/null || $(PIP) install -q -c constraints.txt '.[ray]' 2>&1 | $(PIP_FILTER)
+	@$(PY) -c "import ray" 2>/dev/null || $(PIP) install -q -c constraints.txt -e '.[ray]' 2>&1 | $(PIP_FILTER)
 	PERCEPTION_JUDGE_REQUIRE=ray $(PY) -m pytest -m ray
 
 # Tracker logging: samples with their images reach tensorboard (the optional `track` extra).
