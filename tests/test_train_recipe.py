@@ -225,31 +225,39 @@ def test_a_deepspeed_launch_configuration_replaces_the_recipes_of_its_stage_and_
     when they run the recipe's ZeRO stage (offload, say), another stage is refused before anything loads."""
     from perception_judge.train.recipe import _check_deepspeed
 
-    recipe = str(RECIPES / "flex7b.yaml")
+    recipe, ds = str(RECIPES / "flex7b.yaml"), str(ROOT / "configs" / "deepspeed" / "zero3.json")
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(
+        "perception_judge.train.recipe._importable", lambda name: True
+    )  # CI may lack DeepSpeed
     with pytest.raises(
         RecipeError, match=r"zero3\.json is ZeRO-3, the launch configuration ZeRO-2.*--deepspeed none"
     ):
         parse_recipe([recipe, "--bf16", "false"], check_environment=False)
-    ds = str(ROOT / "configs" / "deepspeed" / "zero3.json")
-    assert _check_deepspeed(values := {"deepspeed": "none"}, False, notes := []) is None and notes == []
+    assert _check_deepspeed(values := {"deepspeed": "none"}, False) == (None, [])
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    note = f"the launch's DeepSpeed settings (ZeRO-3) replace deepspeed: {ds}"
     for check in (True, False):
-        assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, check, notes := []) is None
-        assert values["deepspeed"] is None and notes == [
-            f"the launch's DeepSpeed settings (ZeRO-3) replace deepspeed: {ds}"
-        ]
+        assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, check) == (None, [note])
+        assert values["deepspeed"] is None
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
-    assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, False, []) == ds
+    assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, False) == (ds, [])
     assert values["deepspeed"] is None  # inspecting a recipe sets no DeepSpeed up
+    assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, True) == (ds, [])
+    assert values["deepspeed"] == ds
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.setattr("perception_judge.train.recipe._importable", lambda name: True)
     with pytest.raises(RecipeError, match="DeepSpeed without a GPU needs use_cpu: true"):
-        _check_deepspeed({"deepspeed": ds}, True, [])
+        _check_deepspeed({"deepspeed": ds}, True)
+    monkeypatch.delenv("LOCAL_RANK")  # `python train_grpo.py`: DeepSpeed would look for MPI
+    with pytest.raises(
+        RecipeError, match="DeepSpeed needs a distributed launch: torchrun, or accelerate launch"
+    ):
+        _check_deepspeed({"deepspeed": ds, "use_cpu": True}, True)
     monkeypatch.setattr("perception_judge.train.recipe._importable", lambda name: False)
     with pytest.raises(RecipeError, match="DeepSpeed is not installed"):
-        _check_deepspeed({"deepspeed": ds, "use_cpu": True}, True, [])
+        _check_deepspeed({"deepspeed": ds, "use_cpu": True}, True)
 
 
 def test_colocate_vllm_requires_one_image_size(tmp_path):

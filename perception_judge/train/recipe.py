@@ -268,8 +268,7 @@ def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) 
     if values.get("recipe_num_processes"):  # and for the GPU count the recipe was written for
         check_batch_geometry(values, int(values["recipe_num_processes"]), label=" (recipe_num_processes)")
 
-    notes: list[str] = []
-    deepspeed = _check_deepspeed(values, check_environment, notes)
+    deepspeed, notes = _check_deepspeed(values, check_environment)
     try:
         recipe = Recipe(*parser.parse_dict(values), path=path, config=cleaned, overrides=cli)
     except (ValueError, TypeError) as e:  # the dataclasses' own checks (GRPOConfig.__post_init__)
@@ -280,8 +279,7 @@ def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) 
 
 
 def _stage(config: Any) -> int | None:
-    """The ZeRO stage of a DeepSpeed configuration (a JSON file or a mapping); of the one accelerate was launched with
-    when ``config`` is None (its default stage: 2); None without DeepSpeed."""
+    """The ZeRO stage of a DeepSpeed configuration (a JSON file, a mapping; None: the launch's), None without one."""
     if not config and (config := os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")) == "none":
         launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
         return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", 2)) if launched else None
@@ -294,10 +292,10 @@ def zero_stage(training: Any) -> int | None:
     return _stage(training.deepspeed)
 
 
-def _check_deepspeed(values: dict[str, Any], check_environment: bool, notes: list[str]) -> Any:
+def _check_deepspeed(values: dict[str, Any], check_environment: bool) -> tuple[Any, list[str]]:
     """``deepspeed`` against the launch: a DeepSpeed launch configuration of its ZeRO stage replaces it (accelerate
-    refuses both), another stage is refused; it needs DeepSpeed and a GPU (or ``use_cpu``). Returns the run's; the
-    training arguments get it only when ``check_environment`` (inspecting a recipe sets no DeepSpeed up)."""
+    refuses both), another stage is refused; it needs DeepSpeed, a GPU (or ``use_cpu``) and a launcher. Returns the
+    run's and the notes to print; the training arguments get it only when ``check_environment``."""
     ds, launch = values.get("deepspeed"), _stage(None)
     if str(ds).lower() in ("", "none"):
         ds = None
@@ -319,11 +317,14 @@ def _check_deepspeed(values: dict[str, Any], check_environment: bool, notes: lis
             raise RecipeError("deepspeed: DeepSpeed is not installed (`pip install -e '.[deepspeed]'`)")
         if not values.get("use_cpu") and not torch.cuda.is_available():  # DeepSpeed's batch check would fail
             raise RecipeError("DeepSpeed without a GPU needs use_cpu: true")
+        if "LOCAL_RANK" not in os.environ:  # DeepSpeed would look for an MPI launch
+            launchers = "torchrun, or accelerate launch (one process: with a DeepSpeed --config_file)"
+            raise RecipeError(f"DeepSpeed needs a distributed launch: {launchers}")
     if ds and launch is not None:
-        notes.append(f"the launch's DeepSpeed settings (ZeRO-{launch}) replace deepspeed: {ds}")
-        ds = None
-    values["deepspeed"] = ds if check_environment else None
-    return ds
+        values["deepspeed"] = None
+        return None, [f"the launch's DeepSpeed settings (ZeRO-{launch}) replace deepspeed: {ds}"]
+    values["deepspeed"] = ds if check_environment else None  # inspecting a recipe sets no DeepSpeed up
+    return ds, []
 
 
 def report_to_list(report_to: Any) -> list[str]:

@@ -129,9 +129,8 @@ def check_inputs(recipe: Recipe) -> Any:
 
 
 def precision(recipe: Recipe) -> dict[str, Any]:
-    """How a run holds and computes its weights (docs/training.md "Precision"): fp32 master weights on every path.
-    DeepSpeed keeps its own; full fine-tuning without it loads the model in float32 and autocasts bf16 / fp16 (AdamW
-    on bf16 weights rounds small updates away); LoRA's adapters are fp32 (peft), the base in the recipe's dtype."""
+    """How a run holds and computes its weights, with fp32 master weights on every path (docs/training.md "Precision"):
+    DeepSpeed's own; else full fine-tuning loads the model in float32 under bf16 autocast; LoRA's adapters are fp32."""
     t, m, plugin = recipe.training, recipe.model, recipe.training.deepspeed_plugin
     weights = (m.dtype or "auto") if plugin or m.use_peft else "float32"
     masters = "DeepSpeed" if plugin else "peft's adapters" if m.use_peft else "the model"
