@@ -48,6 +48,7 @@ QUICK = [CASES[1], CASES[2], CASES[4]]
 
 def build_trainer(work: Path):
     """The cut 7B-layout judge and a four-row training set in ``work``, and the project's trainer on them."""
+    import torch
     from bench_vllm_vs_hf_7b_layout import build_judge
 
     from perception_judge.core import protocol
@@ -70,7 +71,9 @@ def build_trainer(work: Path):
          "--optim", "sgd", "--freeze_vision_tower", "true", "--eval_strategy", "no", "--save_strategy", "no",
          "--image_size", "56", "--per_device_train_batch_size", "2", "--num_generations", "2"]
     )  # fmt: skip
-    return recipe, build_run(recipe, write_files=False).trainer
+    trainer = build_run(recipe, write_files=False).trainer
+    trainer.model.to(torch.bfloat16)  # without DeepSpeed full fine-tuning loads fp32 masters; DeepSpeed casts to bf16
+    return recipe, trainer
 
 
 def peak_bytes(step) -> int:

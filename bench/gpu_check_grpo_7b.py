@@ -28,8 +28,9 @@ EOS, so every completion runs to ``--completion-length``: the work per step is f
 On one GPU the optimizer defaults to SGD (``--optim auto``): AdamW's two bf16 states (33 GB for 8.3 B parameters)
 do not fit beside the weights, their gradients and a colocated vLLM on an 80 GB card; with several processes
 (ZeRO-3 shards them) it is AdamW. ``--beta`` > 0 adds the reference model, and vLLM loads the policy: both read the
-model from a folder (``--work-dir``), which under ZeRO-3 is written from the full, gathered weights (each rank
-holds only a shard). Rollouts through HF ``generate`` are memory-bound and much slower than vLLM: compare like with
+model from a folder, ``<--work-dir>/<check>/model`` (16.6 GB for the 7B; under ZeRO-3 written from the full, gathered
+weights: each rank holds only a shard), removed when the check ends; ``--work-dir`` (default ``runs/gpu_check``)
+keeps the rest (the vLLM server's log). ``pip install -e '.[gpu]'`` installs what it needs. Rollouts through HF ``generate`` are memory-bound and much slower than vLLM: compare like with
 like (the anchor uses vLLM). On a machine without trl/datasets, carry their wheels (see the device notes) and put
 the repo on ``PYTHONPATH``.
 """
@@ -41,8 +42,8 @@ import gc
 import importlib.util
 import json
 import os
+import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--server-gpu", type=int, default=None, help="GPU index of the vLLM server (server mode)")
     ap.add_argument("--server-port", type=int, default=8765, help="port of the vLLM server (server mode)")
     ap.add_argument("--no-gradient-checkpointing", action="store_true")
-    ap.add_argument("--work-dir", default=None, help="scratch folder (default: a temporary one)")
+    ap.add_argument("--work-dir", default="runs/gpu_check", help="output folder, the scratch model under it")
+    ap.add_argument(
+        "--keep-model", action="store_true", help="keep the scratch model folder after each check"
+    )
     args = ap.parse_args(argv)
     args.checks = ["vllm"] if args.use_vllm else [c.strip() for c in args.checks.split(",") if c.strip()]
     if unknown := sorted(set(args.checks) - {"hf", "vllm"}):
@@ -254,22 +258,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "gpu_check_grpo_7b: no CUDA device; skipped (run with --tiny for a CPU dry run of the code path)"
         )
         return {"skipped": True}
-    scratch = None if args.work_dir else tempfile.TemporaryDirectory(prefix="gpu_check_")
-    work = Path(args.work_dir or scratch.name)
+    work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    try:
-        checks = {}
-        for check in args.checks:
-            name, report = run_check(check, args, work / check, cuda)
-            checks[name] = report
-        counts = {s: sum(r["status"] == s for r in checks.values()) for s in ("PASS", "FAIL", "SKIP")}
-        print(
-            f"SUMMARY: {counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped", flush=True
-        )
-        return {"checks": checks, **counts}
-    finally:
-        if scratch is not None:
-            scratch.cleanup()
+    checks = {}
+    for check in args.checks:
+        name, report = run_check(check, args, work / check, cuda)
+        checks[name] = report
+    counts = {s: sum(r["status"] == s for r in checks.values()) for s in ("PASS", "FAIL", "SKIP")}
+    print(f"SUMMARY: {counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped", flush=True)
+    return {"checks": checks, **counts}
 
 
 def _check_name(check: str, args: argparse.Namespace) -> str:
@@ -307,6 +304,8 @@ def run_check(check: str, args: argparse.Namespace, work: Path, cuda: bool) -> t
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
+        if not args.keep_model and int(os.environ.get("RANK", "0")) == 0:  # 16.6 GB for the 7B
+            shutil.rmtree(work / "model", ignore_errors=True)
     if is_main:
         _print_check(name, report, args)
     return name, report

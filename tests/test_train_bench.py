@@ -55,9 +55,8 @@ def test_the_7b_architecture_and_the_real_tokenizer(check):
 def test_gpu_check_dry_run_on_cpu(check, tmp_path, capsys):
     """Both checks on the CPU: GRPO with HF generate passes (the model is saved and reloaded as the reference model,
     beta > 0), the vLLM check is skipped with its reason; one line per check, then the summary."""
-    out = check.main(
-        ["--tiny", "--steps", "1", "--warmup", "0", "--beta", "0.01", "--work-dir", str(tmp_path)]
-    )
+    work = ["--work-dir", str(tmp_path), "--keep-model"]  # the model folder is read below
+    out = check.main(["--tiny", "--steps", "1", "--warmup", "0", "--beta", "0.01", *work])
     printed = capsys.readouterr().out
     lines = CHECK_LINE.findall(printed)
     assert [(name, status) for name, status, _ in lines] == [
@@ -93,6 +92,22 @@ def test_gpu_check_dry_run_on_cpu(check, tmp_path, capsys):
     assert (tmp_path / "hf" / "model" / "tokenizer.json").is_file()
 
 
+def test_the_scratch_model_goes_under_the_work_dir_and_is_removed(check, tmp_path, monkeypatch):
+    """The model copy trl and vLLM load (16.6 GB for the 7B) lives under --work-dir (runs/gpu_check/, not /tmp) and is
+    removed when its check ends, passed or failed, unless --keep-model."""
+    assert check.parse_args([]).work_dir == "runs/gpu_check"
+
+    def grpo(args, work, cuda, use_vllm):
+        (work / "model").mkdir(parents=True)
+        raise RuntimeError("stopped after the model was written")
+
+    monkeypatch.setattr(check, "_grpo", grpo)
+    for keep in ([], ["--keep-model"]):
+        work = tmp_path / str(bool(keep))
+        check.run_check("hf", check.parse_args(["--work-dir", str(work), *keep]), work / "hf", cuda=False)
+        assert (work / "hf" / "model").is_dir() == bool(keep)
+
+
 def test_unknown_checks_are_refused(check):
     with pytest.raises(SystemExit):
         check.parse_args(["--checks", "hf,tpu"])
@@ -116,6 +131,7 @@ def test_zero3_saves_the_full_model_for_the_reference(tmp_path):
         "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port()),
         str(ROOT / "bench" / "gpu_check_grpo_7b.py"),
         "--tiny", "--checks", "hf", "--beta", "0.01", "--steps", "1", "--warmup", "0", "--work-dir", str(tmp_path),
+        "--keep-model",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True,
                           timeout=600)  # fmt: skip

@@ -449,3 +449,64 @@ def test_base_adapter_merge_and_frozen_vision_tower_in_a_built_run(tiny_qwen25, 
     visual = [p for n, p in model.named_parameters() if ".visual." in n]
     assert visual and not any(p.requires_grad for p in visual)
     assert info["parameters"]["trainable"] < info["parameters"]["total"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# precision: fp32 master weights without DeepSpeed
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _moved_by_one_bf16_step(model_dir: Path, tmp_path: Path) -> float:
+    """One GRPO step at lr 1e-5 with bf16 on one process (no DeepSpeed) from ``model_dir`` saved in bf16 (AdamW moves
+    every weight by about 1e-5, below half a bf16 step for almost all of them): the share of the language model's
+    linear weights that the saved model changed."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from perception_judge.tiny.toyset import write_toy_training_set
+    from perception_judge.train import run
+    from perception_judge.train.recipe import parse_recipe
+
+    base, out = tmp_path / "bf16-judge", tmp_path / "run"
+    AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.bfloat16).save_pretrained(base)
+    AutoProcessor.from_pretrained(model_dir).save_pretrained(base)
+    data = write_toy_training_set(tmp_path / "data", n_train=4, n_validation=0)
+    recipe = parse_recipe([str(ROOT / "recipes" / "tiny.yaml"), "--dataset_name", str(data), "--model_name_or_path",
+                           str(base), "--output_dir", str(out), "--dtype", "bfloat16", "--bf16", "true",
+                           "--learning_rate", "1e-5", "--weight_decay", "0", "--max_completion_length", "16",
+                           "--max_steps", "1", "--eval_strategy", "no", "--save_strategy", "no"])  # fmt: skip
+    trainer = run.build_run(recipe).trainer
+    assert trainer.ref_model.dtype == torch.bfloat16  # the reference model stays in the recipe's dtype
+    trainer.train()
+    assert [h["grad_norm"] > 0 for h in trainer.state.log_history if "loss" in h] == [True]
+    trainer.save_model(str(out))
+    before, after = load_file(str(base / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    linear = [k for k in before if k.startswith("model.layers.") and k.endswith("proj.weight")]
+    assert {after[k].dtype for k in linear} == {trainer.model.dtype}
+    return sum(int((after[k] != before[k]).sum()) for k in linear) / sum(before[k].numel() for k in linear)
+
+
+def test_full_finetuning_in_bf16_keeps_fp32_master_weights(tiny_qwen25, tmp_path, capsys):
+    """Without DeepSpeed the model loads in float32 and bf16 is autocast: every weight moves in the saved model."""
+    assert _moved_by_one_bf16_step(tiny_qwen25, tmp_path) > 0.999
+    info = json.loads((tmp_path / "run" / "perception_judge_run.json").read_text())
+    assert info["precision"] == {
+        "weights": "float32",
+        "compute": "bfloat16",
+        "masters": "the model",
+        "zero_stage": None,
+    }
+    assert (
+        "weights in float32, compute in bfloat16, fp32 master weights: the model" in capsys.readouterr().err
+    )
+
+
+@pytest.mark.slow
+def test_the_same_step_on_bf16_weights_keeps_most_of_them(tiny_qwen25, tmp_path, monkeypatch):
+    """The path before (the model in the recipe's bf16, forced here): AdamW's update is rounded away for most."""
+    from perception_judge.train import run
+
+    precision = run.precision
+    monkeypatch.setattr(run, "precision", lambda recipe: {**precision(recipe), "weights": "bfloat16"})
+    assert _moved_by_one_bf16_step(tiny_qwen25, tmp_path) < 0.5

@@ -40,9 +40,12 @@ def toy_set(tmp_path_factory):
 @pytest.mark.parametrize(
     ("stage", "arch", "size", "peft"),
     [(2, "qwen2_5_vl", 56, False), (3, "qwen3_vl", 64, False), (3, "qwen2_5_vl", 56, True)],
-    ids=["zero2-full-qwen25", "zero3-full-qwen3", "zero3-lora-qwen25"],
+    ids=["zero2-full-qwen25", "zero3-full-qwen3", "zero3-lora-qwen25-real-tokenizer"],
 )
 def test_deepspeed_zero(stage, arch, size, peft, toy_set, tmp_path):
+    """ZeRO-2 from accelerate's DeepSpeed --config_file; ZeRO-3 from the GPU recipes' `deepspeed:` file alone (for
+    LoRA with every tensor partitioned: a save that does not gather them has other shapes). Every run with gradient
+    checkpointing, on in every GPU recipe."""
     model_dir = tmp_path / "tiny"
     out = tmp_path / "run"
     args = [
@@ -55,13 +58,26 @@ def test_deepspeed_zero(stage, arch, size, peft, toy_set, tmp_path):
         "--save_steps", "2",
         "--eval_strategy", "no",
         "--shuffle_dataset", "false",
+        "--gradient_checkpointing", "true",
         "--output_dir", str(out),
     ]  # fmt: skip
-    if peft:
-        args += ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8"]
+    if peft:  # Qwen's tokenizer, template and ids (the provider finds the model there and builds none)
+        from perception_judge.tiny.models import make_tiny_model
+
+        make_tiny_model(arch, model_dir, seed=0, tokenizer="qwen")
+        # its random weights write almost no digits: completion lengths give the groups their advantage; no
+        # reference pass (Qwen's 151,936-row head over every position is most of a CPU step)
+        args += ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--beta", "0",
+                 "--reward_funcs", *REWARDS, "completion_length", "--reward_weights", "1.0", "0.2", "0.1", "1.0"]  # fmt: skip
+    ds = ROOT / "configs" / "deepspeed" / "zero3.json"
+    if peft:  # ZeRO-3 keeps tensors under 100k elements whole by default: all of a tiny model's
+        config = json.loads(ds.read_text())
+        config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+        (ds := tmp_path / "zero3-partition-all.json").write_text(json.dumps(config))
+    args += ["--deepspeed", str(ds)] if stage == 3 else []
     launch(
         args,
-        config=f"deepspeed_zero{stage}.yaml",
+        config="deepspeed_zero2.yaml" if stage == 2 else "cpu_2proc.yaml",
         extra=["--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port())],
         timeout=600,
     )
@@ -69,6 +85,7 @@ def test_deepspeed_zero(stage, arch, size, peft, toy_set, tmp_path):
     assert all(
         r["world_size"] == 2 and "DEEPSPEED" in r["distributed_type"] and r["completions"] > 0 for r in ranks
     )
+    assert json.loads((out / "perception_judge_run.json").read_text())["precision"]["zero_stage"] == stage
     assert_text_only_rounds(out, steps=2, want=(1, 1))
     logs = [h for h in history(out) if "reward" in h]
     assert [h["step"] for h in logs] == [1, 2]
@@ -76,6 +93,7 @@ def test_deepspeed_zero(stage, arch, size, peft, toy_set, tmp_path):
     assert (out / "checkpoint-2").is_dir()
     if peft:
         adapter = weights(out / "adapter_model.safetensors")
+        assert {k: list(v.shape) for k, v in adapter.items()} == _adapter_shapes(model_dir, args)
         assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
         return
     # the final model holds the full (gathered) weights, changed by training, and reloads
@@ -110,3 +128,19 @@ def test_lora_weight_sync_gathers_one_decoder_layer_at_most(tiny_qwen25, tmp_pat
             assert len({layer_of.get(n, n.rpartition(".")[0]) for n in live}) == 1, live
             assert sum(numel[n] for n in live) <= one_layer, live
         assert [sorted(live) for live in record["trl"]] == [sorted(numel)]
+
+
+def _adapter_shapes(model_dir: Path, args: list[str]) -> dict[str, list[int]]:
+    """The adapter the run's LoRA settings give the unpartitioned model, tensor by tensor: a save that gathered only
+    part of ZeRO-3's shards has other shapes (or none)."""
+    from peft import get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForImageTextToText
+
+    from perception_judge.train.models import build_lora_config
+    from perception_judge.train.recipe import parse_recipe
+
+    recipe = parse_recipe([str(ROOT / "recipes" / "tiny.yaml"), *args], check_environment=False)
+    model = get_peft_model(
+        AutoModelForImageTextToText.from_pretrained(model_dir), build_lora_config(recipe.model, recipe.judge)
+    )
+    return {k: list(v.shape) for k, v in get_peft_model_state_dict(model).items()}

@@ -64,8 +64,9 @@ def test_local_model_adapter_and_checkpoint_folders_are_checked_first(capsys, tm
         capsys, tmp_path, *common, "--model_name_or_path", str(model), "--base_adapter", str(tmp_path / "a")
     )
     assert f"base_adapter: {str(tmp_path / 'a')!r} does not exist" in err and not model.exists()
-    err = _train(capsys, tmp_path, *common, "--resume_from_checkpoint", str(tmp_path / "ckpt"))
-    assert "resume_from_checkpoint" in err and "is not a checkpoint folder" in err
+    resume = ["--model_name_or_path", str(model), "--resume_from_checkpoint", str(tmp_path / "ckpt")]
+    err = _train(capsys, tmp_path, *common, *resume)
+    assert "resume_from_checkpoint" in err and "is not a checkpoint folder" in err and not model.exists()
 
     # without a model provider a local model folder must hold a model
     no_provider = tmp_path / "no-provider.yaml"

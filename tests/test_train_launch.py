@@ -4,8 +4,10 @@
   folder: the counter continues and the resumed weights equal the uninterrupted run's bit for bit (optimizer,
   scheduler, RNG, data position and weights all restored); parameters changed, every reward logged, validation
   logged, checkpoints reload and generate;
-* LoRA on two real gloo processes (not ``--cpu --num_processes 2``, which silently runs one): both ranks trained,
-  checkpoints hold the adapter only, the adapter reloads and merges;
+* LoRA on two real gloo processes (not ``--cpu --num_processes 2``, which silently runs one), with gradient
+  checkpointing: both ranks trained, the logged rewards are those of both ranks' completions, checkpoints hold the
+  adapter only, the adapter reloads and merges;
+* plain DDP on mixed rows with gradient checkpointing and bf16 autocast over fp32 master weights;
 * an invalid recipe fails through the real entry point before any model is built.
 """
 
@@ -213,6 +215,9 @@ def test_lora_on_two_gloo_processes(toy_set, tmp_path):
             "--save_steps", "2",
             "--eval_strategy", "no",
             "--recipe_num_processes", "2",
+            "--gradient_checkpointing", "true",
+            "--sample_log_steps", "1",
+            "--num_samples_to_log", "8",
             "--output_dir", str(out),
         ],
         config="cpu_2proc.yaml",
@@ -227,9 +232,8 @@ def test_lora_on_two_gloo_processes(toy_set, tmp_path):
     assert all("MULTI_CPU" in r["distributed_type"] for r in ranks)
     info = json.loads((out / "perception_judge_run.json").read_text())
     assert info["world_size"] == 2 and info["tuning"] == "lora"
-    # rewards were gathered over both ranks: 4 completions per rank per step
-    train_logs = [h for h in history(out) if "reward" in h]
-    assert all(f"rewards/{n}/mean" in h for h in train_logs for n in REWARDS)
+    # rewards were gathered over both ranks: the logged means are those of the 2 x 4 completions of each step
+    assert_gathered_rewards(out, steps=2, per_step=8)
 
     # checkpoints hold the adapter (+ processor) only
     ck = out / "checkpoint-2"
@@ -252,6 +256,23 @@ def test_lora_on_two_gloo_processes(toy_set, tmp_path):
     assert elapsed < 120
 
 
+def assert_gathered_rewards(out: Path, steps: int, per_step: int) -> None:
+    """Every step's logged rewards are the means over its ``per_step`` completions of all ranks, each recomputed from
+    the completions' own rewards in ``samples/`` (trl's reward: the weighted sum, NaN-free; per reward: its nanmean)."""
+    weights = json.loads((out / "perception_judge_run.json").read_text())["rewards"]
+    logs = [h for h in history(out) if "reward" in h]
+    assert [h["step"] for h in logs] == list(range(1, steps + 1))
+    for log in logs:
+        records = (out / "samples" / f"step-{log['step']:06d}.jsonl").read_text().splitlines()
+        rewards = [json.loads(line)["rewards"] for line in records]
+        assert len(rewards) == per_step and all(set(r) == set(weights) for r in rewards)
+        total = [sum(w * (r[n] or 0.0) for n, w in weights.items()) for r in rewards]
+        assert log["reward"] == pytest.approx(sum(total) / per_step, rel=1e-6, abs=1e-6)
+        for name in weights:
+            values = [r[name] for r in rewards if r[name] is not None]
+            assert log[f"rewards/{name}/mean"] == pytest.approx(sum(values) / len(values), rel=1e-6, abs=1e-6)
+
+
 def mixed_rows(folder: Path, pattern: str = "IITTTTII") -> Path:
     """A training set whose rows follow ``pattern`` (I: with its image, T: text-only). Unshuffled, with 2 prompts
     per rank per step on 2 ranks, ``IITTTTII`` gives rank 1 a text-only generation round in step 1 and rank 0 one
@@ -271,7 +292,9 @@ def assert_text_only_rounds(out: Path, steps: int, want: tuple[int, ...]) -> Non
 def test_ddp_with_a_text_only_rank_and_image_less_micro_batches(tmp_path):
     """Plain DDP on 2 gloo processes over mixed rows. trl gathered the logged images only on ranks that had one,
     so a rank whose whole generation batch was text-only left the other waiting forever (a hang, here a timeout).
-    With gradient accumulation 2 the mixed rank's chunks also hold text-only rows only (0-row ``pixel_values``)."""
+    With gradient accumulation 2 the mixed rank's chunks also hold text-only rows only (0-row ``pixel_values``).
+    As the GPU recipes would run without DeepSpeed: gradient checkpointing, a bf16 model and bf16 autocast over
+    fp32 master weights."""
     out = tmp_path / "ddp"
     launch(
         [
@@ -283,6 +306,9 @@ def test_ddp_with_a_text_only_rank_and_image_less_micro_batches(tmp_path):
             "--max_steps", "2",
             "--save_strategy", "no",
             "--eval_strategy", "no",
+            "--gradient_checkpointing", "true",
+            "--dtype", "bfloat16",
+            "--bf16", "true",
             "--output_dir", str(out),
         ],
         config="cpu_2proc.yaml",
@@ -291,6 +317,14 @@ def test_ddp_with_a_text_only_rank_and_image_less_micro_batches(tmp_path):
     )  # fmt: skip
     assert_text_only_rounds(out, steps=2, want=(0, 1))
     assert all(f"rewards/{n}/mean" in h for h in history(out) if "reward" in h for n in REWARDS)
+    precision = json.loads((out / "perception_judge_run.json").read_text())["precision"]
+    assert precision == {
+        "weights": "float32",
+        "compute": "bfloat16",
+        "masters": "the model",
+        "zero_stage": None,
+    }
+    assert {str(v.dtype) for v in weights(out / "model.safetensors").values()} == {"torch.float32"}
 
 
 def test_invalid_recipe_fails_fast_naming_the_key(tmp_path):

@@ -11,6 +11,7 @@ from perception_judge.train.recipe import (
     check_batch_geometry,
     parse_recipe,
     split_recipe_argv,
+    zero_stage,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,12 +66,17 @@ def test_tiny_recipe_parses_with_overrides():
 
 
 @pytest.mark.parametrize("name", GPU_RECIPES)
-def test_published_recipes_parse_and_cite_sources(name):
+def test_published_recipes_parse_and_cite_sources(name, tmp_path, monkeypatch):
     text = (RECIPES / f"{name}.yaml").read_text()
     assert "Source:" in text and "8 GPUs" in text
+    monkeypatch.chdir(tmp_path)  # the recipe's DeepSpeed file is found from any folder
     # bf16 needs a GPU; everything else is validated on CPU as written
     r = parse_recipe([str(RECIPES / f"{name}.yaml"), "--bf16", "false"], check_environment=False)
     t, m, j = r.training, r.model, r.judge
+    # a launch without a DeepSpeed --config_file runs ZeRO-3, with gradient checkpointing, fp32 master weights (in
+    # DeepSpeed) and a collective timeout past the default 30 minutes
+    assert t.deepspeed == str(ROOT / "configs" / "deepspeed" / "zero3.json") and zero_stage(t) == 3
+    assert t.gradient_checkpointing and t.ddp_timeout >= 3 * 3600
     assert t.num_generations == 5 and t.temperature == 1.0 and t.top_p == 0.95 and t.top_k == 20
     assert t.beta == 0.01 and t.loss_type == "dapo" and t.lr_scheduler_type == "constant"
     assert j.recipe_num_processes == 8
@@ -192,6 +198,66 @@ def test_geometry_is_checked_for_the_recipe_gpu_count_too(tmp_path, monkeypatch)
         parse_recipe([path, "--recipe_num_processes", "3"], check_environment=False)
     with pytest.raises(RecipeError, match=r"with 2 process"):
         parse_recipe([path, "--per_device_train_batch_size", "1"], check_environment=False)
+
+
+def test_a_deepspeed_file_resolves_against_its_recipe_and_must_exist(tmp_path, monkeypatch):
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    path = str(tmp_path / "recipes" / "r.yaml")
+    Path(path).write_text(BASE + "deepspeed: ../ds.json\n")
+    monkeypatch.chdir(ROOT)
+    t = parse_recipe([path], check_environment=False).training
+    assert t.deepspeed == str(tmp_path / "ds.json") and zero_stage(t) == 2 and t.deepspeed_plugin is None
+    with pytest.raises(RecipeError, match=r"deepspeed: '[^']*/nope\.json' not found"):
+        parse_recipe([_recipe(tmp_path, BASE + "deepspeed: nope.json\n")], check_environment=False)
+    with pytest.raises(
+        RecipeError, match=r"deepspeed: 'ds\.json' not found"
+    ):  # the command line: from the cwd
+        parse_recipe([path, "--deepspeed", "ds.json"], check_environment=False)
+    (tmp_path / "bad.json").write_text('{"bf16": {}}')
+    with pytest.raises(RecipeError, match="is no DeepSpeed configuration"):
+        parse_recipe([path, "--deepspeed", str(tmp_path / "bad.json")], check_environment=False)
+    assert parse_recipe([path, "--deepspeed", "none"], check_environment=False).training.deepspeed is None
+
+
+def test_a_deepspeed_launch_configuration_replaces_the_recipes_of_its_stage_and_refuses_another(monkeypatch):
+    """accelerate refuses a DeepSpeed --config_file next to TrainingArguments.deepspeed; the launch's settings win
+    when they run the recipe's ZeRO stage (offload, say), another stage is refused before anything loads."""
+    from perception_judge.train.recipe import _check_deepspeed
+
+    recipe, ds = str(RECIPES / "flex7b.yaml"), str(ROOT / "configs" / "deepspeed" / "zero3.json")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(
+        "perception_judge.train.recipe._importable", lambda name: True
+    )  # CI may lack DeepSpeed
+    with pytest.raises(
+        RecipeError, match=r"zero3\.json is ZeRO-3, the launch configuration ZeRO-2.*--deepspeed none"
+    ):
+        parse_recipe([recipe, "--bf16", "false"], check_environment=False)
+    assert _check_deepspeed(values := {"deepspeed": "none"}, False) == (None, [])
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    note = f"the launch's DeepSpeed settings (ZeRO-3) replace deepspeed: {ds}"
+    for check in (True, False):
+        assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, check) == (None, [note])
+        assert values["deepspeed"] is None
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, False) == (ds, [])
+    assert values["deepspeed"] is None  # inspecting a recipe sets no DeepSpeed up
+    assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, True) == (ds, [])
+    assert values["deepspeed"] == ds
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(RecipeError, match="DeepSpeed without a GPU needs use_cpu: true"):
+        _check_deepspeed({"deepspeed": ds}, True)
+    monkeypatch.delenv("LOCAL_RANK")  # `python train_grpo.py`: DeepSpeed would look for MPI
+    with pytest.raises(
+        RecipeError, match="DeepSpeed needs a distributed launch: torchrun, or accelerate launch"
+    ):
+        _check_deepspeed({"deepspeed": ds, "use_cpu": True}, True)
+    monkeypatch.setattr("perception_judge.train.recipe._importable", lambda name: False)
+    with pytest.raises(RecipeError, match="DeepSpeed is not installed"):
+        _check_deepspeed({"deepspeed": ds, "use_cpu": True}, True)
 
 
 def test_colocate_vllm_requires_one_image_size(tmp_path):
@@ -392,18 +458,24 @@ def test_the_zero_stage_comes_from_the_deepspeed_plugin_the_configuration_or_the
 ):
     from types import SimpleNamespace
 
-    from perception_judge.train.memory import zero_stage_of
+    from perception_judge.train.recipe import zero_stage
 
-    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", raising=False)
+    for var in (
+        "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+        "ACCELERATE_USE_DEEPSPEED",
+        "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+    ):
+        monkeypatch.delenv(var, raising=False)
     config = tmp_path / "ds.json"
     config.write_text('{"zero_optimization": {"stage": 2}}')
-    assert zero_stage_of(SimpleNamespace(deepspeed=str(config))) == 2
-    assert zero_stage_of(SimpleNamespace(deepspeed={"zero_optimization": {"stage": 3}})) == 3
+    assert zero_stage(SimpleNamespace(deepspeed=str(config))) == 2
+    assert zero_stage(SimpleNamespace(deepspeed={"zero_optimization": {"stage": 3}})) == 3
     plugin = SimpleNamespace(zero_stage=1)
-    assert zero_stage_of(SimpleNamespace(deepspeed=str(config), deepspeed_plugin=plugin)) == 1
-    assert zero_stage_of(SimpleNamespace(deepspeed=None)) == 0
+    assert zero_stage(SimpleNamespace(deepspeed=str(config), deepspeed_plugin=plugin)) == 1
+    assert zero_stage(SimpleNamespace(deepspeed=None)) is None  # none: estimate() counts it as stage 0
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
-    assert zero_stage_of(SimpleNamespace(deepspeed=None)) == 3
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")  # as a DeepSpeed `accelerate launch` sets it
+    assert zero_stage(SimpleNamespace(deepspeed=None)) == 3
 
 
 def test_the_preflight_refuses_what_cannot_fit_before_any_model_loads(

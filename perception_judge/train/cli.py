@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from perception_judge.core.command import Command
-from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of, verdict, zero_stage_of
+from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of, verdict
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,12 +73,12 @@ def _model_shape(recipe: object, name: str | None) -> object:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from perception_judge.train.recipe import RecipeError, parse_recipe
+    from perception_judge.train.recipe import RecipeError, parse_recipe, zero_stage
 
     try:  # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
         recipe = parse_recipe([args.recipe, *args.passthrough, "--bf16", "false"], check_environment=False)
         shape = _model_shape(recipe, args.shape)
-        stage = zero_stage_of(recipe.training) if args.zero_stage is None else args.zero_stage
+        stage = (zero_stage(recipe.training) or 0) if args.zero_stage is None else args.zero_stage
     except (RecipeError, OSError, ValueError) as e:
         print(f"recipe-memory: {e}", file=sys.stderr)
         return 2

@@ -7,11 +7,10 @@ CPU peaks by bench/bench_memory_7b_layout.py; the peak phase must stay under the
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from perception_judge.train.recipe import zero_stage
 
 GIB = 2**30
 RESERVED_GIB = 4.0
@@ -92,17 +91,6 @@ def shape_of(config: Any) -> Shape:
     )  # fmt: skip
 
 
-def zero_stage_of(training: Any) -> int:
-    """The ZeRO stage of a run: its DeepSpeed plugin's (a launch), else its ``deepspeed`` configuration's (a JSON
-    file or a mapping), else ``ACCELERATE_DEEPSPEED_ZERO_STAGE``; 0 without DeepSpeed."""
-    if plugin := getattr(training, "deepspeed_plugin", None):
-        return int(plugin.zero_stage)
-    if isinstance(ds := training.deepspeed, str) and ds.lower() not in ("", "none"):
-        ds = json.loads(Path(ds).read_text())
-    stage = ds.get("zero_optimization", {}).get("stage") if isinstance(ds, dict) else None
-    return int(stage if stage is not None else os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", 0))
-
-
 def layer_bytes(shape: Shape, tokens: int, sdpa: bool = True, trains: bool = True) -> int:
     """One decoder layer recomputed and back-propagated (gradient checkpointing), bf16 per token: both RMSNorms'
     fp32 input, normalised input and output (16H), q after RoPE and the attention output (4q), k and v as the kernel
@@ -126,8 +114,9 @@ def head_bytes(shape: Shape, positions: int, trains: bool, triton: bool = True) 
 def estimate(recipe: Any, shape: Shape, world: int = 8, gpu_gib: float = 80.0, stage: int | None = None,
              triton: bool = True) -> dict[str, float]:  # fmt: skip
     """Per-GPU GiB of every term and phase of a parsed recipe (:class:`~perception_judge.train.recipe.Recipe`) on
-    ``world`` GPUs of ``gpu_gib`` under ZeRO ``stage`` (default :func:`zero_stage_of`). P parameters, T trained (LoRA's,
-    or all); b / b_e training / validation sequences per GPU of L prompt + completion tokens, C of them completion:
+    ``world`` GPUs of ``gpu_gib`` under ZeRO ``stage`` (default the run's, ``recipe.zero_stage``). P parameters, T
+    trained (LoRA's, or all); b / b_e training / validation sequences per GPU of L prompt + completion tokens, C of
+    them completion:
 
     * training_state 16 B x T (bf16 weights and gradients, fp32 masters, two Adam moments; without DeepSpeed fp32
       weights and gradients), ZeRO-1 / 2 / 3 shard 12 / 14 / 16 B of it; + LoRA's base 2 B x P; reference_model
@@ -146,7 +135,7 @@ def estimate(recipe: Any, shape: Shape, world: int = 8, gpu_gib: float = 80.0, s
       mode); vllm_weights (2 B x P over tensor parallelism) are awake for the sync.
     """
     t, m, j = recipe.training, recipe.model, recipe.judge
-    stage = zero_stage_of(t) if stage is None else stage
+    stage = (zero_stage(t) or 0) if stage is None else stage
     total, h, v, peft = shape.params(), shape.hidden, shape.vocab, m.use_peft
     trained = shape.lora_params(m.lora_r) if peft else total
     whole, sharded = (world, 16) if stage == 3 else (1, (0, 12, 14)[stage])  # ZeRO-3 shards the base too
@@ -208,5 +197,5 @@ def preflight(recipe: Any, config: Any, world: int) -> str | None:
 
     if recipe.judge.skip_memory_check or not torch.cuda.is_available():
         return None
-    stage, gpu = zero_stage_of(recipe.training), torch.cuda.get_device_properties(0).total_memory / GIB
+    stage, gpu = zero_stage(recipe.training) or 0, torch.cuda.get_device_properties(0).total_memory / GIB
     return verdict(estimate(recipe, shape_of(config), world, gpu, stage), recipe, stage)

@@ -247,6 +247,8 @@ def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) 
     if not isinstance(env, dict):
         raise RecipeError(f"{where}: env must be a mapping of VARIABLE: value")
     cleaned = check_config(parser, config, where)
+    if path and isinstance(ds := cleaned.get("deepspeed"), str) and ds.lower() not in ("", "none"):
+        cleaned["deepspeed"] = str((Path(path).parent / ds).resolve())  # it ships with the recipe
     for k, v in env.items():
         os.environ.setdefault(str(k), str(v))  # the caller's environment wins over the recipe
     parser.set_defaults_with_config(**cleaned)
@@ -266,12 +268,66 @@ def parse_recipe(argv: list[str] | None = None, check_environment: bool = True) 
     if values.get("recipe_num_processes"):  # and for the GPU count the recipe was written for
         check_batch_geometry(values, int(values["recipe_num_processes"]), label=" (recipe_num_processes)")
 
+    deepspeed, notes = _check_deepspeed(values, check_environment)
     try:
         recipe = Recipe(*parser.parse_dict(values), path=path, config=cleaned, overrides=cli)
     except (ValueError, TypeError) as e:  # the dataclasses' own checks (GRPOConfig.__post_init__)
         raise RecipeError(f"{where}: {e}") from None
+    recipe.training.deepspeed, recipe.warnings = deepspeed, notes
     validate(recipe, check_environment=check_environment)
     return recipe
+
+
+def _stage(config: Any) -> int | None:
+    """The ZeRO stage of a DeepSpeed configuration (a JSON file, a mapping; None: the launch's), None without one."""
+    if not config and (config := os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")) == "none":
+        launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", 2)) if launched else None
+    config = config if isinstance(config, dict) else json.loads(Path(config).read_text())
+    return int(config["zero_optimization"].get("stage", 0))
+
+
+def zero_stage(training: Any) -> int | None:
+    """The ZeRO stage a run uses (its DeepSpeed plugin's once set up, else its ``deepspeed`` configuration's, else
+    its launch's); None without DeepSpeed."""
+    if plugin := getattr(training, "deepspeed_plugin", None):
+        return int(plugin.zero_stage)
+    return _stage(training.deepspeed)
+
+
+def _check_deepspeed(values: dict[str, Any], check_environment: bool) -> tuple[Any, list[str]]:
+    """``deepspeed`` against the launch: a DeepSpeed launch configuration of its ZeRO stage replaces it (accelerate
+    refuses both), another stage is refused; it needs DeepSpeed, a GPU (or ``use_cpu``) and a launcher. Returns the
+    run's and the notes to print; the training arguments get it only when ``check_environment``."""
+    ds, launch = values.get("deepspeed"), _stage(None)
+    if str(ds).lower() in ("", "none"):
+        ds = None
+    elif isinstance(ds, str) and not Path(ds).is_file():
+        raise RecipeError(f"deepspeed: {ds!r} not found")
+    try:
+        stage = _stage(ds)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise RecipeError(f"deepspeed: {ds!r} is no DeepSpeed configuration ({e!r})") from None
+    if launch is not None and launch != stage:
+        raise RecipeError(
+            f"deepspeed: the recipe's {ds} is ZeRO-{stage}, the launch configuration ZeRO-{launch}: launch without "
+            "a DeepSpeed --config_file, or pass --deepspeed none to use the launch's"
+        )
+    if check_environment and stage is not None:
+        import torch
+
+        if not _importable("deepspeed"):
+            raise RecipeError("deepspeed: DeepSpeed is not installed (`pip install -e '.[deepspeed]'`)")
+        if not values.get("use_cpu") and not torch.cuda.is_available():  # DeepSpeed's batch check would fail
+            raise RecipeError("DeepSpeed without a GPU needs use_cpu: true")
+        if "LOCAL_RANK" not in os.environ:  # DeepSpeed would look for an MPI launch
+            launchers = "torchrun, or accelerate launch (one process: with a DeepSpeed --config_file)"
+            raise RecipeError(f"DeepSpeed needs a distributed launch: {launchers}")
+    if ds and launch is not None:
+        values["deepspeed"] = None
+        return None, [f"the launch's DeepSpeed settings (ZeRO-{launch}) replace deepspeed: {ds}"]
+    values["deepspeed"] = ds if check_environment else None  # inspecting a recipe sets no DeepSpeed up
+    return ds, []
 
 
 def report_to_list(report_to: Any) -> list[str]:
@@ -361,11 +417,6 @@ def _check_environment(recipe: Recipe) -> None:
         raise RecipeError(
             f"attn_implementation: {m.attn_implementation} needs the flash-attn package (or use sdpa)"
         )
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" and not t.use_cpu:
-        import torch
-
-        if not torch.cuda.is_available():  # accelerate would see one process; DeepSpeed's batch check fails
-            raise RecipeError("DeepSpeed without a GPU needs use_cpu: true")
 
 
 def validate(recipe: Recipe, check_environment: bool = True) -> None:

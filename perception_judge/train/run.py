@@ -129,6 +129,16 @@ def check_inputs(recipe: Recipe) -> Any:
     return read_training_set(s.dataset_name, splits, s.dataset_config)
 
 
+def precision(recipe: Recipe) -> dict[str, Any]:
+    """How a run holds and computes its weights, with fp32 master weights on every path (docs/training.md "Precision"):
+    DeepSpeed's own; else full fine-tuning loads the model in float32 under bf16 autocast; LoRA's adapters are fp32."""
+    t, m, plugin = recipe.training, recipe.model, recipe.training.deepspeed_plugin
+    weights = (m.dtype or "auto") if plugin or m.use_peft else "float32"
+    masters = "DeepSpeed" if plugin else "peft's adapters" if m.use_peft else "the model"
+    compute = "bfloat16" if t.bf16 else "float16" if t.fp16 else weights
+    return dict(weights=weights, compute=compute, masters=masters, zero_stage=plugin and plugin.zero_stage)
+
+
 def _run_info(recipe: Recipe, run: Run, config: Any, policy: Any, think_open: bool) -> dict[str, Any]:
     """What ``perception_judge_run.json`` records of a run when it starts."""
     t, m, j, s = recipe.training, recipe.model, recipe.judge, recipe.script
@@ -148,6 +158,7 @@ def _run_info(recipe: Recipe, run: Run, config: Any, policy: Any, think_open: bo
         "base_model": models.record_path(run.model_path),
         "model_type": config.model_type,
         "tuning": "lora" if m.use_peft else "full",
+        "precision": precision(recipe),
         "pixel_policy": policy.to_dict(),
         "rewards": reward_weight_map(j.reward_funcs, t.reward_weights),
         "reward_options": {"ties": j.reward_ties, "tau": j.reward_tau, "think_open": think_open},
@@ -191,9 +202,9 @@ def _trainer(recipe: Recipe, run: Run, processor: Any, shipped_processor: Any, w
     t, m, j = recipe.training, recipe.model, recipe.judge
     hub = {"revision": m.model_revision, "trust_remote_code": t.trust_remote_code}
     attn = {"attn_implementation": m.attn_implementation} if m.attn_implementation else {}
-    model = AutoModelForImageTextToText.from_pretrained(
-        run.model_path, dtype=m.dtype or "auto", **hub, **attn
-    )
+    p = run.info["precision"]
+    t.model_init_kwargs = {"dtype": m.dtype or "auto", **(t.model_init_kwargs or {})}  # trl's reference model
+    model = AutoModelForImageTextToText.from_pretrained(run.model_path, dtype=p["weights"], **hub, **attn)
     if j.freeze_vision_tower and not m.use_peft:
         say(f"vision tower frozen ({models.freeze_vision_tower(model)} tensors)")
     callbacks = [
@@ -265,12 +276,13 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
             write_run_info(t.output_dir, run.info)
 
     run.trainer = _trainer(recipe, run, processor, shipped_processor, write_files)
-    count = run.trainer.model.num_parameters
+    count, p = run.trainer.model.num_parameters, run.info["precision"]
     params = {"total": count(), "trainable": count(only_trainable=True)}
     say(
         f"model {run.model_path} ({config.model_type}, {'LoRA' if m.use_peft else 'full'}): "
         f"{params['trainable']:,} of {params['total']:,} parameters trainable; {state.num_processes} process(es); "
-        f"prompt opens <think>: {think_open}; rewards {run.info['rewards']}"
+        f"prompt opens <think>: {think_open}; rewards {run.info['rewards']}; weights in {p['weights']}, compute in "
+        f"{p['compute']}, fp32 master weights: {p['masters']}"
     )
     run.info["parameters"] = params
     if write_files and state.is_main_process:
