@@ -12,9 +12,12 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Self
 
 import yaml
+from pydantic import BeforeValidator, model_validator
+
+from perception_judge.core.options import Options
 
 SOURCES: dict[str, list] = yaml.safe_load(Path(__file__).with_name("published_prompts.yaml").read_text())
 """Per suite, its published files and where each split's prompt lives in them (the YAML file's header)."""
@@ -49,6 +52,11 @@ class Prompt:
             added = "".join(t.format(**(values or {}) | e) if fill else t for e in entries)
             out = out.strip() if op == "strip" else out * (op != "=") + added
         return out
+
+    def render(self, question: str, responses: Sequence[str], n_images: int = 1) -> list[dict]:
+        """``build_messages``' call: ``question``, ``answer_1``... and, per response, ``{n, answer}`` (``each``)."""
+        values = {"question": question} | {f"answer_{n}": r for n, r in enumerate(responses, 1)}
+        return self.messages(values, [{"n": n, "answer": r} for n, r in enumerate(responses, 1)], n_images)
 
     def messages(self, values: dict, each: Sequence[dict] = (), images: int = 1) -> list[dict]:
         """The published turns, ``{"type": "image"}`` where the script puts images (``last``: ``images``)."""
@@ -168,3 +176,48 @@ def read_prompts(suite: str, prompt_source: str | Path, splits: Sequence[str] = 
         raise PromptSourceError(f"{where}: no published prompt for split(s) {unknown}")
     digest = hashlib.sha256(data).hexdigest()
     return {s: _read(src, s, records, consts, where, digest) for s in splits or src["splits"]}
+
+
+def provenance(prompts: dict[str, Prompt]) -> dict[str, Any]:
+    """A cell's ``protocol["prompt"]``: :data:`PROJECT`, the one prompt's provenance, or one per split."""
+    if not prompts:
+        return dict(PROJECT)
+    return prompts[""].provenance if "" in prompts else {s: p.provenance for s, p in prompts.items()}
+
+
+def comparable(suite: str, prompts: dict[str, Prompt], parser: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The one rule of the mark "comparable with the published table" (``table`` and its ``metrics`` in
+    ``published_prompts.yaml``): the published prompt of that table's repository, so its scale too (the suites
+    score by the prompt's scale), read by the published parser, on the official data, complete."""
+    used = {p.provenance["repository"] for p in prompts.values()}
+    src = next((s for s in SOURCES[suite] if s["repository"] in used), SOURCES[suite][0])
+    why = ["prompt and scale: the project's"] * (not prompts)
+    why += [f"parser: {parser}, not the published {src['parser']}"] * (parser != src["parser"])
+    why += [f"data: {data['source']}, not the official data"] * (data["source"] != "official")
+    why += [f"data: {', '.join(data['left_out'])}"] * bool(data["left_out"])
+    return {"table": src["table"], "metrics": src["metrics"], "ok": not why, "why_not": why}
+
+
+class PublishedPromptOptions(Options):
+    """Options of a suite with a published prompt (:data:`SOURCES`): ``prompt_source``, a checkout of the published
+    repository or the file, read when the options are typed, before any model loads (``SPLITS_KEY``: the option that
+    lists the splits to read, else every split)."""
+
+    SUITE: ClassVar[str] = ""
+    SPLITS_KEY: ClassVar[str] = ""
+    prompt_source: Annotated[
+        Path | None, BeforeValidator(lambda v: Path(str(v)).expanduser() if v else None)
+    ] = None
+
+    def prompts(self) -> dict[str, Prompt]:
+        """Each split's published prompt; ``{}`` without a ``prompt_source`` (the project's prompts)."""
+        if self.prompt_source is None:
+            return {}
+        return read_prompts(
+            self.SUITE, self.prompt_source, getattr(self, self.SPLITS_KEY) if self.SPLITS_KEY else ()
+        )
+
+    @model_validator(mode="after")
+    def _readable(self) -> Self:
+        self.prompts()
+        return self
