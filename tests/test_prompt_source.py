@@ -411,5 +411,5 @@ def test_the_comparability_mark(tmp_path):
                   "why_not": []}  # fmt: skip
     assert mark(limit=3)["why_not"] == ["data: limit 3"]
     assert mark(prompt_source=None)["why_not"] == ["prompt and scale: the project's"]
-    assert mark(parser="strict")["why_not"] == ["parser: protocol, not the published published"]
+    assert mark(parser="strict")["why_not"] == ["parser: protocol (the published reading: published)"]
     assert mark(prompt_source=None, parser="strict", limit=2)["ok"] is False

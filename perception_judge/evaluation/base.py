@@ -9,6 +9,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,7 +313,8 @@ def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
 @dataclass(frozen=True)
 class Bars:
     """A grouped-bar plot the report draws of some of a suite's metrics, one bar per model: ``metrics`` maps each to
-    its tick label, ``groups`` to a heading over its run of bars, ``legend`` names the metric quoted per model."""
+    its tick label, ``groups`` to a heading over its run of bars, ``legend`` names the metric quoted per model,
+    ``control`` the suite whose bars stand hatched beside each model's (the mismatched-image control)."""
 
     file: str
     title: str
@@ -320,6 +322,40 @@ class Bars:
     groups: Mapping[str, str] = field(default_factory=dict)
     legend: str | None = None
     ylabel: str = ""
+    control: str | None = None
+
+
+MIN_VERDICTS = 10
+"""Parsed judgements a suite needs before a judge whose verdicts never vary is flagged degenerate."""
+
+
+class _Watched:
+    """A backend as a suite sees it, counting what each parsed judgement decides: ``(n scores, the score)`` of a
+    pointwise one, ``(n, the slot with the top score or "tie")`` of the others."""
+
+    def __init__(self, backend: JudgeBackend) -> None:
+        self.backend, self.verdicts = backend, Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
+        results = self.backend.judge(requests, sampling)
+        for s in (r.scores for r in results if r.scores):
+            top = [i + 1 for i, v in enumerate(s) if v == max(s)]
+            self.verdicts[len(s), s[0] if len(s) == 1 else top[0] if len(top) == 1 else "tie"] += 1
+        return results
+
+    def degenerate(self) -> str | None:
+        """Why the judge is degenerate (one verdict per kind of request over >= MIN_VERDICTS judgements), or None."""
+        n, kinds = sum(self.verdicts.values()), {k for k, _ in self.verdicts}
+        if n < MIN_VERDICTS or len(self.verdicts) > len(kinds):
+            return None
+        said = [
+            f"score {v:g}" if k == 1 else f"{k} scores tied" if v == "tie" else f"slot {v} of {k} on top"
+            for k, v in self.verdicts
+        ]
+        return f"the same verdict in all {n} parsed judgements ({', '.join(said)})"
 
 
 @dataclass(frozen=True)
@@ -355,8 +391,12 @@ class Suite:
 
     def __call__(self, backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         """Run the suite (options typed first); the result names the suite, its ranking metric, and (unless the
-        suite says otherwise) the seeds, the sampling and the backend."""
-        result = self.run(backend, dataclasses.replace(config, options=self.parse(config.options)))
+        suite says otherwise) the seeds, the sampling and the backend; ``protocol["degenerate"]`` says why a judge
+        whose verdicts never vary is one (the report never ranks it)."""
+        watched = _Watched(backend)
+        result = self.run(watched, dataclasses.replace(config, options=self.parse(config.options)))  # type: ignore[arg-type]
+        if why := watched.degenerate():
+            result.protocol["degenerate"] = why
         result.suite = self.name
         if primary := self.primary_metrics(result.metrics):
             result.protocol["primary_metric"] = primary[0]

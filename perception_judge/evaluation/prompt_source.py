@@ -192,7 +192,7 @@ def comparable(suite: str, prompts: dict[str, Prompt], parser: str, data: dict[s
     used = {p.provenance["repository"] for p in prompts.values()}
     src = next((s for s in SOURCES[suite] if s["repository"] in used), SOURCES[suite][0])
     why = ["prompt and scale: the project's"] * (not prompts)
-    why += [f"parser: {parser}, not the published {src['parser']}"] * (parser != src["parser"])
+    why += [f"parser: {parser} (the published reading: {src['parser']})"] * (parser != src["parser"])
     why += [f"data: {data['source']}, not the official data"] * (data["source"] != "official")
     why += [f"data: {', '.join(data['left_out'])}"] * bool(data["left_out"])
     return {"table": src["table"], "metrics": src["metrics"], "ok": not why, "why_not": why}
