@@ -370,7 +370,7 @@ def test_a_constant_judge_is_flagged_never_best_and_the_report_says_what_it_scor
         for part in bias.split("Counts")
     ]
     assert order[0] == order[1] == ["| c7", "| c1", "| contrarian"]  # one order in every table
-    assert "| c7 | n/a |" in bias and md.count("n/a: no number.") == 1  # no step: n/a, one footnote
+    assert "| c7 | n/a |" in bias and md.count("n/a: no number") == 1  # no step: n/a, one footnote
     said = "prompt: the project's; data: builtin (the project's items, not the benchmark's, n base items 9, n pairs 9)"
     assert f"Scored with {said}." in bias
     assert (

@@ -317,7 +317,7 @@ def test_the_preference_suites_send_the_published_prompt(tmp_path):
         assert req.messages == [
             {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image"}]}
         ]
-    assert res.protocol["prompt"]["variable"] == "judge_prompt"
+    assert res.protocol["prompt"][""]["variable"] == "judge_prompt"
     data = write_mmrb2(tmp_path / "mmrb2")
     root, _ = _repo(tmp_path, "mmrb2", name="mmrb2repo")
     judge = recording(preference_judge)
@@ -352,7 +352,7 @@ def test_the_bias_suite_sends_the_published_prompt(tmp_path):
     backend = ScriptedBackend(lambda req, s: seen.append(req) or "### Score: 5")
     opts = {"source": "builtin", "n_per_type": 1, "prompt": "mmjb", "prompt_source": str(root)}
     res = bias.SUITE(backend, SuiteConfig(tmp_path / "o", options=opts))
-    assert seen and res.protocol["prompt"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert seen and res.protocol["prompt"][""]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     pairs = {p.pair_id: p for p in bias.load_pairs(bias.SUITE.parse(opts))[0]}
     for req in seen:
         side = getattr(pairs[req.meta["pair_id"]], req.meta["side"])
@@ -367,7 +367,7 @@ def test_the_bias_suite_sends_the_published_prompt(tmp_path):
         ours.protocol["prompt_hash"] != res.protocol["prompt_hash"]
         and ours.protocol["prompt"]["origin"] == "project"
     )
-    with pytest.raises(ValueError, match="set prompt=mmjb too"):
+    with pytest.raises(ValueError, match="prompt_source holds the published prompt: set prompt=mmjb too"):
         bias.SUITE.parse({"prompt_source": str(root)})
 
 

@@ -325,13 +325,11 @@ class Bars:
     control: str | None = None
 
 
-MIN_VERDICTS = 10
-"""Parsed judgements a suite needs before a judge whose verdicts never vary is flagged degenerate."""
-
-
 class _Watched:
-    """A backend as a suite sees it, counting what each parsed judgement decides: ``(n scores, the score)`` of a
-    pointwise one, ``(n, the slot with the top score or "tie")`` of the others."""
+    """The backend a suite judges with, counting each parsed judgement's verdict by its number of scores: the score
+    of a pointwise one, else the slot holding the top score (or a tie)."""
+
+    MIN = 10  # parsed judgements before a judge whose verdicts never vary is flagged degenerate
 
     def __init__(self, backend: JudgeBackend) -> None:
         self.backend, self.verdicts = backend, Counter()
@@ -342,20 +340,17 @@ class _Watched:
     def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
         results = self.backend.judge(requests, sampling)
         for s in (r.scores for r in results if r.scores):
-            top = [i + 1 for i, v in enumerate(s) if v == max(s)]
-            self.verdicts[len(s), s[0] if len(s) == 1 else top[0] if len(top) == 1 else "tie"] += 1
+            tops = [f"slot {i + 1} of {len(s)} on top" for i, v in enumerate(s) if v == max(s)]
+            said = f"score {s[0]:g}" if len(s) == 1 else tops[0] if len(tops) == 1 else "a tie"
+            self.verdicts[len(s), said] += 1
         return results
 
     def degenerate(self) -> str | None:
-        """Why the judge is degenerate (one verdict per kind of request over >= MIN_VERDICTS judgements), or None."""
-        n, kinds = sum(self.verdicts.values()), {k for k, _ in self.verdicts}
-        if n < MIN_VERDICTS or len(self.verdicts) > len(kinds):
-            return None
-        said = [
-            f"score {v:g}" if k == 1 else f"{k} scores tied" if v == "tie" else f"slot {v} of {k} on top"
-            for k, v in self.verdicts
-        ]
-        return f"the same verdict in all {n} parsed judgements ({', '.join(said)})"
+        """Why the judge is degenerate: one verdict per number of scores over at least ``MIN`` judgements."""
+        n, said = sum(self.verdicts.values()), [v for _, v in self.verdicts]
+        if n >= self.MIN and len(said) == len({k for k, _ in self.verdicts}):
+            return f"the same verdict in all {n} parsed judgements ({', '.join(said)})"
+        return None
 
 
 @dataclass(frozen=True)
@@ -391,8 +386,7 @@ class Suite:
 
     def __call__(self, backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         """Run the suite (options typed first); the result names the suite, its ranking metric, and (unless the
-        suite says otherwise) the seeds, the sampling and the backend; ``protocol["degenerate"]`` says why a judge
-        whose verdicts never vary is one (the report never ranks it)."""
+        suite says otherwise) the seeds, the sampling, the backend and why the judge is degenerate (``_Watched``)."""
         watched = _Watched(backend)
         result = self.run(watched, dataclasses.replace(config, options=self.parse(config.options)))  # type: ignore[arg-type]
         if why := watched.degenerate():

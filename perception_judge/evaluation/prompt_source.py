@@ -23,6 +23,7 @@ SOURCES: dict[str, list] = yaml.safe_load(Path(__file__).with_name("published_pr
 """Per suite, its published files and where each split's prompt lives in them (the YAML file's header)."""
 QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"  # an image's place in the Flex-Judge user text
 PROJECT = {"origin": "project"}  # the provenance of the project's own prompts
+Source = Annotated[Path | None, BeforeValidator(lambda v: Path(v).expanduser() if v else None)]  # the option
 NAMES = {"q": "question", "a1": "answer_1", "a2": "answer_2", "i + 1": "n", "a[i]['answer']": "answer"}
 """The Flex-Judge scripts' f-string fields -> the placeholders the suites fill."""
 KEY, WHERE = "args.split", {'["type"]': "text", "args.model_type": "vl"}  # where the file tests them
@@ -178,17 +179,9 @@ def read_prompts(suite: str, prompt_source: str | Path, splits: Sequence[str] = 
     return {s: _read(src, s, records, consts, where, digest) for s in splits or src["splits"]}
 
 
-def provenance(prompts: dict[str, Prompt]) -> dict[str, Any]:
-    """A cell's ``protocol["prompt"]``: :data:`PROJECT`, the one prompt's provenance, or one per split."""
-    if not prompts:
-        return dict(PROJECT)
-    return prompts[""].provenance if "" in prompts else {s: p.provenance for s, p in prompts.items()}
-
-
 def comparable(suite: str, prompts: dict[str, Prompt], parser: str, data: dict[str, Any]) -> dict[str, Any]:
-    """The one rule of the mark "comparable with the published table" (``table`` and its ``metrics`` in
-    ``published_prompts.yaml``): the published prompt of that table's repository, so its scale too (the suites
-    score by the prompt's scale), read by the published parser, on the official data, complete."""
+    """The one rule of the mark "comparable with the published table" (``table``, ``metrics``: its numbers): the
+    published prompt (so its scale: the suites score by it), read by the published parser, on official data, whole."""
     used = {p.provenance["repository"] for p in prompts.values()}
     src = next((s for s in SOURCES[suite] if s["repository"] in used), SOURCES[suite][0])
     why = ["prompt and scale: the project's"] * (not prompts)
@@ -199,25 +192,22 @@ def comparable(suite: str, prompts: dict[str, Prompt], parser: str, data: dict[s
 
 
 class PublishedPromptOptions(Options):
-    """Options of a suite with a published prompt (:data:`SOURCES`): ``prompt_source``, a checkout of the published
-    repository or the file, read when the options are typed, before any model loads (``SPLITS_KEY``: the option that
-    lists the splits to read, else every split)."""
+    """Options of a suite with a published prompt: ``prompt_source`` (a checkout of the repository, or the file) is
+    read when they are typed, before any model loads (``SPLITS_KEY``: the option listing the splits to read)."""
 
     SUITE: ClassVar[str] = ""
     SPLITS_KEY: ClassVar[str] = ""
-    prompt_source: Annotated[
-        Path | None, BeforeValidator(lambda v: Path(str(v)).expanduser() if v else None)
-    ] = None
+    PROMPT: ClassVar[str] = ""  # the value of the ``prompt`` option that sends the published prompt
+    prompt_source: Source = None
 
     def prompts(self) -> dict[str, Prompt]:
         """Each split's published prompt; ``{}`` without a ``prompt_source`` (the project's prompts)."""
-        if self.prompt_source is None:
-            return {}
-        return read_prompts(
-            self.SUITE, self.prompt_source, getattr(self, self.SPLITS_KEY) if self.SPLITS_KEY else ()
-        )
+        splits = getattr(self, self.SPLITS_KEY, ())  # "": no such option, every split
+        return read_prompts(self.SUITE, self.prompt_source, splits) if self.prompt_source else {}
 
     @model_validator(mode="after")
     def _readable(self) -> Self:
+        if self.prompt_source and self.PROMPT and getattr(self, "prompt", None) != self.PROMPT:
+            raise ValueError(f"prompt_source holds the published prompt: set prompt={self.PROMPT} too")
         self.prompts()
         return self

@@ -32,14 +32,8 @@ NOT_AVAILABLE = "n/a"
 """A missing number, never 0; where the suite declares why (``protocol["undefined_metrics"]``) a short reason reads in
 the cell (``n/a (no scorable pair)``), a long one below the table."""
 SHORT_REASON = 30
-FOOTNOTE = (
-    "n/a: no number. Where the suite said why, the reason is in the cell or listed below its table; otherwise the "
-    "model produced nothing to compute it from (no parsed judgement, no such setting) or was not evaluated on it."
-)
-BAND = (
-    "Band: 95% interval (the suite's Wilson interval where it reports one, else the t interval of the mean over "
-    "seeds; none with one seed). Dotted: chance."
-)
+FOOTNOTE = "n/a: no number (the reason, where the suite gave one, is in the cell or below its table)."
+BAND = "Band: 95% interval (the suite's Wilson interval, else the t interval over seeds). Dotted: chance."
 
 
 def declared(suite: str, metric: str) -> Metric | None:
@@ -76,20 +70,14 @@ def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[st
     """{columns (every metric but the stds), rows: [{model, step, values: {metric: (mean, std)}}]} of a suite."""
     rows = [r for r in rows if r["suite"] == suite]
     by_model: dict[str, dict[str, tuple[float | None, float | None]]] = {}
-    steps: dict[str, Any] = {}
-    n_seeds: dict[str, dict[str, int]] = {}
+    steps, n_seeds = {}, {}  # n_seeds: per model and metric, the seeds behind its mean
     for r in rows:
         by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
-        n_seeds.setdefault(r["model"], {})[r["metric"]] = r.get("n_seeds", 1)
-        steps[r["model"]] = r["step"]
+        n_seeds.setdefault(r["model"], {})[r["metric"]], steps[r["model"]] = r.get("n_seeds", 1), r["step"]
     metrics = dict.fromkeys(r["metric"] for r in rows)  # a seed std is an error bar (and JSON), not a column
     columns = [m for m in metrics if not (m.endswith("_std") or m.startswith("std."))]
-    out_rows = [
-        {"model": m, "step": steps.get(m), "values": by_model[m], "n": n_seeds[m]}
-        for m in models
-        if m in by_model
-    ]
-    return {"columns": columns, "rows": out_rows}
+    out_rows = [{"model": m, "step": steps.get(m), "values": by_model[m], "n": n_seeds[m]} for m in models]
+    return {"columns": columns, "rows": [r for r in out_rows if r["model"] in by_model]}
 
 
 def headline(suite: str, table: dict[str, Any]) -> list[str]:
@@ -112,17 +100,13 @@ def best_model(
     per_suite: dict[str, Any] = {}
     rank_sum: dict[str, list[float]] = {}
     order = {m: i for i, m in enumerate(models)}
-    flagged = {m: [s for s, t in tables.items() if m in (t.get("degenerate") or {})] for m in models}
+    flagged = {m: [s for s, t in tables.items() if m in t.get("degenerate", {})] for m in models}
     degenerate = {m: suites for m, suites in flagged.items() if suites}
     for suite, table in tables.items():
         pm = None if protocols.get(suite, {}).get("control") else primary_metric(suite, table["columns"])
         hib = (declared(suite, pm) or Metric(None)).higher_is_better if pm else None
-        flagged = table.get("degenerate") or {}
-        vals = {
-            r["model"]: v
-            for r in table["rows"]
-            if r["model"] not in flagged and (v := _mean(r, pm)) is not None
-        }
+        rows = [r for r in table["rows"] if r["model"] not in table.get("degenerate", {})]
+        vals = {r["model"]: v for r in rows if (v := _mean(r, pm)) is not None}
         if hib is None or not vals:
             continue
         ranks = dict(zip(vals, map(float, rankdata([-v if hib else v for v in vals.values()]))))
@@ -177,25 +161,26 @@ def _save_figure(plt: Any, fig: Any, path: Path, dpi: int = 110, caption: str = 
 
 def _chance(ax: Any, suite: str, metric: str, x0: float, x1: float) -> bool:
     """A dotted line at the chance level the suite declares for ``metric``; whether there is one."""
-    if (d := declared(suite, metric)) is not None and d.chance is not None:
-        ax.hlines(d.chance, x0, x1, colors="crimson", linestyles=":", lw=1.3)
-    return d is not None and d.chance is not None
+    if (chance := getattr(declared(suite, metric), "chance", None)) is not None:
+        ax.hlines(chance, x0, x1, colors="crimson", linestyles=":", lw=1.3)
+    return chance is not None
 
 
-def plot_bars(
-    suite: str, table: dict[str, Any], bars: Bars, path: Path, subtitle: str = "", control: dict | None = None
-) -> Path | None:
-    """A suite's :class:`~perception_judge.evaluation.base.Bars`: one group per metric, one bar per model (and its
-    ``control`` suite's, hatched, beside it), the std over seeds as error bars when any is non-zero, the chance
-    level dotted, a heading over each run of metrics of one group. A value the suite declares undefined is an empty
-    hatched bar marked n/a, never a 0."""
+def _label(suite: str, metric: str) -> str:
+    """A metric's column header or panel title: the label its suite declares, else its name."""
+    return getattr(declared(suite, metric), "label", None) or metric
+
+
+def plot_bars(suite: str, tables: dict[str, dict[str, Any]], bars: Bars, path: Path) -> Path | None:
+    """A suite's :class:`~perception_judge.evaluation.base.Bars` titled with what it scored: a bar per model (its
+    ``control``'s hatched beside it) and metric, seed std as error bars, chance dotted, headings over the groups;
+    a number the suite declares undefined is an empty hatched bar marked n/a, never a 0."""
+    table, control = tables[suite], tables.get(bars.control or "", {})
     metrics, undefined = [m for m in bars.metrics if m in table["columns"]], table.get("undefined") or {}
-    paired = {r["model"]: r for r in (control or {}).get("rows", [])}
-    series = []  # each model's bar, then its control's
-    for i, r in enumerate(table["rows"]):
-        series += [(r, r["model"], i, None)] + [(paired.get(r["model"]), "· control", i, "xx")] * (
-            r["model"] in paired
-        )
+    paired, series = {r["model"]: r for r in control.get("rows", [])}, []
+    for i, r in enumerate(table["rows"]):  # each model's bar, then its control's
+        c = paired.get(r["model"])
+        series += [(r, r["model"], i, None)] + [(c, "· control", i, "xx")] * (c is not None)
     if not metrics or not series:
         return None
     plt = _plt()
@@ -207,7 +192,7 @@ def plot_bars(
         errors, heights = [std or 0.0 for _, std in cells], [mean or 0.0 for mean, _ in cells]
         colour = plt.get_cmap("viridis")(i / max(1, len(table["rows"]) - 1) * 0.9)
         quoted = f" ({bars.legend} {_fmt(_mean(row, bars.legend))})" if bars.legend in row["values"] else ""
-        quoted += " [degenerate]" * (label in (table.get("degenerate") or {}))
+        quoted += " [degenerate]" * (label in table.get("degenerate", {}))
         ax.bar(xs, heights, w, yerr=errors if any(errors) else None, label=label + quoted, color=colour,
                capsize=2, hatch=hatch, alpha=0.55 if hatch else 1.0)  # fmt: skip
         lowest, spread = min(lowest, *heights), spread or any(errors)
@@ -227,20 +212,15 @@ def plot_bars(
     ax.set_xticks(range(len(metrics)))
     ax.set_xticklabels([bars.metrics[m] for m in metrics], fontsize=8, rotation=12)
     ax.set(ylim=(min(0.0, lowest - 0.05), 1.15), ylabel=bars.ylabel)
-    ax.set_title(f"{bars.title}\n{subtitle}" if subtitle else bars.title, fontsize=10)
+    ax.set_title("\n".join(filter(None, (bars.title, table.get("provenance")))), fontsize=10)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(4, len(table["rows"])))
     bar_note = "Error bars: ± 1 std over seeds." if spread else "One seed (or no spread): no error bars."
-    caption = (
-        bar_note
-        + " Dotted: chance." * any(chance)
-        + f" Hatched (· control): {bars.control}, beside each model." * bool(paired)
-    )
-    return _save_figure(plt, fig, path, caption=caption)
+    bar_note += " Dotted: chance." * any(chance) + f" Hatched (· control): {bars.control}." * bool(paired)
+    return _save_figure(plt, fig, path, caption=bar_note)
 
 
 def _band(row: dict[str, Any], metric: str) -> tuple[float, float]:
-    """A value's 95% interval: the suite's own (``<metric>_ci95_lo`` / ``_hi``), else the t interval of the mean over
-    the seeds (the mean itself with one seed)."""
+    """A value's 95% interval: the suite's own (``<metric>_ci95_lo`` / ``_hi``), else the t interval over seeds."""
     (mean, std), n = row["values"][metric], row.get("n", {}).get(metric, 1)
     lo, hi = _mean(row, f"{metric}_ci95_lo"), _mean(row, f"{metric}_ci95_hi")
     if lo is not None and hi is not None:
@@ -250,16 +230,13 @@ def _band(row: dict[str, Any], metric: str) -> tuple[float, float]:
 
 
 def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
-    """The suite's headline metrics against the training step (:func:`headline`; one panel each, the 95% band of
-    :func:`_band`, integer steps, the chance level dotted). More than 16 spill over into ``<name>_2.png``, ...;
-    returns the files."""
+    """The suite's headline metrics (but counts) against the training step, one panel each with the 95% band of
+    :func:`_band`, chance dotted; more than 16 spill over into ``<name>_2.png``, ...; returns the files."""
     from matplotlib.ticker import MaxNLocator
 
     rows = [r for r in table["rows"] if r["step"] is not None]
-    counted = {m for m in table["columns"] if (d := declared(suite, m)) and d.count}
-    metrics = [
-        m for m in headline(suite, table) if m not in counted and any(_mean(r, m) is not None for r in rows)
-    ]
+    shown = [m for m in headline(suite, table) if not getattr(declared(suite, m), "count", False)]
+    metrics = [m for m in shown if any(_mean(r, m) is not None for r in rows)]
     if not rows or not metrics:
         return []
     plt = _plt()
@@ -271,20 +248,16 @@ def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
         fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.7 * nrows + 0.4), squeeze=False)
         for ax, m in zip(axes.flat, page):
             pts = sorted(
-                ((r["step"], r) for r in rows if _mean(r, m) is not None),
-                key=lambda p: (p[0], p[1]["model"] == "final"),
+                (r for r in rows if _mean(r, m) is not None), key=lambda r: (r["step"], r["model"] == "final")
             )
-            steps = [x for x, _ in pts]
-            lo, hi = zip(*(_band(r, m) for _, r in pts))
-            ax.fill_between(steps, lo, hi, alpha=0.25, lw=0)
-            ax.plot(steps, [_mean(r, m) for _, r in pts], marker="o", ms=4, lw=1.2)
+            steps, means = [r["step"] for r in pts], [_mean(r, m) for r in pts]
+            ax.fill_between(steps, *zip(*(_band(r, m) for r in pts)), alpha=0.25, lw=0)
+            ax.plot(steps, means, marker="o", ms=4, lw=1.2)
             _chance(ax, suite, m, min(steps), max(steps))
-            for x, r in pts:
+            for x, y, r in zip(steps, means, pts):
                 if r["model"] in ("base", "final"):
-                    ax.annotate(
-                        r["model"], (x, _mean(r, m)), fontsize=7, xytext=(3, 3), textcoords="offset points"
-                    )
-            label = ((d := declared(suite, m)) and d.label) or m
+                    ax.annotate(r["model"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            label = _label(suite, m)
             ax.set_title(label if len(label) <= 40 else label[:37] + "...", fontsize=9)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.tick_params(labelsize=7)
@@ -311,13 +284,13 @@ def _cell(suite: str, row: dict[str, Any], metric: str, undefined: dict[str, dic
     lo, hi = _mean(row, f"{metric}_ci95_lo"), _mean(row, f"{metric}_ci95_hi")
     if mean is not None and lo is not None and hi is not None:
         return f"{_fmt(mean)} [{lo:.2f}, {hi:.2f}]"
-    return _fmt(mean, std, count=bool((d := declared(suite, metric)) and d.count))
+    return _fmt(mean, std, count=getattr(declared(suite, metric), "count", False))
 
 
 def _md_table(suite: str, table: dict[str, Any], columns: list[str]) -> list[str]:
     """A Markdown table of ``columns``; an undefined number reads ``n/a`` (why: in the cell or below the table)."""
     undefined = table.get("undefined") or {}
-    head = ["model", "step", *[((d := declared(suite, c)) and d.label) or c for c in columns]]
+    head = ["model", "step", *[_label(suite, c) for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * len(columns)) + "|"]
     notes = []
     for r in table["rows"]:
@@ -327,7 +300,7 @@ def _md_table(suite: str, table: dict[str, Any], columns: list[str]) -> list[str
         notes += [
             f"- {NOT_AVAILABLE}: `{r['model']}` `{c}`: {why[c]}"
             for c, v in zip(columns, cells)
-            if v == NOT_AVAILABLE and c in why
+            if c in why and v == NOT_AVAILABLE
         ]
     return [*lines, "", *([*notes, ""] if notes else [])]
 
@@ -348,57 +321,47 @@ def undefined_metrics(
 
 
 def _summary_lines(summary: dict[str, Any]) -> list[str]:
+    best, ckpt, lines = summary.get("best"), summary.get("best_checkpoint"), []
     flagged = [
-        f"- degenerate, never ranked: `{m}` ({', '.join(s)})"
-        for m, s in (summary.get("degenerate") or {}).items()
+        f"- degenerate, never ranked: `{m}` ({', '.join(s)})" for m, s in summary["degenerate"].items()
     ]
-    if not summary.get("best"):
+    if not best:
         return [f"No best model: {summary.get('criterion')}.", *flagged]
-    if summary.get("all_tied"):
-        return [
-            "**No model stands out: every model ties on every suite's primary metric** "
-            f"(the tie-break picks `{summary['best']}`).",
-            "",
-            f"Criterion: {summary['criterion']}.",
-            *flagged,
-        ]
-    ckpt = summary.get("best_checkpoint")
-    also = f"; best trained checkpoint: `{ckpt}`." if ckpt and ckpt != summary["best"] else "."
-    lines = [f"**Best model: `{summary['best']}`**{also}", "", f"Criterion: {summary['criterion']}."]
-    for suite, v in summary.get("per_suite", {}).items():
+    head = f"**Best model: `{best}`**" + (
+        f"; best trained checkpoint: `{ckpt}`." if ckpt and ckpt != best else "."
+    )
+    for suite, v in summary["per_suite"].items() if not summary.get("all_tied") else ():
         tie = f"; tied with {', '.join(f'`{m}`' for m in v['tied_with'])}" if v.get("tied_with") else ""
         lines.append(f"- {suite}: best `{v['best']}` ({v['metric']} = {_fmt(v['value'])}{tie})")
-    return lines + flagged
+    if summary.get("all_tied"):
+        head = f"**No model stands out: every model ties on every suite's primary metric** (the tie-break picks `{best}`)."
+    return [head, "", f"Criterion: {summary['criterion']}.", *lines, *flagged]
 
 
 def provenance(protocol: dict[str, Any]) -> str:
-    """What a suite's numbers were scored with (its cells' ``protocol``): the prompt (the project's, or the
-    published file with its sha256) and the data (its source, what it holds, complete or what was left out)."""
+    """What a suite scored (its cell's ``protocol``): the prompt (the published file and sha256) and the data."""
     p, d = protocol.get("prompt"), protocol.get("data")
-    prompts = (
-        [p] if isinstance(p, dict) and "origin" in p else list(p.values()) if isinstance(p, dict) else []
-    )
+    prompts = list(p.values()) if isinstance(p, dict) and "origin" not in p else []
     files = {f"{q['repository']} {q['file']} (sha256 {q['sha256'][:12]}…)" for q in prompts if "sha256" in q}
     text = "prompt: " + (f"published, {'; '.join(sorted(files))}" if files else "the project's")
     if isinstance(d, dict) and "source" in d:
-        facts = [
-            f"{k.replace('_', ' ')} {v}" for k, v in d.items() if type(v) in (int, str) and k != "source"
+        facts = ["the project's items, not the benchmark's"] * (d["source"] != "official")
+        facts += [
+            f"{k.replace('_', ' ')} {v}" for k, v in d.items() if k != "source" and type(v) in (int, str)
         ]
-        if d["source"] != "official":
-            facts.insert(0, "the project's items, not the benchmark's")
-        elif d.get("complete"):
-            facts.append("complete")
-        text += f"; data: {d['source']} ({', '.join(facts + [f'left out: {x}' for x in d.get('left_out') or []])})"
+        facts += [f"left out: {x}" for x in d["left_out"]] or ["complete"] * (d["source"] == "official")
+        text += f"; data: {d['source']} ({', '.join(facts)})"
     return text
 
 
 def comparability(mark: dict[str, Any]) -> str:
     """The report's line of a suite's mark (``protocol["comparable"]``, :func:`~.prompt_source.comparable`)."""
-    held = (
-        "every number" if mark["metrics"] == ["*"] else ", ".join(f"`{m}`" for m in mark["metrics"]) or "none"
-    )
+    held = ", ".join(f"`{m}`" for m in mark["metrics"]).replace("`*`", "every number") or "none"
     verdict = "**yes**" if mark["ok"] else f"**no** ({'; '.join(mark['why_not'])})"
-    return f"Comparable with the published table ({mark['table']}): {verdict}. Its numbers here: {held}; any other is the project's metric (metric: ours)."
+    return (
+        f"Comparable with the published table ({mark['table']}): {verdict}. Its numbers here: {held}; any other is "
+        "the project's metric (metric: ours)."
+    )
 
 
 def _suite_lines(suite: str, table: dict[str, Any], counts: dict[str, dict[str, Any]]) -> list[str]:
@@ -442,11 +405,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             *[f"**Warning**: {w}." for w in plan.get("warnings") or []],
             "",
         ]
-    shown = {
-        m: {k: v for k, v in d.items() if k != "pixel_policy"}
-        for m, d in (report.get("backends") or {}).items()
-    }
-    judges = [f"- `{m}`: `{json.dumps(d)}`" for m, d in shown.items()]
+    backends = {m: {k: v for k, v in d.items() if k != "pixel_policy"} for m, d in report["backends"].items()}
+    judges = [f"- `{m}`: `{json.dumps(d)}`" for m, d in backends.items()]  # the plan's pixel policy is above
     lines += ["Judges (each one's backend as its cells ran):", "", *judges, ""] if judges else []
     lines += ["## Summary", "", *_summary_lines(report["summary"]), ""]
     for suite, table in report["tables"].items():
@@ -464,16 +424,15 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def _tables(out_dir: Path, data: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
-    """Per suite: the table (with its parser, official rule, undefined numbers, what it scored, its comparability
-    mark and the judges flagged degenerate), the protocol of its first finished cell and the counts summed over
-    seeds by model; per model, its backend as its first cell ran."""
+    """Per suite: the table (with its parser, official rule, undefined numbers, provenance, comparability mark and
+    degenerate judges), its first finished cell's protocol, counts summed over seeds; each model's backend."""
     models = [m["name"] for m in data.get("models", [])]
     rows = data.get("rows", [])
     suites = [s for s in (data.get("plan") or {}).get("suites", []) if any(r["suite"] == s for r in rows)]
     suites += sorted({r["suite"] for r in rows} - set(suites))
     tables = {s: _table(rows, s, models) for s in suites}
     protocols: dict[str, dict[str, Any]] = {}
-    counts: dict[str, dict[str, dict[str, float]]] = {s: {m: {} for m in models} for s in suites}
+    counts: dict[str, dict[str, dict[str, float]]] = {}
     results, degenerate, backends = done_results(out_dir, data), {}, {}
     undefined = undefined_metrics(results)
     for c, result in results:
@@ -492,14 +451,10 @@ def _tables(out_dir: Path, data: dict[str, Any]) -> tuple[dict, dict, dict, dict
         official = protocols.get(s, {}).get("official_rule")  # the rule the official.* numbers follow
         table["rules"] = {"official": str(official)} if official else {}
         table["undefined"] = {m: why for m, why in undefined.get(s, {}).items() if why}
-        table |= {
-            "provenance": provenance(protocols.get(s, {})),
-            "comparable": protocols.get(s, {}).get("comparable"),
-        }
+        first = protocols.get(s, {})
+        table |= {"provenance": provenance(first), "comparable": first.get("comparable")}
         table["degenerate"] = degenerate.get(s, {})
-    counts = {
-        s: {m: c for m, c in per.items() if c} for s, per in counts.items()
-    }  # rows in the models' order
+    counts = {s: {m: per[m] for m in models if m in per} for s, per in counts.items()}  # the tables' order
     return tables, protocols, counts, {m: b for m, b in backends.items() if b}
 
 
@@ -523,10 +478,7 @@ def write_report(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
     bars = {s: SUITES[s].bars for s in tables if s in SUITES and SUITES[s].bars}
-    written = [
-        plot_bars(s, tables[s], b, plots_dir / b.file, tables[s]["provenance"], tables.get(b.control or ""))
-        for s, b in bars.items()
-    ]
+    written = [plot_bars(s, tables, b, plots_dir / b.file) for s, b in bars.items()]
     for s, table in tables.items():
         written += plot_vs_step(s, table, plots_dir / f"{s}_vs_step.png")
     report = {

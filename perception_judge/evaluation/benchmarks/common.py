@@ -21,7 +21,7 @@ from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import ParserOption, request_parser, whole_completion
-from perception_judge.evaluation.prompt_source import PublishedPromptOptions, comparable, provenance
+from perception_judge.evaluation.prompt_source import PROJECT, PublishedPromptOptions, comparable
 
 PERCEPTION_JUDGE_SAMPLING = Sampling().model_dump(include={"temperature", "top_p", "top_k"})
 """Perception-Judge's published sampling: the defaults of the one sampling record."""
@@ -72,8 +72,7 @@ class JudgeOptions(Options):
 
 class BenchmarkOptions(JudgeOptions, PublishedPromptOptions):
     """Options of the published benchmarks. ``seeds`` (default ``config.seeds``): the seeds judged in this call;
-    the item-level aggregations need every seed in one call (``--seeds 0 --set SUITE.seeds=[0,1,2]``);
-    ``prompt_source``: the published prompts (:class:`~perception_judge.evaluation.prompt_source.PublishedPromptOptions`)."""
+    the item-level aggregations need every seed in one call (``--seeds 0 --set SUITE.seeds=[0,1,2]``)."""
 
     data_dir: OptPath = None
     images_dir: OptPath = None
@@ -436,14 +435,13 @@ class BenchmarkRun:
     ) -> base.SuiteResult:
         """The suite's :class:`SuiteResult`. ``protocol`` is completed with the images, sampling, seeds and
         backend of the run and its deviations from Perception-Judge's published sampling (``published_sampling``);
-        a suite with a published prompt records the prompt's provenance, the data and the comparability mark
-        (``parser``: the request parser, by default the ``parser`` option's)."""
+        with a published prompt, the prompt's provenance, the data and the mark of the request ``parser``."""
         if isinstance(self.opts, PublishedPromptOptions):
             limit = [f"limit {self.config.limit}"] * (self.config.limit is not None)
             skipped = re.compile(r"skipped_(no_prompt|\w+_image)$")
             left = limit + [f"{k} {v}" for k, v in counts.items() if v and skipped.search(k)]
             protocol["data"] = {"source": "official", "complete": not left, "left_out": left}
-            protocol["prompt"] = provenance(self.prompts)
+            protocol["prompt"] = {s: p.provenance for s, p in self.prompts.items()} or dict(PROJECT)
             used = parser or request_parser(self.opts.parser)
             protocol["comparable"] = comparable(self.opts.SUITE, self.prompts, used, protocol["data"])
         path = Path(self.config.out_dir) / f"{self.suite}.samples.jsonl"

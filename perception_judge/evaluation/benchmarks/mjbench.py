@@ -135,11 +135,10 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         render = (
             bench.prompts[split].render if bench.prompts else None
         )  # the caption, an image after each label
+        build = functools.partial(pairs.pair_requests, NAME, swap_images=True, parser=parser, render=render)
         judged = bench.judge(
             items[: config.limit],
-            lambda it, r=render: pairs.pair_requests(
-                NAME, it, bench.images(it), swap_images=True, parser=parser, render=r
-            ),
+            lambda it, build=build: build(it, bench.images(it)),
             f"mjbench {split}",
             split_counts,
             lambda it: {"item_id": it.item_id, "split": it.group, "preferred": it.preferred},

@@ -55,18 +55,11 @@ class MLLMJudgeOptions(common.BenchmarkOptions):
         return self
 
 
-def _strict_1_5(text: str, n: int, reasoning: str | None = None) -> tuple[list[float] | None, str | None]:
-    """The project's parser on a prompt that asks for 1-5 (Flex-Judge's score prompt): 6-10 is a failure."""
-    scores, error = PARSERS["protocol"](text, n, reasoning)
-    return (None, "score outside the prompt's 1-5") if scores and scores[0] > 5 else (scores, error)
-
-
-PARSERS["protocol_1_5"] = _strict_1_5
-
-
-def halved(prompt: Any) -> bool:
-    """Whether a setting's scores go onto the human 1-5 scale by ``ceil(s/2)``: any prompt but a 1-5 one."""
-    return prompt is None or prompt.scale != (1, 5)
+PARSERS["protocol_1_5"] = lambda text, n, reasoning=None: (  # the strict reading of a 1-5 prompt: 6-10 fail
+    (None, "score outside the prompt's 1-5")
+    if (r := PARSERS["protocol"](text, n, reasoning))[0] and r[0][0] > 5
+    else r
+)
 
 
 def prediction(setting: str, scores: list[float] | None, parser: str = "strict", half: bool = True) -> Any:
@@ -126,9 +119,8 @@ def seed_predictions(
 
     def one(i: int, seed: int) -> Any:
         if parser == "published":
-            return published_prediction(
-                setting, judged.completion(i, "main", seed), judged.items[i].gt, rule, half
-            )
+            text = judged.completion(i, "main", seed)
+            return published_prediction(setting, text, judged.items[i].gt, rule, half)
         scores = judged.scores(i, "main", seed)
         return (scores or [None])[0] if rule == "flex_unmapped" else prediction(setting, scores, half=half)
 
@@ -262,10 +254,8 @@ def aggregated(
     to it on a 1-5 prompt, ``half`` False)."""
     kept, parser = judged.items, bench.opts.parser
     if agg == "mean":
-        preds = dict(
-            zip(bench.seeds, seed_predictions(setting, judged, bench.seeds, parser, "notebook", half))
-        )
-        return bench.mean(lambda s: run_metrics(setting, kept, preds[s]))
+        runs = seed_predictions(setting, judged, bench.seeds, parser, "notebook", half)
+        return bench.mean(lambda s: run_metrics(setting, kept, runs[bench.seeds.index(s)]))
     if agg == "vote":
         per_seed = [[judged.scores(i, "main", s) for i in range(len(kept))] for s in bench.seeds]
         return run_metrics(setting, kept, voted_predictions(setting, per_seed, parser, half))
@@ -287,7 +277,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     counts: dict[str, int] = {}
     for setting, (items, set_counts) in loaded.items():
         prompt, parser = bench.prompts.get(setting), request_parser(opts.parser, prefix=setting == "batch")
-        half = halved(prompt)
+        half = prompt is None or prompt.scale != (1, 5)  # ceil(s/2) onto the human 1-5 unless asked for 1-5
         parser = "protocol_1_5" if parser == "protocol" and not half else parser
         judged = bench.judge(
             items,
@@ -313,9 +303,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "files": {s: str(p) for s, p in files.items()},
         "parser": DESCRIPTIONS[opts.parser],
         "pair_verdict": "A if s1 > s2, B if s1 < s2, else C",
-        "score_mapping": "ceil(s/2): judge 1-10 onto the human 1-5 scale"
-        if halved(bench.prompts.get("score"))
-        else "none: the published prompt asks for 1-5 (6-10 a failure under the strict parser)",
+        "score_mapping": "none: the published prompt asks for 1-5 (6-10 a failure under the strict parser)"
+        if "score" in bench.prompts and bench.prompts["score"].scale == (1, 5)
+        else "ceil(s/2): judge 1-10 onto the human 1-5 scale",
         "batch_prediction": "slots sorted by score, highest first; equal scores: the later slot first",
         "batch_gt_field": "human or human_answer; records with no ranking or <= 2 letters skipped",
         "scopes": "micro = pooled over all items; macro = unweighted mean over original_dataset subsets",

@@ -31,6 +31,7 @@ class PreferenceOptions(common.BenchmarkOptions):
     """``prompt``: the project's pair prompt or the benchmark's, read from ``prompt_source`` (``parser=published``
     needs ``published``)."""
 
+    PROMPT = "published"
     data_dir: common.DataPath
     prompt: Literal["project", "published"] = "project"
 
@@ -40,10 +41,9 @@ class PreferenceOptions(common.BenchmarkOptions):
             raise ValueError(
                 "parser=published reads the published prompt's verdict: set prompt=published too"
             )
-        if (self.prompt == "published") != (self.prompt_source is not None):
+        if self.prompt == "published" and self.prompt_source is None:
             raise ValueError(
-                "prompt=published sends the benchmark's judge prompt, read from prompt_source=DIR (a checkout of "
-                "its repository): set both"
+                "prompt=published reads the benchmark's prompt from prompt_source=DIR (its checkout)"
             )
         return self
 
@@ -124,11 +124,9 @@ def run(spec: Benchmark, backend: JudgeBackend, config: SuiteConfig) -> SuiteRes
     items, counts, path = spec.load(opts, config.limit)
     for item in items:
         item.check_images()
-    render, parser = (
-        (functools.partial(spec.render, bench.prompts), spec.parsers[opts.parser][0])
-        if published
-        else (project_messages, "protocol")
-    )
+    render, parser = project_messages, "protocol"
+    if published:
+        render, parser = functools.partial(spec.render, bench.prompts), spec.parsers[opts.parser][0]
     build = lambda it: requests(spec.name, it, bench.images(it), render, parser)  # noqa: E731
     log = lambda it: {"item_id": it.item_id, "group": it.group, "preferred": it.preferred}  # noqa: E731
     judged = bench.judge(items, build, spec.name, counts, log)

@@ -31,11 +31,10 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     for item in items:
         item.check_images()
     render = bench.prompts[""].render if bench.prompts else None  # Flex-Judge's, verbatim (its copy slip too)
+    parser = request_parser(opts.parser)
     judged = bench.judge(
         items,
-        lambda it: pairs.pair_requests(
-            NAME, it, bench.images(it), parser=request_parser(opts.parser), render=render
-        ),
+        lambda it: pairs.pair_requests(NAME, it, bench.images(it), parser=parser, render=render),
         "vlrewardbench",
         counts,
         lambda it: {"item_id": it.item_id, "category": it.group, "preferred": it.preferred},

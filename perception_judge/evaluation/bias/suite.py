@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from perception_judge.core.io import atomic_write_json
 from perception_judge.core.options import CommaList
@@ -32,7 +32,7 @@ from perception_judge.evaluation.bias.prompts import (
     upstream_extract_score,
 )
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, get_bias, select
-from perception_judge.evaluation.prompt_source import Prompt, PublishedPromptOptions, comparable, provenance
+from perception_judge.evaluation.prompt_source import PROJECT, Prompt, PublishedPromptOptions, comparable
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class BiasOptions(PublishedPromptOptions):
     """The suite's options (``SuiteConfig.options``; ``--set bias.KEY=VALUE`` on the command line);
     ``prompt_source``: MM-JudgeBias's prompt, with ``prompt=mmjb``."""
 
-    SUITE = "bias"
+    SUITE, PROMPT = "bias", "mmjb"
 
     source: Literal["synth", "builtin", "official", "items", "pairs"] = "synth"
     data: str | Path | None = Field(None, validate_default=True)  # official: datasets / parquet folder, JSONL
@@ -73,12 +73,6 @@ class BiasOptions(PublishedPromptOptions):
         if info.data.get("source") == "official" and not data:
             raise ValueError("bias source 'official' needs the option data=PATH (datasets folder or JSONL)")
         return data
-
-    @model_validator(mode="after")
-    def _mmjb(self) -> BiasOptions:
-        if self.prompt_source is not None and self.prompt != "mmjb":
-            raise ValueError("prompt_source holds MM-JudgeBias's prompt: set prompt=mmjb too")
-        return self
 
 
 METRICS: dict[str, base.Metric] = {
@@ -127,10 +121,8 @@ def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPa
                 kept.append(p)
         pairs = kept
     info["n_pairs"] = len(pairs)
-    missing = (
-        [f"{n} rows without their image"] if (n := info.get("load_report", {}).get("n_missing_image")) else []
-    )
-    info["left_out"] = [f"limit {limit} per type"] * (limit is not None) + missing
+    n = info.get("load_report", {}).get("n_missing_image")
+    info["left_out"] = [f"limit {limit} per type"] * (limit is not None) + [f"{n} rows unjudged"] * bool(n)
     info["complete"] = not info["left_out"]
     return pairs, info
 
@@ -309,7 +301,7 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
     opts: BiasOptions = config.options
     parser = {"compat": "mmjb", "strict": "mmjb_strict"}[opts.parser] if opts.prompt == "mmjb" else "protocol"
     prompts = opts.prompts()  # read again: the cell records the file it used
-    mmjb = prompts.get("", MMJB)
+    mmjb, origin = prompts.get("", MMJB), {s: p.provenance for s, p in prompts.items()} or PROJECT
     p_hash = prompt_hash(opts.prompt, mmjb)
     described = backend.describe()
     model_key = str(opts.model_key or described.get("label") or described.get("model") or backend.name)
@@ -324,13 +316,7 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
         "requests": {
             (p.pair_id, s): side_request(p, s, opts.prompt, parser, mmjb) for p in pairs for s in SIDES
         },
-        "provenance": dict(
-            prompt=provenance(prompts) | {"prompt": opts.prompt},
-            prompt_hash=p_hash,
-            parser=parser,
-            resume_key=resume_key,
-        ),
-        "comparable": comparable("bias", prompts, parser, source_info),
+        "provenance": dict(prompt=origin, prompt_hash=p_hash, parser=parser, resume_key=resume_key),
     }
 
 
@@ -405,7 +391,7 @@ def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResul
         **opts.model_dump(include={"abstention", "empty"}),
         "model_key": model_key,
         "data": {k: v for k, v in source_info.items() if k != "load_report"},
-        "comparable": prep["comparable"],
+        "comparable": comparable("bias", opts.prompts(), prep["provenance"]["parser"], source_info),
         **opts.model_dump(include={"data_seed", "n_per_type"}),
         "bias_types": types,
         "aggregation": "per bias: mean of BD_i / BC_i over used pairs; category: unweighted mean of its biases; "
