@@ -377,6 +377,14 @@ def test_a_constant_judge_is_flagged_never_best_and_the_report_says_what_it_scor
         "Comparable with the published table (MM-JudgeBias leaderboard): **no** (prompt and scale: the project's"
         in bias
     )
+    alone = {"bias": {**R._tables(tmp_path, R.read_results(tmp_path))[0]["bias"]}}  # the constants alone:
+    alone["bias"]["rows"] = [r for r in alone["bias"]["rows"] if r["model"] != "contrarian"]
+    only = R.best_model(alone, {}, ["c7", "c1"])  # nothing stands out; the tie-break still picks one
+    assert only["all_tied"] == "every judge is degenerate" and only["degenerate"] == {
+        "c7": ["bias"],
+        "c1": ["bias"],
+    }
+    assert "**No model stands out: every judge is degenerate**" in R._summary_lines(only)[0]
     title = figures[0].axes[0].get_title()
     assert title.startswith("The nine MM-JudgeBias bias types per model\n") and said in title
 

@@ -350,7 +350,6 @@ class _Watched:
         n, said = sum(self.verdicts.values()), [v for _, v in self.verdicts]
         if n >= self.MIN and len(said) == len({k for k, _ in self.verdicts}):
             return f"the same verdict in all {n} parsed judgements ({', '.join(said)})"
-        return None
 
 
 @dataclass(frozen=True)
@@ -389,8 +388,7 @@ class Suite:
         suite says otherwise) the seeds, the sampling, the backend and why the judge is degenerate (``_Watched``)."""
         watched = _Watched(backend)
         result = self.run(watched, dataclasses.replace(config, options=self.parse(config.options)))  # type: ignore[arg-type]
-        if why := watched.degenerate():
-            result.protocol["degenerate"] = why
+        result.protocol |= {"degenerate": why} if (why := watched.degenerate()) else {}
         result.suite = self.name
         if primary := self.primary_metrics(result.metrics):
             result.protocol["primary_metric"] = primary[0]

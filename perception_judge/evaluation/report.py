@@ -90,13 +90,17 @@ def headline(suite: str, table: dict[str, Any]) -> list[str]:
 
 
 def best_model(
-    tables: dict[str, dict[str, Any]], protocols: dict[str, dict[str, Any]], models: list[str]
+    tables: dict[str, dict[str, Any]],
+    protocols: dict[str, dict[str, Any]],
+    models: list[str],
+    skip: bool = True,
 ) -> dict[str, Any]:
     """The best model overall and per suite: per suite, the models ranked by its :func:`primary_metric` in its
     declared direction (ties share the mean rank; a model without it is not ranked there); the best model has the
     lowest mean rank over its suites, ties going to more suites, then the later step. Control suites
     (``protocol["control"]``, e.g. ``perception_mismatched``), metrics without a direction and judges flagged
-    degenerate on a suite (``table["degenerate"]``: verdicts that never vary) are never ranked."""
+    degenerate on a suite (``table["degenerate"]``: verdicts that never vary) are never ranked (``skip``); when
+    that leaves none, no model stands out and the tie-break picks one."""
     per_suite: dict[str, Any] = {}
     rank_sum: dict[str, list[float]] = {}
     order = {m: i for i, m in enumerate(models)}
@@ -105,7 +109,7 @@ def best_model(
     for suite, table in tables.items():
         pm = None if protocols.get(suite, {}).get("control") else primary_metric(suite, table["columns"])
         hib = (declared(suite, pm) or Metric(None)).higher_is_better if pm else None
-        rows = [r for r in table["rows"] if r["model"] not in table.get("degenerate", {})]
+        rows = [r for r in table["rows"] if not (skip and r["model"] in table.get("degenerate", {}))]
         vals = {r["model"]: v for r in rows if (v := _mean(r, pm)) is not None}
         if hib is None or not vals:
             continue
@@ -116,9 +120,10 @@ def best_model(
         per_suite[suite] |= {"tied_with": tied, "n_ranked": len(vals)}
         for m, r in ranks.items():
             rank_sum.setdefault(m, []).append(r)
+    if not rank_sum and degenerate and skip:
+        return best_model(tables, protocols, models, False) | {"all_tied": "every judge is degenerate"}
     if not rank_sum:
-        why = "no suite ranked a judge (no primary metric, or every judge flagged degenerate)"
-        return {"best": None, "criterion": why, "per_suite": per_suite, "degenerate": degenerate}
+        return {"best": None, "criterion": "no suite produced a primary metric", "per_suite": per_suite}
 
     mean_rank = {m: sum(v) / len(v) for m, v in rank_sum.items()}
     all_tied = len(rank_sum) > 1 and all(len(v["tied_with"]) == v["n_ranked"] - 1 for v in per_suite.values())
@@ -323,7 +328,8 @@ def undefined_metrics(
 def _summary_lines(summary: dict[str, Any]) -> list[str]:
     best, ckpt, lines = summary.get("best"), summary.get("best_checkpoint"), []
     flagged = [
-        f"- degenerate, never ranked: `{m}` ({', '.join(s)})" for m, s in summary["degenerate"].items()
+        f"- degenerate, never ranked: `{m}` ({', '.join(s)})"
+        for m, s in summary.get("degenerate", {}).items()
     ]
     if not best:
         return [f"No best model: {summary.get('criterion')}.", *flagged]
@@ -333,8 +339,9 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     for suite, v in summary["per_suite"].items() if not summary.get("all_tied") else ():
         tie = f"; tied with {', '.join(f'`{m}`' for m in v['tied_with'])}" if v.get("tied_with") else ""
         lines.append(f"- {suite}: best `{v['best']}` ({v['metric']} = {_fmt(v['value'])}{tie})")
-    if summary.get("all_tied"):
-        head = f"**No model stands out: every model ties on every suite's primary metric** (the tie-break picks `{best}`)."
+    if tied := summary.get("all_tied"):
+        why = tied if isinstance(tied, str) else "every model ties on every suite's primary metric"
+        head = f"**No model stands out: {why}** (the tie-break picks `{best}`)."
     return [head, "", f"Criterion: {summary['criterion']}.", *lines, *flagged]
 
 
@@ -354,16 +361,6 @@ def provenance(protocol: dict[str, Any]) -> str:
     return text
 
 
-def comparability(mark: dict[str, Any]) -> str:
-    """The report's line of a suite's mark (``protocol["comparable"]``, :func:`~.prompt_source.comparable`)."""
-    held = ", ".join(f"`{m}`" for m in mark["metrics"]).replace("`*`", "every number") or "none"
-    verdict = "**yes**" if mark["ok"] else f"**no** ({'; '.join(mark['why_not'])})"
-    return (
-        f"Comparable with the published table ({mark['table']}): {verdict}. Its numbers here: {held}; any other is "
-        "the project's metric (metric: ours)."
-    )
-
-
 def _suite_lines(suite: str, table: dict[str, Any], counts: dict[str, dict[str, Any]]) -> list[str]:
     """A suite's section: what it scored (prompt, data), its headline table (a table per protocol family), the
     comparability mark, the judges flagged degenerate, the parser, the counts."""
@@ -375,7 +372,11 @@ def _suite_lines(suite: str, table: dict[str, Any], counts: dict[str, dict[str, 
         rule = (table.get("rules") or {}).get(family)
         lines += [f"**{family} protocol**: {PROTOCOL_FAMILIES[family]}{f': {rule}' if rule else ''}.", ""]
         lines += _md_table(suite, table, members)
-    lines += [comparability(table["comparable"]), ""] if table.get("comparable") else []
+    if mark := table.get("comparable"):  # its one rule: prompt_source.comparable
+        held = ", ".join(f"`{m}`" for m in mark["metrics"]).replace("`*`", "every number") or "none"
+        verdict = "**yes**" if mark["ok"] else f"**no** ({'; '.join(mark['why_not'])})"
+        lines += [f"Comparable with the published table ({mark['table']}): {verdict}. Its numbers here: {held}; "
+                  "any other is the project's metric (metric: ours).", ""]  # fmt: skip
     lines += [f"Degenerate, never ranked: `{m}`: {why}.\n" for m, why in table["degenerate"].items()]
     lines += [SUITES[suite].note, ""] if suite in SUITES and SUITES[suite].note else []
     lines += [f"Parser: {table['parser']}.", ""] if table.get("parser") else []
