@@ -426,3 +426,7 @@ def test_plots_draw_chance_the_control_and_bands_on_integer_steps(tmp_path, monk
     assert band.get_paths()[0].vertices[:, 1].min() == pytest.approx(0.4)  # the suite's own 95% interval
     assert all(float(t).is_integer() for t in panels[0].get_xticks())
     assert captions[1].startswith("Band: 95% interval")
+    lo, hi = R._band(
+        {"values": {"m": (0.5, 0.1)}, "n": {"m": 3}}, "m"
+    )  # no interval of its own: t over 3 seeds
+    assert (lo, hi) == pytest.approx((0.5 - 4.3027 * 0.1 / 3**0.5, 0.5 + 4.3027 * 0.1 / 3**0.5), abs=1e-4)

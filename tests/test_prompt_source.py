@@ -18,7 +18,7 @@ from support.published_layouts import render as _render
 from support.published_layouts import sent as _sent
 
 from perception_judge.evaluation import base
-from perception_judge.evaluation.prompt_source import SOURCES, PromptSourceError, read_prompts
+from perception_judge.evaluation.prompt_source import SOURCES, PromptSourceError, comparable, read_prompts
 from perception_judge.evaluation.suites import SUITES
 
 SETTINGS = ("pair", "score", "batch")
@@ -413,3 +413,13 @@ def test_the_comparability_mark(tmp_path):
     assert mark(prompt_source=None)["why_not"] == ["prompt and scale: the project's"]
     assert mark(parser="strict")["why_not"] == ["parser: protocol (the published reading: published)"]
     assert mark(prompt_source=None, parser="strict", limit=2)["ok"] is False
+    synth = comparable(
+        "bias",
+        read_prompts("bias", _repo(tmp_path, "bias", name="b")[0]),
+        "mmjb",
+        {"source": "synth", "left_out": []},
+    )
+    assert (
+        synth["why_not"] == ["data: synth, not the official data"]
+        and synth["table"] == "MM-JudgeBias leaderboard"
+    )
