@@ -361,6 +361,7 @@ def test_a_constant_judge_is_flagged_never_best_and_the_report_says_what_it_scor
     assert "**Best model: `contrarian`**" in md and "- degenerate, never ranked: `c7` (bias)" in md
     assert "Degenerate, never ranked: `c1`: the same verdict in all 18 parsed judgements (score 1)." in md
     judges_md = md.split("Judges")[1].split("## Summary")[0]
+    assert judges_md.index("`c7`") < judges_md.index("`c1`") < judges_md.index("`contrarian`")
     assert (
         '`c7`: `{"backend": "scripted", "label": "c7"}`' in judges_md and '"backend": "served"' in judges_md
     )
@@ -385,6 +386,17 @@ def test_a_constant_judge_is_flagged_never_best_and_the_report_says_what_it_scor
         "c1": ["bias"],
     }
     assert "**No model stands out: every judge is degenerate**" in R._summary_lines(only)[0]
+    mixed = {
+        "bias": _table({"x": {"overall": 0.4}, "y": {"overall": 0.9}}),
+        "mmrb2": _table({"x": {"mean.acc": 0.5}, "y": {"mean.acc": 0.5}}),
+    }
+    mixed["bias"]["degenerate"] = {
+        "y": "the same verdict"
+    }  # ranked alone on bias, tied on mmrb2: x stands out
+    assert (
+        R.best_model(mixed, {}, ["x", "y"])["all_tied"] is False
+        and R.best_model(mixed, {}, ["x", "y"])["best"] == "x"
+    )
     title = figures[0].axes[0].get_title()
     assert title.startswith("The nine MM-JudgeBias bias types per model\n") and said in title
 

@@ -126,7 +126,8 @@ def best_model(
         return {"best": None, "criterion": "no suite produced a primary metric", "per_suite": per_suite}
 
     mean_rank = {m: sum(v) / len(v) for m, v in rank_sum.items()}
-    all_tied = len(rank_sum) > 1 and all(len(v["tied_with"]) == v["n_ranked"] - 1 for v in per_suite.values())
+    ties = (len(v["tied_with"]) == v["n_ranked"] - 1 == len(rank_sum) - 1 for v in per_suite.values())
+    all_tied = len(rank_sum) > 1 and all(ties)  # every suite ranks every model, all equal
 
     def rank_key(m: str) -> tuple[float, int, int]:  # mean rank, then more suites, then later step
         return mean_rank[m], -len(rank_sum[m]), -order.get(m, -1)
@@ -456,7 +457,7 @@ def _tables(out_dir: Path, data: dict[str, Any]) -> tuple[dict, dict, dict, dict
         table |= {"provenance": provenance(first), "comparable": first.get("comparable")}
         table["degenerate"] = degenerate.get(s, {})
     counts = {s: {m: per[m] for m in models if m in per} for s, per in counts.items()}  # the tables' order
-    return tables, protocols, counts, {m: b for m, b in backends.items() if b}
+    return tables, protocols, counts, {m: backends[m] for m in models if backends.get(m)}
 
 
 def _json_table(suite: str, t: dict[str, Any]) -> dict[str, Any]:
