@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +219,8 @@ def plot_bars(suite: str, tables: dict[str, dict[str, Any]], bars: Bars, path: P
     ax.set_xticks(range(len(metrics)))
     ax.set_xticklabels([bars.metrics[m] for m in metrics], fontsize=8, rotation=12)
     ax.set(ylim=(min(0.0, lowest - 0.05), 1.15), ylabel=bars.ylabel)
-    ax.set_title("\n".join(filter(None, (bars.title, table.get("provenance")))), fontsize=10)
+    said = textwrap.fill(table.get("provenance", ""), int(fig.get_figwidth() * 11))  # what it scored, wrapped
+    ax.set_title(f"{bars.title}\n{said}".strip(), fontsize=10)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(4, len(table["rows"])))
     bar_note = "Error bars: ± 1 std over seeds." if spread else "One seed (or no spread): no error bars."
     bar_note += " Dotted: chance." * any(chance) + f" Hatched (· control): {bars.control}." * bool(paired)
@@ -407,8 +409,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             *[f"**Warning**: {w}." for w in plan.get("warnings") or []],
             "",
         ]
-    backends = {m: {k: v for k, v in d.items() if k != "pixel_policy"} for m, d in report["backends"].items()}
-    judges = [f"- `{m}`: `{json.dumps(d)}`" for m, d in backends.items()]  # the plan's pixel policy is above
+    judges = [f"- `{m}`: `{json.dumps(d)}`" for m, d in report.get("backends", {}).items()]
     lines += ["Judges (each one's backend as its cells ran):", "", *judges, ""] if judges else []
     lines += ["## Summary", "", *_summary_lines(report["summary"]), ""]
     for suite, table in report["tables"].items():
@@ -448,12 +449,11 @@ def _tables(out_dir: Path, data: dict[str, Any]) -> tuple[dict, dict, dict, dict
             if isinstance(v, int | float):
                 agg[k] = agg.get(k, 0) + v
     for s, table in tables.items():
-        parser = protocols.get(s, {}).get("parser")  # the parser that produced the suite's scores
-        table["parser"] = str(parser or "protocol (the project's strict score parser)")
-        official = protocols.get(s, {}).get("official_rule")  # the rule the official.* numbers follow
+        first = protocols.get(s, {})
+        table["parser"] = str(first.get("parser") or "protocol (the project's strict score parser)")
+        official = first.get("official_rule")  # the rule the official.* numbers follow
         table["rules"] = {"official": str(official)} if official else {}
         table["undefined"] = {m: why for m, why in undefined.get(s, {}).items() if why}
-        first = protocols.get(s, {})
         table |= {"provenance": provenance(first), "comparable": first.get("comparable")}
         table["degenerate"] = degenerate.get(s, {})
     counts = {s: {m: per[m] for m in models if m in per} for s, per in counts.items()}  # the tables' order
