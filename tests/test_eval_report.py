@@ -441,3 +441,13 @@ def test_plots_draw_chance_the_control_and_bands_on_integer_steps(tmp_path, monk
         {"values": {"m": (0.5, 0.1)}, "n": {"m": 3}}, "m"
     )  # no interval of its own: t over 3 seeds
     assert (lo, hi) == pytest.approx((0.5 - 4.3027 * 0.1 / 3**0.5, 0.5 + 4.3027 * 0.1 / 3**0.5), abs=1e-4)
+
+
+def test_an_evaluation_written_before_the_provenance_still_reports(tmp_path):
+    """Cells of an older run have no ``left_out``, ``comparable`` or ``degenerate``: the report says what they hold."""
+    old = {"data": {"source": "official", "parity": "complete", "n_pairs": 9}, "prompt": "mmjb"}
+    _write_eval(tmp_path, {"bias": {"base": {"overall": 0.5}}}, {"base": 0}, {"bias": old})
+    R.write_report(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "Scored with prompt: the project's; data: official (parity complete, n pairs 9)." in md
+    assert "Comparable with" not in md

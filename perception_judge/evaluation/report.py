@@ -355,11 +355,10 @@ def provenance(protocol: dict[str, Any]) -> str:
     files = {f"{q['repository']} {q['file']} (sha256 {q['sha256'][:12]}…)" for q in prompts if "sha256" in q}
     text = "prompt: " + (f"published, {'; '.join(sorted(files))}" if files else "the project's")
     if isinstance(d, dict) and "source" in d:
-        facts = ["the project's items, not the benchmark's"] * (d["source"] != "official")
-        facts += [
-            f"{k.replace('_', ' ')} {v}" for k, v in d.items() if k != "source" and type(v) in (int, str)
-        ]
-        facts += [f"left out: {x}" for x in d["left_out"]] or ["complete"] * (d["source"] == "official")
+        left = [f"left out: {x}" for x in d.get("left_out") or []]
+        ours = ["the project's items, not the benchmark's"] * (d["source"] != "official")
+        kv = [f"{k.replace('_', ' ')} {v}" for k, v in d.items() if k != "source" and type(v) in (int, str)]
+        facts = ours + kv + (left or ["complete"] * (not ours and d.get("complete") is True))
         text += f"; data: {d['source']} ({', '.join(facts)})"
     return text
 
