@@ -428,6 +428,10 @@ def test_plots_draw_chance_the_control_and_bands_on_integer_steps(tmp_path, monk
         for seg in c.get_segments()
     }
     assert {0.5, 0.0} <= chance  # pair accuracy 0.5, Kendall tau 0
+    assert (
+        R.declared("vlrewardbench", "mean.acc").chance == 0.5
+        and R.declared("position", "mean.acc_both_orders").chance == 0.25
+    )
     assert sum(p.get_hatch() == "xx" for p in bars.patches) == 3 * 2  # each model's control, both metrics
     assert "no error bars" in captions[0] and "Dotted: chance" in captions[0]  # one seed: no spread to show
     assert "perception_mismatched" in captions[0]

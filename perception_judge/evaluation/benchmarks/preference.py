@@ -15,7 +15,7 @@ from pydantic import model_validator
 
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import JudgeRequest
-from perception_judge.evaluation.base import INFO, JudgeBackend, Metric, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import INFO, JudgeBackend, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import common, pairs
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS
@@ -24,7 +24,7 @@ from perception_judge.evaluation.stats import wilson_interval
 IMAGE = "\ue000"  # an image's place while the project's prompt is rendered (a private-use character)
 SCORES = {"A": [1.0, 0.0], "B": [0.0, 1.0], "C": [0.0, 0.0]}  # a verdict as a parser's scores (C: neither)
 CI = {f"{m}_ci95_{end}": INFO for m in ("acc", "acc_both_orders") for end in ("lo", "hi")}
-METRICS = {**M.METRICS, "acc": Metric(chance=0.5), "acc_both_orders": Metric(chance=0.25), **CI}
+METRICS = {**M.METRICS, **CI}
 
 
 class PreferenceOptions(common.BenchmarkOptions):

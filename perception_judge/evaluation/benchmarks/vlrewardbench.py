@@ -67,7 +67,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         },
         "undefined_metrics": common.prefixed("official", undefined),
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, response order swapped at random (p=0.5), "
-        "image not resized",
+        "image not resized; its system prompt (prompt_source) is sent verbatim, its copy slip too",
     }
     return bench.result(metrics, counts, protocol, "not resized")
 
