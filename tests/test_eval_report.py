@@ -455,3 +455,11 @@ def test_an_evaluation_written_before_the_provenance_still_reports(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "Scored with prompt: the project's; data: official (parity complete, n pairs 9)." in md
     assert "Comparable with" not in md
+
+
+def test_a_suite_without_a_headline_number_still_plots_what_it_has(tmp_path):
+    """Random-weight judges never give a verdict: no headline number, but the parse failures are plotted."""
+    steps = {"base": 0, "final": 2}
+    bias = {m: {"overall": None, "parse_failure_rate": 1.0} for m in steps}
+    _write_eval(tmp_path, {"bias": bias}, steps)
+    assert "plots/bias_vs_step.png" in R.write_report(tmp_path)["plots"]

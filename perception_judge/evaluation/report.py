@@ -238,13 +238,14 @@ def _band(row: dict[str, Any], metric: str) -> tuple[float, float]:
 
 
 def plot_vs_step(suite: str, table: dict[str, Any], path: Path) -> list[Path]:
-    """The suite's headline metrics (but counts) against the training step, one panel each with the 95% band of
-    :func:`_band`, chance dotted; more than 16 spill over into ``<name>_2.png``, ...; returns the files."""
+    """The suite's headline metrics but counts (else every numeric one) against the training step, one panel each
+    with the 95% band of :func:`_band`, chance dotted; more than 16 spill into ``<name>_2.png``, ...: the files."""
     from matplotlib.ticker import MaxNLocator
 
     rows = [r for r in table["rows"] if r["step"] is not None]
-    shown = [m for m in headline(suite, table) if not getattr(declared(suite, m), "count", False)]
-    metrics = [m for m in shown if any(_mean(r, m) is not None for r in rows)]
+    numeric = [m for m in table["columns"] if any(_mean(r, m) is not None for r in rows)]
+    counts = {m for m in numeric if getattr(declared(suite, m), "count", False)}
+    metrics = [m for m in headline(suite, table) if m in numeric and m not in counts] or numeric  # else all
     if not rows or not metrics:
         return []
     plt = _plt()
