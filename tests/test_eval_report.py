@@ -461,5 +461,7 @@ def test_a_suite_without_a_headline_number_still_plots_what_it_has(tmp_path):
     """Random-weight judges never give a verdict: no headline number, but the parse failures are plotted."""
     steps = {"base": 0, "final": 2}
     bias = {m: {"overall": None, "parse_failure_rate": 1.0} for m in steps}
-    _write_eval(tmp_path, {"bias": bias}, steps)
+    _write_eval(
+        tmp_path, {"bias": bias}, steps, {"bias": {"undefined_metrics": {"overall": "no scorable pair"}}}
+    )
     assert "plots/bias_vs_step.png" in R.write_report(tmp_path)["plots"]
