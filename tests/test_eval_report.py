@@ -465,3 +465,8 @@ def test_a_suite_without_a_headline_number_still_plots_what_it_has(tmp_path):
         tmp_path, {"bias": bias}, steps, {"bias": {"undefined_metrics": {"overall": "no scorable pair"}}}
     )
     assert "plots/bias_vs_step.png" in R.write_report(tmp_path)["plots"]
+
+
+def test_a_model_whose_cells_all_failed_has_no_row(tmp_path):
+    _write_eval(tmp_path, {"bias": {"base": {"overall": 0.5}}}, {"base": 0, "broken": 5})
+    assert [r["model"] for r in R.write_report(tmp_path)["tables"]["bias"]["rows"]] == ["base"]

@@ -71,14 +71,14 @@ def _table(rows: list[dict[str, Any]], suite: str, models: list[str]) -> dict[st
     """{columns (every metric but the stds), rows: [{model, step, values: {metric: (mean, std)}}]} of a suite."""
     rows = [r for r in rows if r["suite"] == suite]
     by_model: dict[str, dict[str, tuple[float | None, float | None]]] = {}
-    steps, n_seeds = {}, {}  # n_seeds: per model and metric, the seeds behind its mean
+    steps, ns = {}, {}  # ns: per model and metric, the seeds behind its mean
     for r in rows:
         by_model.setdefault(r["model"], {})[r["metric"]] = (r["mean"], r["std"])
-        n_seeds.setdefault(r["model"], {})[r["metric"]], steps[r["model"]] = r.get("n_seeds", 1), r["step"]
+        ns.setdefault(r["model"], {})[r["metric"]], steps[r["model"]] = r.get("n_seeds", 1), r["step"]
     metrics = dict.fromkeys(r["metric"] for r in rows)  # a seed std is an error bar (and JSON), not a column
     columns = [m for m in metrics if not (m.endswith("_std") or m.startswith("std."))]
-    out_rows = [{"model": m, "step": steps.get(m), "values": by_model[m], "n": n_seeds[m]} for m in models]
-    return {"columns": columns, "rows": [r for r in out_rows if r["model"] in by_model]}
+    out = [{"model": m, "step": steps[m], "values": by_model[m], "n": ns[m]} for m in models if m in steps]
+    return {"columns": columns, "rows": out}
 
 
 def headline(suite: str, table: dict[str, Any]) -> list[str]:
