@@ -323,15 +323,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     return bench.result(metrics, counts, protocol, "448x448 square, aspect ignored", published_sampling=True)
 
 
-PRIMARY = (
-    "*.pair.acc_without_tie.micro",
-    "*.pair.acc_without_tie.macro",
-    "*.pair.acc_with_tie.micro",
-    *(
-        f"*.{name}.{scope}"
-        for name in ("score.pearson_compat", "batch.norm_levenshtein")
-        for scope in ("micro", "macro")
-    ),
-)
-"""Each setting's headline; the first reported one (the first aggregation's) ranks models."""
+PRIMARY = ("*.pair.acc_without_tie.micro", "*.pair.acc_without_tie.macro", "*.pair.acc_with_tie.micro", *(
+    f"*.{name}.{scope}" for name in ("score.pearson_compat", "batch.norm_levenshtein") for scope in ("micro", "macro")
+), "flex.*.macro")  # fmt: skip
+"""Each setting's headline, then Flex-Judge Table 1's numbers; the first reported one (the first aggregation's)
+ranks models."""
 SUITE = Suite(NAME, MLLMJudgeOptions, M.METRICS, PRIMARY, run)
