@@ -25,10 +25,12 @@ from benchmark_fixtures import (
     write_mmrb_json,
     write_mmrb_parquet,
 )
+from support.published_layouts import checkout
 
 from perception_judge.core.options import OptionError
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError, BenchmarkFileMissing
 from perception_judge.evaluation.benchmarks.multimodal_rewardbench import (
+    NAME,
     SUITE,
     category_of,
     parse_published,
@@ -42,6 +44,12 @@ approx = pytest.approx
 def layouts(tmp_path_factory):
     root = tmp_path_factory.mktemp("mmrb")
     return {"json": write_mmrb_json(root / "repo"), "parquet": write_mmrb_parquet(root / "hub")}
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """The published prompt, a stand-in of ours at the repository's path: ``prompt=published`` reads it."""
+    return {"prompt": "published", "prompt_source": str(checkout(tmp_path_factory.mktemp("src"), NAME)[0])}
 
 
 def published_accuracy(answers: list[dict]) -> dict[str, float]:
@@ -111,10 +119,10 @@ def test_project_protocol_on_both_layouts(layouts, layout, tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["json", "parquet"])
-def test_official_equals_the_published_script(layouts, layout, tmp_path):
+def test_official_equals_the_published_script(layouts, published, layout, tmp_path):
     res = SUITE(
         backend(preference_judge),
-        config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout]), prompt="published", parser="published"),
+        config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout]), parser="published", **published),
     )
     for seed in (0, 1):
         answers = answers_from_samples(res.samples_path, seed)
@@ -146,11 +154,11 @@ def test_official_equals_the_published_script(layouts, layout, tmp_path):
     ]
 
 
-def test_published_prompt_and_strict_parser(layouts, tmp_path):
+def test_published_prompt_and_strict_parser(layouts, published, tmp_path):
     judge = recording(preference_judge)
     seen = judge.seen
 
-    res = SUITE(backend(judge), config(tmp_path, data_dir=str(layouts["json"]), prompt="published"))
+    res = SUITE(backend(judge), config(tmp_path, data_dir=str(layouts["json"]), **published))
     # strict: "both" (two verdicts) fails too; "think" is read after the reasoning: B, right
     assert res.metrics["parse_failure_rate"] == approx(12 / 20)
     assert res.metrics["official.acc"] is not None  # the script's number does not depend on the parser option

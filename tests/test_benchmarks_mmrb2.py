@@ -26,6 +26,7 @@ from benchmark_fixtures import (
     write_jsonl,
     write_mmrb2,
 )
+from support.published_layouts import checkout
 
 from perception_judge.evaluation.benchmarks.common import BenchmarkDataError
 from perception_judge.evaluation.benchmarks.mmrb2 import SUITE, better_response, parse_published, parse_strict
@@ -38,6 +39,12 @@ TASKS = ("t2i", "edit", "interleaved", "reasoning")
 def layouts(tmp_path_factory):
     root = tmp_path_factory.mktemp("mmrb2")
     return {layout: write_mmrb2(root / layout, layout) for layout in ("hub", "source")}
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """The published prompts, stand-ins of ours at the repository's path: ``prompt=published`` reads them."""
+    return {"prompt": "published", "prompt_source": str(checkout(tmp_path_factory.mktemp("src"), "mmrb2")[0])}
 
 
 def read_lines(path) -> list[dict]:
@@ -119,13 +126,13 @@ def test_project_protocol_and_every_image_in_order(layouts, layout, tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["hub", "source"])
-def test_official_equals_the_published_scripts(layouts, layout, tmp_path):
+def test_official_equals_the_published_scripts(layouts, published, layout, tmp_path):
     judge = recording(preference_judge)
     seen = judge.seen
 
     res = SUITE(
         backend(judge),
-        config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout]), prompt="published", parser="published"),
+        config(tmp_path, seeds=(0, 1), data_dir=str(layouts[layout]), parser="published", **published),
     )
     for seed in (0, 1):
         expected, preds = published_scores(layouts[layout], res.samples_path, seed)
@@ -171,13 +178,13 @@ def _with_styles(root, styles: dict[tuple[str, int], str]):
     return root
 
 
-def test_completions_that_need_json_repair(tmp_path):
+def test_completions_that_need_json_repair(published, tmp_path):
     """A thinking judge's JSON after </think>, or prose: json_repair reads them as the published code does (the
     think block's braces and all), and the published numbers equal the script's on them."""
     import json_repair
 
     root = _with_styles(write_mmrb2(tmp_path / "data"), {("t2i", 0): "think", ("edit", 2): "prose"})
-    opts = {"data_dir": str(root), "prompt": "published", "parser": "published"}
+    opts = {"data_dir": str(root), "parser": "published", **published}
     res = SUITE(backend(preference_judge), config(tmp_path / "o2", **opts))
     expected, _ = published_scores(root, res.samples_path, 0, json_repair)
     assert {k: res.metrics[f"official.{k}"] for k in expected} == approx(expected)
@@ -186,12 +193,12 @@ def test_completions_that_need_json_repair(tmp_path):
     )  # prose: unjudged
 
 
-def test_position_only_judge(layouts, tmp_path):
+def test_position_only_judge(layouts, published, tmp_path):
     """Always "A": forward right where the human chose a, reverse (flipped to B) where b; the published pooled
     accuracy is 1/2 whatever the data, the project's both-orders accuracy 0."""
     res = SUITE(
         backend(lambda req, sampling: '{"better_response": "A"}'),
-        config(tmp_path, data_dir=str(layouts["hub"]), prompt="published", parser="published"),
+        config(tmp_path, data_dir=str(layouts["hub"]), parser="published", **published),
     )
     assert res.metrics["official.acc"] == 0.5 and res.metrics["mean.acc_both_orders"] == 0.0
     assert res.metrics["mean.acc_orig_order"] == approx(7 / 13)  # the share of pairs whose answer is A
@@ -262,7 +269,7 @@ def test_build_ppjd_refuses_mmrb2(layouts, tmp_path):
     assert TableSource([ok]).files == [ok]
 
 
-def test_suites_through_the_sweep_and_report(layouts, tmp_path):
+def test_suites_through_the_sweep_and_report(layouts, published, tmp_path):
     """Both suites as cells of an evaluation: every reported metric declared, rows in results and the report."""
     from benchmark_fixtures import write_mmrb_json
 
@@ -276,8 +283,12 @@ def test_suites_through_the_sweep_and_report(layouts, tmp_path):
         suites=["multimodal_rewardbench", "mmrb2"],
         seeds=[0],
         options={
-            "multimodal_rewardbench": {"data_dir": str(mmrb), "prompt": "published"},
-            "mmrb2": {"data_dir": str(layouts["hub"]), "prompt": "published", "parser": "published"},
+            "multimodal_rewardbench": {
+                "data_dir": str(mmrb),
+                "prompt": "published",
+                "prompt_source": str(checkout(tmp_path, "multimodal_rewardbench")[0]),
+            },
+            "mmrb2": {"data_dir": str(layouts["hub"]), "parser": "published", **published},
         },
         backend={"kind": "scripted"},
     )

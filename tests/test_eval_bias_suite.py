@@ -18,7 +18,7 @@ from perception_judge.evaluation.bias import suite
 from perception_judge.evaluation.bias.items import builtin_base_items
 from perception_judge.evaluation.bias.loader import MissingImagesError, load_official
 from perception_judge.evaluation.bias.metrics import bc_value, bd_value
-from perception_judge.evaluation.bias.prompts import MMJB_TEMPLATE
+from perception_judge.evaluation.bias.prompts import MMJB
 from perception_judge.evaluation.bias.taxonomy import BIAS_TYPES, BY_TYPE, CATEGORIES
 
 ITEMS = builtin_base_items(n_image=6, n_text=3, seed=0)
@@ -317,7 +317,7 @@ def test_official_loader_jsonl_refuses_rows_with_missing_images(tmp_path):
     by = {p.bias_type: p for p in pairs}
     # a null biased cell of a null-image type: no image part at all, as the published runner sends it
     assert by["text_dominance"].biased.image is None and by["text_dominance"].biased.image_source is None
-    null_request = suite.side_request(by["text_dominance"], "biased", "mmjb", "mmjb", MMJB_TEMPLATE)
+    null_request = suite.side_request(by["text_dominance"], "biased", "mmjb", "mmjb", MMJB)
     assert null_request.images == [] and all(
         part["type"] == "text" for part in null_request.messages[0]["content"]
     )

@@ -281,7 +281,7 @@ def test_the_report_reads_for_people(tmp_path, monkeypatch):
     options = {"bias": {"source": "builtin", "n_per_type": 1}}
     plan = resolve([{"suites": ["bias"], "options": options, "backend": {"kind": "scripted"}}], tmp_path)
     figures = []
-    monkeypatch.setattr(R, "_save_figure", lambda plt, fig, path, dpi=110: figures.append(fig) or path)
+    monkeypatch.setattr(R, "_save_figure", lambda plt, fig, path, **_: figures.append(fig) or path)
     S.evaluate(
         [S.ModelEntry("judge")], plan, backend_factory=lambda e, p: ScriptedBackend(judge), progress=False
     )
@@ -318,3 +318,155 @@ def test_the_report_reads_for_people(tmp_path, monkeypatch):
     table = md.split("## perception")[1].split("Parser")[0]
     assert "| base | 0 | 0.500 [0.44, 0.56] | 240 |" in table and "240.000" not in md
     assert "pair_acc_ties" not in table and "error_rate" not in table
+
+
+def test_a_constant_judge_is_flagged_never_best_and_the_report_says_what_it_scored(tmp_path, monkeypatch):
+    """Issue 41: the report named a judge that always answers 7 (and one that always answers 1) "Best model", showed
+    one judge's backend for a run of two and titled the project's 24 procedural items as MM-JudgeBias's data. Now a
+    judge whose verdicts never vary is flagged and not ranked (here both constants beat the contrarian judge on
+    ``overall``), each judge's backend has its line, rows keep one order in every table, every missing number reads
+    n/a under one footnote, and the tables and the plot title say which prompt and data were scored."""
+    from perception_judge.evaluation import sweep as S
+    from perception_judge.evaluation.backends.scripted import ScriptedBackend, format_scores
+    from perception_judge.evaluation.plan import resolve
+
+    class Served(ScriptedBackend):  # another backend kind, as an API-served judge would be
+        name = "served"
+
+    judges = {
+        "c7": ScriptedBackend(lambda r, s: format_scores(r, [7]), label="c7"),
+        "c1": ScriptedBackend(lambda r, s: format_scores(r, [1]), label="c1"),
+        "contrarian": Served(
+            lambda r, s: format_scores(r, [9 if r.meta["side"] == "biased" else 5]), label="x"
+        ),
+    }
+    figures = []
+    monkeypatch.setattr(R, "_save_figure", lambda plt, fig, path, **_: figures.append(fig) or path)
+    options = {"bias": {"source": "builtin", "n_per_type": 1}}
+    plan = resolve([{"suites": ["bias"], "options": options, "backend": {"kind": "scripted"}}], tmp_path)
+    S.evaluate(
+        [S.ModelEntry(n) for n in judges], plan, backend_factory=lambda e, p: judges[e.name], progress=False
+    )
+    js = json.loads((tmp_path / "report.json").read_text())
+    rows = {r["model"]: r["values"]["overall"]["mean"] for r in js["tables"]["bias"]["rows"]}
+    assert rows["c7"] == rows["c1"] > rows["contrarian"]  # unflagged, a constant would be named best
+    assert js["summary"]["best"] == "contrarian" and js["summary"]["degenerate"] == {
+        "c7": ["bias"],
+        "c1": ["bias"],
+    }
+    assert "degenerate" in js["summary"]["criterion"]
+    flags = js["tables"]["bias"]["degenerate"]
+    assert flags["c7"].startswith("the same verdict in all 18 parsed judgements (score 7")
+    md = (tmp_path / "report.md").read_text()
+    assert "**Best model: `contrarian`**" in md and "- degenerate, never ranked: `c7` (bias)" in md
+    assert "Degenerate, never ranked: `c1`: the same verdict in all 18 parsed judgements (score 1)." in md
+    judges_md = md.split("Judges")[1].split("## Summary")[0]
+    assert judges_md.index("`c7`") < judges_md.index("`c1`") < judges_md.index("`contrarian`")
+    c7 = next(line for line in judges_md.splitlines() if line.startswith("- `c7`"))
+    assert '"backend": "scripted"' in c7 and '"label": "c7"' in c7 and '"backend": "served"' in judges_md
+    bias = md.split("## bias")[1]
+    order = [
+        [ln.split(" | ")[0] for ln in part.splitlines() if ln.startswith("| c") and " | " in ln]
+        for part in bias.split("Counts")
+    ]
+    assert order[0] == order[1] == ["| c7", "| c1", "| contrarian"]  # one order in every table
+    assert "| c7 | n/a |" in bias and md.count("n/a: no number") == 1  # no step: n/a, one footnote
+    said = "prompt: the project's; data: builtin (the project's items, not the benchmark's, n base items 9, n pairs 9)"
+    assert f"Scored with {said}." in bias
+    assert (
+        "Comparable with the published table (MM-JudgeBias leaderboard): **no** (prompt and scale: the project's"
+        in bias
+    )
+    alone = {"bias": {**R._tables(tmp_path, R.read_results(tmp_path))[0]["bias"]}}  # the constants alone:
+    alone["bias"]["rows"] = [r for r in alone["bias"]["rows"] if r["model"] != "contrarian"]
+    only = R.best_model(alone, {}, ["c7", "c1"])  # nothing stands out; the tie-break still picks one
+    assert only["all_tied"] == "every judge is degenerate" and only["degenerate"] == {
+        "c7": ["bias"],
+        "c1": ["bias"],
+    }
+    assert "**No model stands out: every judge is degenerate**" in R._summary_lines(only)[0]
+    mixed = {
+        "bias": _table({"x": {"overall": 0.4}, "y": {"overall": 0.9}}),
+        "mmrb2": _table({"x": {"mean.acc": 0.5}, "y": {"mean.acc": 0.5}}),
+    }
+    mixed["bias"]["degenerate"] = {
+        "y": "the same verdict"
+    }  # ranked alone on bias, tied on mmrb2: x stands out
+    assert (
+        R.best_model(mixed, {}, ["x", "y"])["all_tied"] is False
+        and R.best_model(mixed, {}, ["x", "y"])["best"] == "x"
+    )
+    title = figures[0].axes[0].get_title()
+    assert title.startswith("The nine MM-JudgeBias bias types per model\n") and said in title
+
+
+def test_plots_draw_chance_the_control_and_bands_on_integer_steps(tmp_path, monkeypatch):
+    """Issue 41: chance lines on the accuracy and Kendall tau bars, the mismatched-image control beside the real
+    image's bars, the headline metrics (not every field) against the step with their 95% band, integer steps, and
+    each figure's caption saying what its bars or bands are."""
+    from matplotlib.collections import LineCollection, PolyCollection
+
+    steps = {"base": 0, "checkpoint-1": 1, "final": 2}  # a span matplotlib would tick in quarters
+    acc = "pair_acc_c_vs_rp"
+    real = {m: {acc: 0.5 + 0.1 * i, f"{acc}_ci95_lo": 0.4 + 0.1 * i, f"{acc}_ci95_hi": 0.6 + 0.1 * i,
+                f"{acc}_n": 240, "batch_kendall_tau": 0.2 * i, "pair_parse_fail_rate": 0.0, "error_rate": 0.0}
+            for i, m in enumerate(steps)}  # fmt: skip
+    control = {m: {acc: 0.5, "batch_kendall_tau": 0.0} for m in steps}
+    _write_eval(tmp_path, {"perception": real, "perception_mismatched": control}, steps)
+    figures, captions = [], []
+    monkeypatch.setattr(
+        R,
+        "_save_figure",
+        lambda plt, fig, path, **kw: figures.append(fig) or captions.append(kw.get("caption")) or path,
+    )
+    R.write_report(tmp_path)
+    bars = figures[0].axes[0]
+    chance = {
+        round(seg[0][1], 3)
+        for c in bars.collections
+        if isinstance(c, LineCollection)
+        for seg in c.get_segments()
+    }
+    assert {0.5, 0.0} <= chance  # pair accuracy 0.5, Kendall tau 0
+    assert (
+        R.declared("vlrewardbench", "mean.acc").chance == 0.5
+        and R.declared("position", "mean.acc_both_orders").chance == 0.25
+    )
+    assert sum(p.get_hatch() == "xx" for p in bars.patches) == 3 * 2  # each model's control, both metrics
+    assert "no error bars" in captions[0] and "Dotted: chance" in captions[0]  # one seed: no spread to show
+    assert "perception_mismatched" in captions[0]
+    panels = figures[1].axes
+    assert [ax.get_title() for ax in panels if ax.axison] == [acc, "batch_kendall_tau"]  # headline, no count
+    band = next(c for c in panels[0].collections if isinstance(c, PolyCollection))
+    assert band.get_paths()[0].vertices[:, 1].min() == pytest.approx(0.4)  # the suite's own 95% interval
+    assert all(float(t).is_integer() for t in panels[0].get_xticks())
+    assert captions[1].startswith("Band: 95% interval")
+    lo, hi = R._band(
+        {"values": {"m": (0.5, 0.1)}, "n": {"m": 3}}, "m"
+    )  # no interval of its own: t over 3 seeds
+    assert (lo, hi) == pytest.approx((0.5 - 4.3027 * 0.1 / 3**0.5, 0.5 + 4.3027 * 0.1 / 3**0.5), abs=1e-4)
+
+
+def test_an_evaluation_written_before_the_provenance_still_reports(tmp_path):
+    """Cells of an older run have no ``left_out``, ``comparable`` or ``degenerate``: the report says what they hold."""
+    old = {"data": {"source": "official", "parity": "complete", "n_pairs": 9}, "prompt": "mmjb"}
+    _write_eval(tmp_path, {"bias": {"base": {"overall": 0.5}}}, {"base": 0}, {"bias": old})
+    R.write_report(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "Scored with prompt: the project's; data: official (parity complete, n pairs 9)." in md
+    assert "Comparable with" not in md
+
+
+def test_a_suite_without_a_headline_number_still_plots_what_it_has(tmp_path):
+    """Random-weight judges never give a verdict: no headline number, but the parse failures are plotted."""
+    steps = {"base": 0, "final": 2}
+    bias = {m: {"overall": None, "parse_failure_rate": 1.0} for m in steps}
+    _write_eval(
+        tmp_path, {"bias": bias}, steps, {"bias": {"undefined_metrics": {"overall": "no scorable pair"}}}
+    )
+    assert "plots/bias_vs_step.png" in R.write_report(tmp_path)["plots"]
+
+
+def test_a_model_whose_cells_all_failed_has_no_row(tmp_path):
+    _write_eval(tmp_path, {"bias": {"base": {"overall": 0.5}}}, {"base": 0, "broken": 5})
+    assert [r["model"] for r in R.write_report(tmp_path)["tables"]["bias"]["rows"]] == ["base"]

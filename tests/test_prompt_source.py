@@ -1,153 +1,27 @@
 """prompt_source: the published judge prompts read from a copy of the published repository without running it.
 
-The files here are stand-ins of our own wording in the published layouts (a system prompt assigned per split inside
-``if`` branches, an f-string user turn with Qwen image markers, a loop that appends one answer at a time, a dict
-literal's text, a module-level ``.format`` template, functions returning a prompt, an f-string with a module
-constant), laid out at the repositories' paths. The reference for each is what the stand-in's own code sends when
-it runs (a fake processor captures its messages); the reader must return the same text in the same structure."""
+The files are stand-ins of our own wording in the published layouts (``support.published_layouts``), laid out at the
+repositories' paths. The reference for each is what the stand-in's own code sends when it runs (a fake processor
+captures its messages); the reader must return the same text in the same structure."""
 
 from __future__ import annotations
 
 import hashlib
-import types
+import json
+import math
+import re
 
-import jinja2.sandbox
 import pytest
+from support.published_layouts import EACH, EXAMPLE, FLEX, MJ, MMJB, MMRB2, MRB, VALUES, VLRB
+from support.published_layouts import checkout as _repo
+from support.published_layouts import render as _render
+from support.published_layouts import sent as _sent
 
 from perception_judge.evaluation import base
-from perception_judge.evaluation.prompt_source import QWEN_IMAGE, SOURCES, PromptSourceError, read_prompts
+from perception_judge.evaluation.prompt_source import SOURCES, PromptSourceError, comparable, read_prompts
 from perception_judge.evaluation.suites import SUITES
-from perception_judge.tiny import chat_template
 
-FLEX = """import json
-
-def main(args):
-    if args.split == "pair":
-        SYSTEM_PROMPT = (
-            "Stand-in pair judge: reason inside think tags, "
-            "then give both replies a mark from 1-10 in answer tags."
-        )
-    elif args.split == "score":
-        SYSTEM_PROMPT = "Stand-in single judge: one mark from 1-5 " "in answer tags."
-    elif args.split == "batch":
-        SYSTEM_PROMPT = "Stand-in batch judge: " + "distinct marks from 1-10, braces {kept} as they are."
-    else:
-        raise NotImplementedError
-    for example in dataset:
-        q = example["instruction"]
-        if args.split == "pair":
-            a1, a2 = example["answer1"]["answer"], example["answer2"]["answer"]
-            text = f"<IMG>\\n\\nAsked {{sic}}:\\n{q}\\n\\nFirst reply:\\n{a1}\\n\\nSecond reply:\\n{a2}"
-        elif args.split == "score" or args.split == "score_new":
-            a1 = example["answer"]
-            text = f"<IMG>\\n\\nAsked:\\n{q}\\n\\nThe reply:\\n{a1}"
-        elif args.split == "batch":
-            text = f"<IMG>\\n\\nAsked:\\n{q}\\n\\n"
-            a = example["answers"]
-            for i in range(len(a)):
-                text += f"Reply no. {i+1}:\\n{a[i]['answer']}\\n\\n"
-            text = text.strip()
-        msg = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": [{"type": "text", "text": text}]}]
-        text = processor.apply_chat_template(msg, tokenize=False, add_generation_prompt=True)
-""".replace("<IMG>", QWEN_IMAGE)
-
-VLRB = """def main(args):
-    SYSTEM_PROMPT = "Stand-in: mark both replies from 1-10."
-    for example in dataset:
-        q, (a1, a2) = example["query"], example["response"]
-        msg = [{"role": "system", "content": SYSTEM_PROMPT},
-               {"role": "user", "content": [{"type": "text", "text": f"<IMG>\\nAsked: {q}\\n1) {a1}\\n2) {a2}"}]}]
-        text = processor.apply_chat_template(msg, tokenize=False, add_generation_prompt=True)
-
-def save(outputs, out):
-    for o in outputs:
-        out.write(json.dumps({"text": o.outputs[0].text.strip(), "pred": [0, 0]}))
-""".replace("<IMG>", QWEN_IMAGE)
-
-MJ = '''def main(args):
-    if args.split == "alignment":
-        SYSTEM_PROMPT = """Stand-in: does each image match the caption? \\
-Marks 1-10."""
-    elif args.split == "safety":
-        SYSTEM_PROMPT = """Stand-in: is each image harmless? Marks 1-10."""
-    elif args.split == "quality":
-        SYSTEM_PROMPT = """Stand-in: is each image free of artifacts? Marks 1-10."""
-    elif args.split == "bias":
-        raise NotImplementedError
-    for example in dataset:
-        q = example["caption"]
-        if args.model_type == 'vl':
-            msg = [{"role": "system", "content": SYSTEM_PROMPT},
-                   {"role": "user", "content": [{"type": "text", "text": f"""Caption: {q}\\nLeft:\\n<IMG>\\nRight:\\n<IMG>"""}]}]
-            prompt = processor.apply_chat_template(msg, tokenize=False, add_generation_prompt=True)
-        elif args.model_type == 'omni':
-            text = (f"Caption: {q}\\n" "Left: <|IMAGE|>")
-'''.replace("<IMG>", QWEN_IMAGE)
-
-MRB = '''import json
-
-judge_prompt = """Stand-in judge: pick the better reply, answer [[A]] or [[B]].
-
-Q: {question}
-A: {answer_a}
-B: {answer_b}"""
-
-def prepare(ex):
-    return {"Text": judge_prompt.format(question=ex["Text"], answer_a=ex["Output1"], answer_b=ex["Output2"])}
-'''
-
-MMRB2 = "\n".join(
-    f'def get_{name}_prompt():\n    """Doc."""\n    return "Stand-in {name} judge. Answer as JSON: {{\\"better_response\\": \\"A\\"}}"\n'
-    for name in ("image_gen", "image_edit", "interleaved", "reasoning")
-)
-
-MMJB = '''MAX_SCORE: int = 10
-
-EVAL_PROMPT = f"""
-Stand-in task: mark the reply from 1 to {MAX_SCORE}.
-Instruction: {{instruction}}
-Reply: {{response}}
-Mark:"""
-'''
-
-LAYOUTS = {  # suite -> (the published file's path in its repository, the stand-in)
-    "mllm_judge": ("test/mllm_as_a_judge_vllm.py", FLEX),
-    "vlrewardbench": ("test/vl_rewardbench_vllm.py", VLRB),
-    "mjbench": ("test/mj_bench_vllm.py", MJ),
-    "multimodal_rewardbench": ("scripts/1_run_model_as_judge_gpt4o.py", MRB),
-    "mmrb2": ("evaluate/generate_judgements/evaluator_apis/llm_judges/evaluation_prompts.py", MMRB2),
-    "bias": ("mm_judgebias/prompts.py", MMJB),
-}
-EXAMPLE = {"instruction": "What is {x} here?", "answer": "A cat.", "answer1": {"answer": "A cat."},
-           "answer2": {"answer": "A dog {y}."}, "answers": [{"answer": "one"}, {"answer": "two"}, {"answer": "3"}],
-           "query": "Which fruit?", "response": ["An apple.", "A pear."], "caption": "A red {car}."}  # fmt: skip
-VALUES = {"question": "What is {x} here?", "answer_1": "A cat.", "answer_2": "A dog {y}.", "answer_a": "Yes.",
-          "answer_b": "No {z}.", "instruction": "Count {the} dots.", "response": "Three."}  # fmt: skip
-EACH = [{"n": i + 1, "answer": a["answer"]} for i, a in enumerate(EXAMPLE["answers"])]
-
-
-def _repo(tmp_path, suite, text=None, name="repo"):
-    """A checkout holding the suite's stand-in (or ``text``) at the published path."""
-    rel, default = LAYOUTS[suite]
-    path = tmp_path / name / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(default if text is None else text)
-    return path.parents[len(rel.split("/")) - 1], path
-
-
-def _sent(source, split, model_type="vl"):
-    """The messages the stand-in's own code sends for one example (run here, never by the reader)."""
-    sent = []
-    processor = types.SimpleNamespace(apply_chat_template=lambda msg, **_: sent.append(msg) or "")
-    namespace = {"dataset": [EXAMPLE], "processor": processor}
-    exec(compile(source, "stand-in", "exec"), namespace)
-    namespace["main"](types.SimpleNamespace(split=split, model_type=model_type))
-    return sent[0]
-
-
-def _render(messages):
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(chat_template("qwen2_5_vl")).render(messages=messages, add_generation_prompt=True)
+SETTINGS = ("pair", "score", "batch")
 
 
 def test_flex_layout_per_split(tmp_path):
@@ -318,3 +192,234 @@ def test_the_table():
                 assert (
                     set(spec) <= {"system", "user", "fields", "scale"} and "user" in spec and "scale" in spec
                 )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The suites send the published prompts: every request, checked against what the stand-in's own code sends
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _tags(request, sampling):  # an answer every published reader reads: one tag per score, mid-scale
+    return "<answer>3</answer>" * request.n_scores
+
+
+def test_mllm_judge_sends_the_published_prompt_of_each_setting(tmp_path):
+    """Every request of every setting renders exactly as the stand-in script renders that record (system turn, the
+    image where its marker is, the batch loop's answers); the cell records the file it read."""
+    from benchmark_fixtures import backend, config, recording, write_mllm_judge
+
+    from perception_judge.evaluation.benchmarks import mllm_judge
+
+    bench = write_mllm_judge(tmp_path / "m")
+    root, path = _repo(tmp_path, "mllm_judge")
+    judge = recording(_tags)
+    res = mllm_judge.SUITE(
+        backend(judge), config(tmp_path / "o", data_dir=str(bench), prompt_source=str(root))
+    )
+    records = {s: [json.loads(x) for x in (bench / f"{s}.jsonl").read_text().splitlines()] for s in SETTINGS}
+    assert len(judge.seen) == res.counts["pair.judgments"] + res.counts["score.judgments"] + 4
+    for req in judge.seen:
+        setting, row = req.meta["setting"], int(req.request_id.rsplit(":r", 1)[1])
+        reference = _sent(FLEX, setting, records[setting][row - 1])
+        assert _render(req.messages) == _render(reference), req.request_id
+        assert [b["type"] for b in req.messages[1]["content"]] == ["image", "text"] and len(req.images) == 1
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert {s: p["sha256"] for s, p in res.protocol["prompt"].items()} == dict.fromkeys(SETTINGS, digest)
+    assert res.protocol["score_mapping"].startswith("none")
+
+
+def test_a_1_to_5_prompt_is_scored_on_its_own_scale(tmp_path):
+    """Flex-Judge's score prompt asks for 1-5: ``<answer>4</answer>`` predicts 4, not ceil(4/2) = 2; the strict
+    parser makes 6-10 a failure, the published readers keep what they read."""
+    from benchmark_fixtures import backend, config, user_text, write_mllm_judge
+
+    from perception_judge.evaluation.benchmarks import mllm_judge
+
+    assert (
+        mllm_judge.prediction("score", [4.0], half=False) == 4 and mllm_judge.prediction("score", [4.0]) == 2
+    )
+    assert mllm_judge.published_prediction("score", "<answer>4</answer>", 3, "flex", half=False) == 4
+    bench = write_mllm_judge(tmp_path / "m")
+    root, _ = _repo(tmp_path, "mllm_judge")
+
+    def judge(request, sampling):  # the Q= marker halved: coco [1, 3, 3], mathvista [4, FAIL, 5]
+        q = re.search(r"Q=(\d+)", user_text(request))
+        return f"<answer>{math.ceil(int(q.group(1)) / 2)}</answer>" if q else "no verdict"
+
+    opts = dict(data_dir=str(bench), settings="score", prompt_source=str(root), aggregation="mean,flex")
+    res = mllm_judge.SUITE(backend(judge), config(tmp_path / "o", **opts))
+    assert res.metrics["mean.score.pearson.micro"] == pytest.approx(
+        9 / math.sqrt(88)
+    )  # [1,3,3,4,5] vs [1..5]
+    assert res.metrics["flex.score.pearson_unmapped.macro"] == res.metrics["flex.score.pearson.macro"]
+    raw = mllm_judge.SUITE(
+        backend(lambda r, s: re.sub(r".*Q=(\d+).*", r"<answer>\1</answer>", user_text(r), flags=re.S)),
+        config(tmp_path / "raw", **opts),
+    )  # Q itself: 2, 6, 5, 8, FAIL, 10 -> 6, 8, 10 and the failure are failures
+    assert raw.metrics["score.parse_failure_rate"] == pytest.approx(4 / 6)
+
+
+def test_vlrewardbench_and_mjbench_send_the_published_prompt(tmp_path):
+    """VL-RewardBench: both orders, each rendered as the stand-in renders the record with those responses;
+    MJ-Bench: the caption alone, an image after each label, the images swapped in the second order."""
+    from benchmark_fixtures import backend, config, mj_rows, recording, write_mjbench_disk, write_vlrb_disk
+
+    from perception_judge.evaluation.benchmarks import mjbench, vlrewardbench
+    from perception_judge.evaluation.benchmarks.pair_sources import vlrewardbench_items
+
+    data = write_vlrb_disk(tmp_path / "vlrb")
+    root, _ = _repo(tmp_path, "vlrewardbench")
+    judge = recording(_tags)
+    vlrewardbench.SUITE(backend(judge), config(tmp_path / "o", data_dir=str(data), prompt_source=str(root)))
+    items = {it.item_id: it for it in vlrewardbench_items(data, "test", None, "error")[0]}
+    assert len(judge.seen) == 2 * len(items)
+    for req in judge.seen:
+        item, order = items[req.request_id.split(":")[1]], req.meta["variant"]
+        responses = item.responses[:: -1 if order == "swap" else 1]
+        assert _render(req.messages) == _render(
+            _sent(VLRB, "", {"query": item.question, "response": responses})
+        )
+    data = write_mjbench_disk(tmp_path / "mj")
+    root, _ = _repo(tmp_path, "mjbench", name="mjrepo")
+    judge = recording(_tags)
+    mjbench.SUITE(backend(judge), config(tmp_path / "p", data_dir=str(data), prompt_source=str(root)))
+    assert len(judge.seen) == 2 * (4 + 2 + 2)  # the tie of alignment is left out
+    for orig, swap in zip(judge.seen[::2], judge.seen[1::2]):
+        split, row = orig.request_id.split(":")[1].split("_")
+        reference = _sent(MJ, split, {"caption": mj_rows(split)[int(row)]["caption"]})
+        assert _render(orig.messages) == _render(swap.messages) == _render(reference)
+        assert [b["type"] for b in orig.messages[1]["content"]] == ["text", "image", "text", "image"]
+        assert [im.getpixel((0, 0)) for im in swap.images] == [im.getpixel((0, 0)) for im in orig.images][
+            ::-1
+        ]
+
+
+def test_the_preference_suites_send_the_published_prompt(tmp_path):
+    """Multimodal RewardBench: the module template filled as the script fills it, then the image; MMRB2: each
+    task's function's text as it stands, before the labelled parts."""
+    from benchmark_fixtures import backend, config, preference_judge, recording, write_mmrb2, write_mmrb_json
+
+    from perception_judge.evaluation.benchmarks import mmrb2, multimodal_rewardbench
+
+    ns: dict = {}
+    exec(MRB, ns)
+    exec(MMRB2, ns)
+    data = write_mmrb_json(tmp_path / "mrb")
+    root, _ = _repo(tmp_path, "multimodal_rewardbench")
+    judge = recording(preference_judge)
+    opts = {"data_dir": str(data), "prompt": "published", "prompt_source": str(root)}
+    res = multimodal_rewardbench.SUITE(backend(judge), config(tmp_path / "o", **opts))
+    records = {r["ID"]: r for r in json.loads((data / "data" / "all_data.json").read_text())}
+    for req in judge.seen:
+        rec, swap = records[req.request_id.split(":")[1]], req.meta["variant"] == "swap"
+        outputs = (rec["Output2"], rec["Output1"]) if swap else (rec["Output1"], rec["Output2"])
+        text = ns["prepare"]({"Text": rec["Text"], "Output1": outputs[0], "Output2": outputs[1]})["Text"]
+        assert req.messages == [
+            {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image"}]}
+        ]
+    assert res.protocol["prompt"][""]["variable"] == "judge_prompt"
+    data = write_mmrb2(tmp_path / "mmrb2")
+    root, _ = _repo(tmp_path, "mmrb2", name="mmrb2repo")
+    judge = recording(preference_judge)
+    opts = {"data_dir": str(data), "prompt": "published", "prompt_source": str(root)}
+    mmrb2.SUITE(backend(judge), config(tmp_path / "p", **opts))
+    functions = {
+        "t2i": "image_gen",
+        "edit": "image_edit",
+        "interleaved": "interleaved",
+        "reasoning": "reasoning",
+    }
+    for req in judge.seen:
+        head = req.messages[0]["content"][:2]
+        expected = ns[f"get_{functions[req.request_id.split(':')[1]]}_prompt"]()
+        assert head == [
+            {"type": "text", "text": expected},
+            {"type": "text", "text": "[ORIGINAL PROMPT TO MODEL:]"},
+        ]
+
+
+def test_the_bias_suite_sends_the_published_prompt(tmp_path):
+    """MM-JudgeBias: the f-string template filled with ``.format`` (braces in a query stay as they are), one user
+    turn, the image after the text and none for a text-only call; another text never resumes the project's."""
+    from perception_judge.evaluation.backends.scripted import ScriptedBackend
+    from perception_judge.evaluation.base import SuiteConfig
+    from perception_judge.evaluation.bias import suite as bias
+
+    ns: dict = {}
+    exec(MMJB, ns)
+    root, path = _repo(tmp_path, "bias")
+    seen = []
+    backend = ScriptedBackend(lambda req, s: seen.append(req) or "### Score: 5")
+    opts = {"source": "builtin", "n_per_type": 1, "prompt": "mmjb", "prompt_source": str(root)}
+    res = bias.SUITE(backend, SuiteConfig(tmp_path / "o", options=opts))
+    assert seen and res.protocol["prompt"][""]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    pairs = {p.pair_id: p for p in bias.load_pairs(bias.SUITE.parse(opts))[0]}
+    for req in seen:
+        side = getattr(pairs[req.meta["pair_id"]], req.meta["side"])
+        text = ns["EVAL_PROMPT"].format(instruction=side.query, response=pairs[req.meta["pair_id"]].response)
+        image = [{"type": "image"}] if side.image is not None else []
+        assert req.messages == [{"role": "user", "content": [{"type": "text", "text": text}, *image]}]
+    ours = bias.SUITE(
+        ScriptedBackend(lambda r, s: "### Score: 5"),
+        SuiteConfig(tmp_path / "p", options=opts | {"prompt_source": None}),
+    )
+    assert (
+        ours.protocol["prompt_hash"] != res.protocol["prompt_hash"]
+        and ours.protocol["prompt"]["origin"] == "project"
+    )
+    with pytest.raises(ValueError, match="prompt_source holds the published prompt: set prompt=mmjb too"):
+        bias.SUITE.parse({"prompt_source": str(root)})
+
+
+def test_a_bad_prompt_source_exits_2_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    from perception_judge.cli import main
+    from perception_judge.evaluation.backends.scripted import ScriptedBackend
+
+    monkeypatch.setattr(ScriptedBackend, "__init__", lambda *a, **k: pytest.fail("a judge was built"))
+    root, _ = _repo(tmp_path, "mllm_judge", FLEX.replace("SYSTEM_PROMPT = (", "SYS_PROMPT = ("))
+    argv = ["eval", "run", "--model", "j=constant:5", "--backend", "scripted", "--suites", "mllm_judge", "-q",
+            "--set", f"mllm_judge.data_dir={tmp_path}", "--set", f"mllm_judge.prompt_source={root}",
+            "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mllm_judge.prompt_source" in err[0], err
+    assert "test/mllm_as_a_judge_vllm.py), variable SYSTEM_PROMPT (split 'pair'): absent" in err[0]
+    assert not (tmp_path / "out").exists()
+    for suite in ("position", "verbosity", "self_enhancement"):  # no published prompt: no such key
+        argv = ["eval", "run", "--model", "j=constant:5", "--backend", "scripted", "--suites", suite, "-q",
+                "--set", f"{suite}.prompt_source={root}", "--out", str(tmp_path / "out")]  # fmt: skip
+        assert main(argv) == 2 and f"{suite}.prompt_source: unknown option" in capsys.readouterr().err
+
+
+def test_the_comparability_mark(tmp_path):
+    """Comparable only with the published prompt, scale, parser and the official data complete: not with a limit,
+    the project's prompt or the strict parser (one rule: ``prompt_source.comparable``)."""
+    from benchmark_fixtures import backend, config, write_mllm_judge
+
+    from perception_judge.evaluation.benchmarks import mllm_judge
+
+    bench = write_mllm_judge(tmp_path / "m")
+    root, _ = _repo(tmp_path, "mllm_judge")
+    published = dict(data_dir=str(bench), prompt_source=str(root), parser="published")
+
+    def mark(limit=None, **change):
+        res = mllm_judge.SUITE(backend(_tags), config(tmp_path / "o", limit=limit, **(published | change)))
+        return res.protocol["comparable"]
+
+    ok = mark()
+    assert ok == {"table": "Flex-Judge paper, Table 1 (MLLM-as-a-Judge)", "metrics": ["flex.*.macro"], "ok": True,
+                  "why_not": []}  # fmt: skip
+    assert mark(limit=3)["why_not"] == ["data: limit 3"]
+    assert mark(prompt_source=None)["why_not"] == ["prompt and scale: the project's"]
+    assert mark(parser="strict")["why_not"] == ["parser: protocol (the published reading: published)"]
+    assert mark(prompt_source=None, parser="strict", limit=2)["ok"] is False
+    synth = comparable(
+        "bias",
+        read_prompts("bias", _repo(tmp_path, "bias", name="b")[0]),
+        "mmjb",
+        {"source": "synth", "left_out": []},
+    )
+    assert (
+        synth["why_not"] == ["data: synth, not the official data"]
+        and synth["table"] == "MM-JudgeBias leaderboard"
+    )

@@ -9,6 +9,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,7 +313,8 @@ def write_samples(path: Path, lines: Iterable[dict[str, Any]]) -> None:
 @dataclass(frozen=True)
 class Bars:
     """A grouped-bar plot the report draws of some of a suite's metrics, one bar per model: ``metrics`` maps each to
-    its tick label, ``groups`` to a heading over its run of bars, ``legend`` names the metric quoted per model."""
+    its tick label, ``groups`` to a heading over its run of bars, ``legend`` names the metric quoted per model,
+    ``control`` the suite whose bars stand hatched beside each model's (the mismatched-image control)."""
 
     file: str
     title: str
@@ -320,6 +322,34 @@ class Bars:
     groups: Mapping[str, str] = field(default_factory=dict)
     legend: str | None = None
     ylabel: str = ""
+    control: str | None = None
+
+
+class _Watched:
+    """The backend a suite judges with, counting each parsed judgement's verdict by its number of scores: the score
+    of a pointwise one, else the slot holding the top score (or a tie)."""
+
+    MIN = 10  # parsed judgements before a judge whose verdicts never vary is flagged degenerate
+
+    def __init__(self, backend: JudgeBackend) -> None:
+        self.backend, self.verdicts = backend, Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def judge(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeResult]:
+        results = self.backend.judge(requests, sampling)
+        for s in (r.scores for r in results if r.scores):
+            tops = [f"slot {i + 1} of {len(s)} on top" for i, v in enumerate(s) if v == max(s)]
+            said = f"score {s[0]:g}" if len(s) == 1 else tops[0] if len(tops) == 1 else "a tie"
+            self.verdicts[len(s), said] += 1
+        return results
+
+    def degenerate(self) -> str | None:
+        """Why the judge is degenerate: one verdict per number of scores over at least ``MIN`` judgements."""
+        n, said = sum(self.verdicts.values()), [v for _, v in self.verdicts]
+        if n >= self.MIN and len(said) == len({k for k, _ in self.verdicts}):
+            return f"the same verdict in all {n} parsed judgements ({', '.join(said)})"
 
 
 @dataclass(frozen=True)
@@ -355,8 +385,10 @@ class Suite:
 
     def __call__(self, backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         """Run the suite (options typed first); the result names the suite, its ranking metric, and (unless the
-        suite says otherwise) the seeds, the sampling and the backend."""
-        result = self.run(backend, dataclasses.replace(config, options=self.parse(config.options)))
+        suite says otherwise) the seeds, the sampling, the backend and why the judge is degenerate (``_Watched``)."""
+        watched = _Watched(backend)
+        result = self.run(watched, dataclasses.replace(config, options=self.parse(config.options)))  # type: ignore[arg-type]
+        result.protocol |= {"degenerate": why} if (why := watched.degenerate()) else {}
         result.suite = self.name
         if primary := self.primary_metrics(result.metrics):
             result.protocol["primary_metric"] = primary[0]

@@ -360,6 +360,7 @@ BARS = base.Bars(
     {"pair_acc_c_vs_rp": "pair: r_c > r_rp", "pair_acc_c_vs_rp_r": "pair: r_c > r_rp+r",
      "pair_consistency": "pair: order consistency", "batch_ranking_reward": "batch: ranking reward",
      "batch_kendall_tau": "batch: Kendall τ", "single_verdict_acc": "single: verdict acc."},
+    control="perception_mismatched",
 )  # fmt: skip
 SUITE = base.Suite("perception", PerceptionOptions, METRICS, PRIMARY, run, bars=BARS)
 MISMATCHED = base.Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run)

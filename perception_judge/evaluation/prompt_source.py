@@ -12,14 +12,18 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Self
 
 import yaml
+from pydantic import BeforeValidator, model_validator
+
+from perception_judge.core.options import Options
 
 SOURCES: dict[str, list] = yaml.safe_load(Path(__file__).with_name("published_prompts.yaml").read_text())
 """Per suite, its published files and where each split's prompt lives in them (the YAML file's header)."""
 QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"  # an image's place in the Flex-Judge user text
 PROJECT = {"origin": "project"}  # the provenance of the project's own prompts
+Source = Annotated[Path | None, BeforeValidator(lambda v: Path(v).expanduser() if v else None)]  # the option
 NAMES = {"q": "question", "a1": "answer_1", "a2": "answer_2", "i + 1": "n", "a[i]['answer']": "answer"}
 """The Flex-Judge scripts' f-string fields -> the placeholders the suites fill."""
 KEY, WHERE = "args.split", {'["type"]': "text", "args.model_type": "vl"}  # where the file tests them
@@ -49,6 +53,11 @@ class Prompt:
             added = "".join(t.format(**(values or {}) | e) if fill else t for e in entries)
             out = out.strip() if op == "strip" else out * (op != "=") + added
         return out
+
+    def render(self, question: str, responses: Sequence[str], n_images: int = 1) -> list[dict]:
+        """``build_messages``' call: ``question``, ``answer_1``... and, per response, ``{n, answer}`` (``each``)."""
+        values = {"question": question} | {f"answer_{n}": r for n, r in enumerate(responses, 1)}
+        return self.messages(values, [{"n": n, "answer": r} for n, r in enumerate(responses, 1)], n_images)
 
     def messages(self, values: dict, each: Sequence[dict] = (), images: int = 1) -> list[dict]:
         """The published turns, ``{"type": "image"}`` where the script puts images (``last``: ``images``)."""
@@ -168,3 +177,37 @@ def read_prompts(suite: str, prompt_source: str | Path, splits: Sequence[str] = 
         raise PromptSourceError(f"{where}: no published prompt for split(s) {unknown}")
     digest = hashlib.sha256(data).hexdigest()
     return {s: _read(src, s, records, consts, where, digest) for s in splits or src["splits"]}
+
+
+def comparable(suite: str, prompts: dict[str, Prompt], parser: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The one rule of the mark "comparable with the published table" (``table``, ``metrics``: its numbers): the
+    published prompt (so its scale: the suites score by it), read by the published parser, on official data, whole."""
+    used = {p.provenance["repository"] for p in prompts.values()}
+    src = next((s for s in SOURCES[suite] if s["repository"] in used), SOURCES[suite][0])
+    why = ["prompt and scale: the project's"] * (not prompts)
+    why += [f"parser: {parser} (the published reading: {src['parser']})"] * (parser != src["parser"])
+    why += [f"data: {data['source']}, not the official data"] * (data["source"] != "official")
+    why += [f"data: {', '.join(data['left_out'])}"] * bool(data["left_out"])
+    return {"table": src["table"], "metrics": src["metrics"], "ok": not why, "why_not": why}
+
+
+class PublishedPromptOptions(Options):
+    """Options of a suite with a published prompt: ``prompt_source`` (a checkout of the repository, or the file) is
+    read when they are typed, before any model loads (``SPLITS_KEY``: the option listing the splits to read)."""
+
+    SUITE: ClassVar[str] = ""
+    SPLITS_KEY: ClassVar[str] = ""
+    PROMPT: ClassVar[str] = ""  # the value of the ``prompt`` option that sends the published prompt
+    prompt_source: Source = None
+
+    def prompts(self) -> dict[str, Prompt]:
+        """Each split's published prompt; ``{}`` without a ``prompt_source`` (the project's prompts)."""
+        splits = getattr(self, self.SPLITS_KEY, ())  # "": no such option, every split
+        return read_prompts(self.SUITE, self.prompt_source, splits) if self.prompt_source else {}
+
+    @model_validator(mode="after")
+    def _readable(self) -> Self:
+        if self.prompt_source and self.PROMPT and getattr(self, "prompt", None) != self.PROMPT:
+            raise ValueError(f"prompt_source holds the published prompt: set prompt={self.PROMPT} too")
+        self.prompts()
+        return self

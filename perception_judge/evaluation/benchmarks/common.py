@@ -20,7 +20,8 @@ from perception_judge.core.options import CommaList, Options
 from perception_judge.core.schema import JudgeRequest, Sampling
 from perception_judge.evaluation import base
 from perception_judge.evaluation.benchmarks import metrics as M
-from perception_judge.evaluation.benchmarks.published import ParserOption, whole_completion
+from perception_judge.evaluation.benchmarks.published import ParserOption, request_parser, whole_completion
+from perception_judge.evaluation.prompt_source import PROJECT, PublishedPromptOptions, comparable
 
 PERCEPTION_JUDGE_SAMPLING = Sampling().model_dump(include={"temperature", "top_p", "top_k"})
 """Perception-Judge's published sampling: the defaults of the one sampling record."""
@@ -69,7 +70,7 @@ class JudgeOptions(Options):
     image_size: int | None = None
 
 
-class BenchmarkOptions(JudgeOptions):
+class BenchmarkOptions(JudgeOptions, PublishedPromptOptions):
     """Options of the published benchmarks. ``seeds`` (default ``config.seeds``): the seeds judged in this call;
     the item-level aggregations need every seed in one call (``--seeds 0 --set SUITE.seeds=[0,1,2]``)."""
 
@@ -374,6 +375,7 @@ class BenchmarkRun:
         self.opts: Any = config.options
         seeds = getattr(self.opts, "seeds", None) or config.seeds
         self.seeds = list(dict.fromkeys(int(s) for s in seeds)) or [0]
+        self.prompts = self.opts.prompts() if isinstance(self.opts, PublishedPromptOptions) else {}
         self.lines: list[dict[str, Any]] = []
         self.per_seed: dict[str, dict[str, float | None]] = {}
 
@@ -429,9 +431,19 @@ class BenchmarkRun:
         protocol: dict[str, Any],
         published_images: str,
         published_sampling: bool = False,
+        parser: str | None = None,
     ) -> base.SuiteResult:
         """The suite's :class:`SuiteResult`. ``protocol`` is completed with the images, sampling, seeds and
-        backend of the run and its deviations from Perception-Judge's published sampling (``published_sampling``)."""
+        backend of the run and its deviations from Perception-Judge's published sampling (``published_sampling``);
+        with a published prompt, the prompt's provenance, the data and the mark of the request ``parser``."""
+        if isinstance(self.opts, PublishedPromptOptions):
+            limit = [f"limit {self.config.limit}"] * (self.config.limit is not None)
+            skipped = re.compile(r"skipped_(no_prompt|\w+_image)$")
+            left = limit + [f"{k} {v}" for k, v in counts.items() if v and skipped.search(k)]
+            protocol["data"] = {"source": "official", "complete": not left, "left_out": left}
+            protocol["prompt"] = {s: p.provenance for s, p in self.prompts.items()} or dict(PROJECT)
+            used = parser or request_parser(self.opts.parser)
+            protocol["comparable"] = comparable(self.opts.SUITE, self.prompts, used, protocol["data"])
         path = Path(self.config.out_dir) / f"{self.suite}.samples.jsonl"
         base.write_samples(path, self.lines)
         aggs = getattr(self.opts, "aggregation", ["mean"])

@@ -19,9 +19,9 @@ VERDICTS: tuple[str, ...] = ("A", "B", "C")
 _SIGN = {"A": -1, "B": 1, "C": 0}
 
 METRICS: dict[str, Metric] = {
-    **dict.fromkeys(
-        ("acc", "acc_orig_order", "acc_swapped_order", "acc_both_orders", "order_consistency"), Metric()
-    ),
+    **dict.fromkeys(("acc", "acc_orig_order", "acc_swapped_order"), Metric(chance=0.5)),  # a coin per pair
+    "acc_both_orders": Metric(chance=0.25),
+    "order_consistency": Metric(),
     **dict.fromkeys(("acc_with_tie", "acc_with_tie_compat", "acc_without_tie"), Metric()),
     **dict.fromkeys(("pearson", "pearson_compat", "pearson_unmapped"), Metric(chance=0.0)),
     **dict.fromkeys(("consistency_rate", "consistency_rate_strict"), Metric()),

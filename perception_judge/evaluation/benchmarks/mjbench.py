@@ -51,6 +51,7 @@ def _check_label(value: Any) -> Any:
 class MJBenchOptions(common.BenchmarkOptions):
     """``default_label``: the label of a copy without a label column (the current hub card: always 0)."""
 
+    SUITE, SPLITS_KEY = NAME, "splits"
     data_dir: common.DataPath
     splits: Annotated[CommaList, Field(min_length=1)] = SPLITS
     default_label: Annotated[Any, AfterValidator(_check_label)] = None
@@ -96,7 +97,7 @@ def load_split(opts: MJBenchOptions, split: str) -> tuple[list[pairs.PairItem], 
         items.append(
             pairs.PairItem(
                 item_id=f"{split}_{rec.get('id') if rec.get('id') is not None else i}",
-                question=question_text(split, caption),
+                question=caption if opts.prompt_source else question_text(split, caption),
                 responses=list(ANSWERS),
                 preferred="A" if label == 0 else "B",
                 group=split,
@@ -131,9 +132,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     per_split: dict[str, dict[str, dict[str, float | None]]] = {a: {} for a in opts.aggregation}
     parser = request_parser(opts.parser)
     for split, (items, split_counts, _) in loaded.items():
+        render = (
+            bench.prompts[split].render if bench.prompts else None
+        )  # the caption, an image after each label
+        build = functools.partial(pairs.pair_requests, NAME, swap_images=True, parser=parser, render=render)
         judged = bench.judge(
             items[: config.limit],
-            lambda it: pairs.pair_requests(NAME, it, bench.images(it), swap_images=True, parser=parser),
+            lambda it, build=build: build(it, bench.images(it)),
             f"mjbench {split}",
             split_counts,
             lambda it: {"item_id": it.item_id, "split": it.group, "preferred": it.preferred},
@@ -162,8 +167,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "benchmark": "MJ-Bench (MJ-Bench/MJ-Bench)",
         "paths": {s: str(path) for s, (_, _, path) in loaded.items()},
         "splits": opts.splits,
-        "prompt": "perception_judge.core.protocol.build_messages('pair', n_images=2); the question states the split's "
-        "criterion (our wording) and the generation prompt; the two answers name the first and second image",
+        "question": "the caption (the published prompt) or the split's criterion in our words and the caption, the "
+        "two answers naming the first and second image (the project's pair prompt, two images)",
         "orders": "original image order and swapped; the swapped verdict un-swapped",
         "parser": DESCRIPTIONS[opts.parser],
         "acc_with_tie": "correct / all judgments (tie and parse failure wrong), mean of the two orders",

@@ -1,6 +1,7 @@
 """MLLM-as-a-Judge (``Dongping-Chen/MLLM-Judge``): pair, score and batch settings from the benchmark's
-``Dataset/Benchmark`` files, judged with our prompts. Pair: A if s1 > s2, B if s1 < s2, else C; score: ``ceil(s/2)``
-onto the human 1-5 scale; batch: slots sorted by score, ties towards the later slot. Metrics are
+``Dataset/Benchmark`` files, judged with our prompts or the published ones (``prompt_source``). Pair: A if s1 > s2,
+B if s1 < s2, else C; score: a 1-10 prompt's ``ceil(s/2)`` onto the human 1-5 scale (Flex-Judge's prompt asks for
+1-5: the score itself); batch: slots sorted by score, ties towards the later slot. Metrics are
 ``{aggregation}.{setting}.{metric}.{scope}``; files, metrics, aggregations: ``docs/benchmarks.md`` (MLLM-as-a-Judge).
 """
 
@@ -11,11 +12,11 @@ from typing import Any
 
 from pydantic import model_validator
 
-from perception_judge.evaluation.base import JudgeBackend, Suite, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import PARSERS, JudgeBackend, Suite, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import common
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks import pair_sources as S
-from perception_judge.evaluation.benchmarks.pair_sources import PROMPT_PROTOCOL, Item
+from perception_judge.evaluation.benchmarks.pair_sources import Item
 from perception_judge.evaluation.benchmarks.published import (
     DESCRIPTIONS,
     block_ints,
@@ -38,6 +39,7 @@ AGGREGATIONS = {
 class MLLMJudgeOptions(common.BenchmarkOptions):
     """``data_dir``: the ``Benchmark`` folder; ``*_file`` override one setting's file each."""
 
+    SUITE, SPLITS_KEY = NAME, "settings"
     settings: common.choices(SETTINGS) = SETTINGS
     pair_file: common.OptPath = None
     score_file: common.OptPath = None
@@ -53,18 +55,25 @@ class MLLMJudgeOptions(common.BenchmarkOptions):
         return self
 
 
-def prediction(setting: str, scores: list[float] | None, parser: str = "strict") -> Any:
-    """The prediction of one judgment from its parsed scores: a verdict (pair), a 1-5 score (score) or a ranking
-    (batch); None on a parse failure or a missing judgment. Under ``parser="published"`` a score whose
-    ``ceil(s/2)`` exceeds 5 is a failure, the Perception-Judge notebook's rule (score cell:
-    ``pred_score = math.ceil(v[0]/2)``; ``if pred_score > 5: pred_score = -1``); 0 and other small values go
-    through ``ceil(s/2)`` as they are."""
+PARSERS["protocol_1_5"] = lambda text, n, reasoning=None: (  # the strict reading of a 1-5 prompt: 6-10 fail
+    (None, "score outside the prompt's 1-5")
+    if (r := PARSERS["protocol"](text, n, reasoning))[0] and r[0][0] > 5
+    else r
+)
+
+
+def prediction(setting: str, scores: list[float] | None, parser: str = "strict", half: bool = True) -> Any:
+    """The prediction of one judgment from its parsed scores: a verdict (pair), a 1-5 score (score: ``ceil(s/2)``
+    of a 1-10 prompt's when ``half``) or a ranking (batch); None on a parse failure or a missing judgment. Under
+    ``parser="published"`` a score above 5 on the human scale is a failure, the Perception-Judge notebook's rule
+    (score cell: ``pred_score = math.ceil(v[0]/2)``; ``if pred_score > 5: pred_score = -1``); 0 and other small
+    values go through as they are."""
     if scores is None:
         return None
     if setting == "pair":
         return M.pair_verdict(scores[0], scores[1])
     if setting == "score":
-        mapped = M.ceil_half(scores[0])
+        mapped = M.ceil_half(scores[0]) if half else scores[0]
         return None if parser == "published" and mapped > 5 else mapped
     return M.ranking_from_scores(scores)
 
@@ -76,12 +85,12 @@ PUBLISHED_RULES = {
 }
 
 
-def published_prediction(setting: str, completion: str, gt: Any, rule: str) -> Any:
+def published_prediction(setting: str, completion: str, gt: Any, rule: str, half: bool = True) -> Any:
     """The prediction a published script makes of one completion (None where it finds no answer):
 
     * pair (both rules; ``test/mllm_as_a_judge_vllm.py`` lines 153-159, the notebook's pair cell): the first two
       tag integers, A if s1 > s2, B if s1 < s2, else C; fewer than two is a failure (their ``except``: C);
-    * score: ``ceil(v/2)`` of the first tag integer ``v`` (the project's 1-10 prompt onto the 1-5 scale); the
+    * score: the first tag integer ``v``, ``ceil(v/2)`` of a 1-10 prompt's (``half``); the
       notebook makes a value above 5 a failure (-1), Flex keeps it (``test/evaluate.py`` lines 98-100: ``v[0]``,
       no range check, so 11 gives 6); ``flex_unmapped`` is ``v`` itself, what the unmodified script reads;
     * batch (:func:`~perception_judge.evaluation.benchmarks.published.published_ranking`): the notebook ranks the
@@ -96,13 +105,13 @@ def published_prediction(setting: str, completion: str, gt: Any, rule: str) -> A
         first = ints[0] if ints else None
         if rule == "flex_unmapped":
             return first
-        mapped = None if first is None else M.ceil_half(first)
+        mapped = None if first is None else M.ceil_half(first) if half else first
         return None if rule == "notebook" and mapped is not None and mapped > 5 else mapped
     return published_ranking(block_ints(completion)[: len(gt)] if rule == "notebook" else ints) or None
 
 
 def seed_predictions(
-    setting: str, judged: common.Judged, seeds: list[int], parser: str, rule: str
+    setting: str, judged: common.Judged, seeds: list[int], parser: str, rule: str, half: bool = True
 ) -> list[list[Any]]:
     """Per seed, per judged item, the prediction: read from the completion by the published ``rule`` under
     ``parser="published"`` (:func:`published_prediction`), else from the parsed scores (:func:`prediction`; the
@@ -110,9 +119,10 @@ def seed_predictions(
 
     def one(i: int, seed: int) -> Any:
         if parser == "published":
-            return published_prediction(setting, judged.completion(i, "main", seed), judged.items[i].gt, rule)
+            text = judged.completion(i, "main", seed)
+            return published_prediction(setting, text, judged.items[i].gt, rule, half)
         scores = judged.scores(i, "main", seed)
-        return (scores or [None])[0] if rule == "flex_unmapped" else prediction(setting, scores)
+        return (scores or [None])[0] if rule == "flex_unmapped" else prediction(setting, scores, half=half)
 
     return [[one(i, s) for i in range(len(judged.items))] for s in seeds]
 
@@ -168,7 +178,7 @@ def run_metrics(setting: str, items: list[Item], preds: list[Any]) -> dict[str, 
 
 
 def voted_predictions(
-    setting: str, per_seed: list[list[list[float] | None]], parser: str = "strict"
+    setting: str, per_seed: list[list[list[float] | None]], parser: str = "strict", half: bool = True
 ) -> list[Any]:
     """Item-level combination over seeds (failures abstain; None when every seed failed): pair majority vote,
     score median, batch the ranking of the mean score per slot."""
@@ -178,7 +188,7 @@ def voted_predictions(
         if setting == "pair":
             out.append(M.vote_verdict(prediction("pair", s) for s in parsed))
         elif setting == "score":
-            out.append(M.median(prediction("score", s, parser) for s in parsed))  # median skips None
+            out.append(M.median(prediction("score", s, parser, half) for s in parsed))  # median skips None
         elif parsed:
             k = min(len(s) for s in parsed)  # published batch rankings can be shorter
             out.append(M.ranking_from_scores([sum(s[j] for s in parsed) / len(parsed) for j in range(k)]))
@@ -237,18 +247,19 @@ def _round3(value: float | None) -> float | None:
 
 
 def aggregated(
-    agg: str, setting: str, bench: common.BenchmarkRun, judged: common.Judged
+    agg: str, setting: str, bench: common.BenchmarkRun, judged: common.Judged, half: bool = True
 ) -> dict[str, float | None]:
     """One aggregation's metrics of one setting (:data:`AGGREGATIONS`): ``mean`` on the notebook's reading,
-    ``vote`` on the parsed scores, ``flex`` on Flex-Judge's (with ``score.pearson_unmapped`` beside the score)."""
+    ``vote`` on the parsed scores, ``flex`` on Flex-Judge's (with ``score.pearson_unmapped`` beside the score; equal
+    to it on a 1-5 prompt, ``half`` False)."""
     kept, parser = judged.items, bench.opts.parser
     if agg == "mean":
-        preds = dict(zip(bench.seeds, seed_predictions(setting, judged, bench.seeds, parser, "notebook")))
-        return bench.mean(lambda s: run_metrics(setting, kept, preds[s]))
+        runs = seed_predictions(setting, judged, bench.seeds, parser, "notebook", half)
+        return bench.mean(lambda s: run_metrics(setting, kept, runs[bench.seeds.index(s)]))
     if agg == "vote":
         per_seed = [[judged.scores(i, "main", s) for i in range(len(kept))] for s in bench.seeds]
-        return run_metrics(setting, kept, voted_predictions(setting, per_seed, parser))
-    result = flex_metrics(setting, kept, seed_predictions(setting, judged, bench.seeds, parser, "flex"))
+        return run_metrics(setting, kept, voted_predictions(setting, per_seed, parser, half))
+    result = flex_metrics(setting, kept, seed_predictions(setting, judged, bench.seeds, parser, "flex", half))
     if setting == "score":  # the unmodified script's own number: v[0] of the 1-10 answer, unmapped
         raw = seed_predictions(setting, judged, bench.seeds, parser, "flex_unmapped")
         result |= flex_metrics(setting, kept, raw, "score.pearson_unmapped")
@@ -265,11 +276,13 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     metrics: dict[str, float | None] = {}
     counts: dict[str, int] = {}
     for setting, (items, set_counts) in loaded.items():
-        parser = request_parser(opts.parser, prefix=setting == "batch")
+        prompt, parser = bench.prompts.get(setting), request_parser(opts.parser, prefix=setting == "batch")
+        half = prompt is None or prompt.scale != (1, 5)  # ceil(s/2) onto the human 1-5 unless asked for 1-5
+        parser = "protocol_1_5" if parser == "protocol" and not half else parser
         judged = bench.judge(
             items,
-            lambda it, parser=parser: [
-                it.request(NAME, bench.image(images.load(it.image, it.where)), parser)
+            lambda it, parser=parser, prompt=prompt: [
+                it.request(NAME, bench.image(images.load(it.image, it.where)), parser, prompt)
             ],
             f"mllm_judge {setting}",
             set_counts,
@@ -282,20 +295,17 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
             tied = sum(1 for run in per_seed for s in run if s and len(set(s)) != len(s))
             metrics["batch.tied_scores_rate"] = M.rate(tied, set_counts.get("judgments", 0))
         for agg in opts.aggregation:
-            metrics |= common.prefixed(agg, aggregated(agg, setting, bench, judged))
+            metrics |= common.prefixed(agg, aggregated(agg, setting, bench, judged, half))
         counts |= {f"{setting}.{k}": v for k, v in sorted(set_counts.items())}
 
     protocol = {
         "benchmark": "MLLM-as-a-Judge (Dongping-Chen/MLLM-Judge, Dataset/Benchmark)",
         "files": {s: str(p) for s, p in files.items()},
-        "prompts": {
-            s: f"perception_judge.core.protocol.build_messages({PROMPT_PROTOCOL[s]!r}), one image, scores 1-10 in "
-            "<answer> tags"
-            for s in opts.settings
-        },
         "parser": DESCRIPTIONS[opts.parser],
         "pair_verdict": "A if s1 > s2, B if s1 < s2, else C",
-        "score_mapping": "ceil(s/2): judge 1-10 onto the human 1-5 scale",
+        "score_mapping": "none: the published prompt asks for 1-5 (6-10 a failure under the strict parser)"
+        if "score" in bench.prompts and bench.prompts["score"].scale == (1, 5)
+        else "ceil(s/2): judge 1-10 onto the human 1-5 scale",
         "batch_prediction": "slots sorted by score, highest first; equal scores: the later slot first",
         "batch_gt_field": "human or human_answer; records with no ranking or <= 2 letters skipped",
         "scopes": "micro = pooled over all items; macro = unweighted mean over original_dataset subsets",
@@ -313,15 +323,9 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     return bench.result(metrics, counts, protocol, "448x448 square, aspect ignored", published_sampling=True)
 
 
-PRIMARY = (
-    "*.pair.acc_without_tie.micro",
-    "*.pair.acc_without_tie.macro",
-    "*.pair.acc_with_tie.micro",
-    *(
-        f"*.{name}.{scope}"
-        for name in ("score.pearson_compat", "batch.norm_levenshtein")
-        for scope in ("micro", "macro")
-    ),
-)
-"""Each setting's headline; the first reported one (the first aggregation's) ranks models."""
+PRIMARY = ("*.pair.acc_without_tie.micro", "*.pair.acc_without_tie.macro", "*.pair.acc_with_tie.micro", *(
+    f"*.{name}.{scope}" for name in ("score.pearson_compat", "batch.norm_levenshtein") for scope in ("micro", "macro")
+), "flex.*.macro")  # fmt: skip
+"""Each setting's headline, then Flex-Judge Table 1's numbers; the first reported one (the first aggregation's)
+ranks models."""
 SUITE = Suite(NAME, MLLMJudgeOptions, M.METRICS, PRIMARY, run)

@@ -19,56 +19,8 @@ from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import whole_completion
 
 NAME = "mmrb2"
-TASKS = {"t2i": "image", "edit": "edit", "interleaved": "interleaved", "reasoning": "reasoning"}
-"""Benchmark file -> the published evaluator's ``task_type`` (its judge prompt)."""
-CRITERIA = {  # evaluation_prompts.py: each task's criteria in order (the keys of its JSON answer), our wording
-    "faithfulness_to_prompt": "follows the composition, objects, attributes and spatial relations of the prompt",
-    "text_faithfulness": "follows the text (editing) instruction",
-    "image_faithfulness": "keeps the input image's composition, lighting, style and background while changing it",
-    "input_faithfulness": "keeps the key elements and style of the input image",
-    "image_consistency": "keeps several generated images consistent (characters, scene details)",
-    "congruence": "keeps several generated images consistent (characters, scene details, style)",
-    "text_image_alignment": "has text and images that match and work together",
-    "text_quality": "writes better text (correctness, coherence, grammar, tone)",
-    "text_rendering": "renders text inside its images better (spelling, legibility, integration)",
-    "overall_quality": "is better made and more realistic, with fewer visual artifacts or distortions",
-    "overall_image_quality": "has better images, with fewer artifacts, distortions or inconsistencies",
-}
-RUBRICS = {
-    "image": "image generation: faithfulness_to_prompt text_rendering input_faithfulness image_consistency "
-    "text_image_alignment text_quality overall_quality",
-    "edit": "image editing: text_faithfulness image_faithfulness overall_image_quality text_rendering",
-    "interleaved": "interleaved text-and-image generation: text_faithfulness image_faithfulness "
-    "overall_image_quality congruence text_image_alignment text_quality text_rendering",
-}
-FAIR = "Be impartial: neither the order of the responses, their length nor the models' names may sway you."
-RUBRIC_PROMPT = (
-    "You are an expert judge of {kind}: compare two AI-generated responses to the same prompt and decide which "
-    f"is better. {FAIR} [ORIGINAL PROMPT TO MODEL:] is the instruction both models received (with its input "
-    "image, if any); [RESPONSE A:] and [RESPONSE B:] are their text and/or images. Reason step by step, comparing "
-    "both, on each criterion (write Not Applicable where it does not apply):\n{rubric}\nThen score 1-6 (6: A "
-    "significantly better, 5: A marginally better, 4: unsure or A negligibly better, 3: unsure or B negligibly "
-    "better, 2: B marginally better, 1: B significantly better) and rate your confidence from 0.0 to 1.0 "
-    "conservatively (mostly 0.2-0.5; 0.8 or more only when one response is better on every criterion). Always "
-    'answer in this JSON format: {{"reasoning": {{{keys}, "comparison_summary": "..."}}, "score": <int 1-6>, '
-    '"better_response": "A" or "B", "confidence": <float 0.0-1.0>, "confidence_rationale": "..."}}'
-)
-REASONING_PROMPT = (
-    "Act as an impartial judge of the responses two AI assistants gave to the user question below: choose the one "
-    "that follows the instructions and answers better (helpfulness, relevance, accuracy, depth, level of detail). "
-    f"Compare them first and explain briefly. {FAIR} Then answer in this JSON format: "
-    '{"reasoning": "...", "better_response": "A" or "B"}'
-)
-
-
-def judge_prompt(task: str) -> str:
-    """The published judge prompt of a task (``evaluation_prompts.py``), our wording."""
-    if task == "reasoning":
-        return REASONING_PROMPT
-    kind, names = RUBRICS[task].split(": ")
-    rubric = "\n".join(f"- {n}: which response {CRITERIA[n]}" for n in names.split())
-    keys = ", ".join(f'"{n}": "..."' for n in names.split())
-    return RUBRIC_PROMPT.format(kind=kind, rubric=rubric, keys=keys)
+TASKS = ("t2i", "edit", "interleaved", "reasoning")
+"""The benchmark's files, each judged with its own published prompt (``published_prompts.yaml``)."""
 
 
 def _unfenced(text: str) -> str:  # api_pairwise_evaluator.py lines 69-70
@@ -109,7 +61,8 @@ PARSERS.update(mmrb2_published=parse_published, mmrb2_strict=parse_strict)
 class MMRB2Options(preference.PreferenceOptions):
     """``data_dir``: the folder holding ``benchmark/`` (or that folder); ``tasks``: some of the four."""
 
-    tasks: common.choices(tuple(TASKS)) = tuple(TASKS)
+    SUITE, SPLITS_KEY = NAME, "tasks"
+    tasks: common.choices(TASKS) = TASKS
 
 
 def _part(p: Any) -> bool:
@@ -149,10 +102,11 @@ def load_items(opts: MMRB2Options, limit: int | None) -> tuple[list[Pair], dict[
     return items, counts, folder
 
 
-def published_messages(item: preference.ContentPair, parts: list[Any]) -> list[dict[str, Any]]:
-    """The published request (``api_pairwise_evaluator.py`` lines 101-109): the task's judge prompt, then the
-    prompt's and the two responses' parts in order, each group after its label."""
-    head = [judge_prompt(TASKS[item.group]), "[ORIGINAL PROMPT TO MODEL:]"]
+def published_messages(prompts: dict, item: preference.ContentPair, parts: list[Any]) -> list[dict[str, Any]]:
+    """The published request (``api_pairwise_evaluator.py`` lines 101-109): the task's judge prompt as it stands
+    (its JSON braces never formatted), then the prompt's and the two responses' parts in order, each group after
+    its label."""
+    head = [prompts[item.group].text("user"), "[ORIGINAL PROMPT TO MODEL:]"]
     labels = head, ["[RESPONSE A:]"], ["[RESPONSE B:]"]
     return preference.user_turn([p for ls, ps in zip(labels, parts) for p in [["text", t] for t in ls] + ps])
 

@@ -18,16 +18,6 @@ from perception_judge.evaluation.benchmarks.published import whole_completion
 
 NAME, WHAT = "multimodal_rewardbench", "Multimodal RewardBench"
 COLUMNS = ("ID", "Text", "Output1", "Output2", "Better", "Category")
-JUDGE_PROMPT = (  # the format of 1_run_model_as_judge_gpt4o.py lines 78-80, our wording
-    "You are an impartial judge. Compare the responses two AI assistants gave to the user question below and decide "
-    "which one follows the user's instructions and answers the question better, weighing helpfulness, relevance, "
-    "accuracy, depth, creativity and level of detail. Compare the two responses first and explain briefly. Do not "
-    "let their order, their length or the assistants' names influence you; be as objective as you can. After the "
-    'explanation, give your final verdict strictly in this format: "[[A]]" if assistant A is better, "[[B]]" if '
-    "assistant B is better.\n\n[User Question]\n{question}\n\n[The Start of Assistant A's Answer]\n{answer_a}\n"
-    "[The End of Assistant A's Answer]\n\n[The Start of Assistant B's Answer]\n{answer_b}\n"
-    "[The End of Assistant B's Answer]"
-)
 
 
 def category_of(item_id: str, category: str) -> str:
@@ -86,10 +76,14 @@ def load_items(opts: Any, limit: int | None) -> tuple[list[preference.ContentPai
     return items[:limit], counts, table.path
 
 
-def published_messages(item: preference.ContentPair, parts: list[Any]) -> list[dict[str, Any]]:
+class MRBOptions(preference.PreferenceOptions):
+    SUITE = NAME
+
+
+def published_messages(prompts: dict, item: preference.ContentPair, parts: list[Any]) -> list[dict[str, Any]]:
     """The published request (lines 44-59): the judge prompt with the question and both answers, then the image."""
-    text = JUDGE_PROMPT.format(question=parts[0][1][1], answer_a=parts[1][0][1], answer_b=parts[2][0][1])
-    return preference.user_turn([["text", text], ["image", None]])
+    values = {"question": parts[0][1][1], "answer_a": parts[1][0][1], "answer_b": parts[2][0][1]}
+    return prompts[""].messages(values)
 
 
 def official(judged: common.Judged, seed: int, out: Path, protocol: dict[str, Any]) -> dict[str, Any]:
@@ -120,4 +114,4 @@ SPEC = preference.Benchmark(NAME, load_items, published_messages, PARSER_RULES, 
 PRIMARY = ("mean.acc", "mean.acc_both_orders", "official.acc", "official.acc.by_category.*")
 """The project's accuracy (it ranks models) and both-orders accuracy, then the script's overall and per category."""
 RUN = functools.partial(preference.run, SPEC)
-SUITE = Suite(NAME, preference.PreferenceOptions, preference.METRICS, PRIMARY, RUN)
+SUITE = Suite(NAME, MRBOptions, preference.METRICS, PRIMARY, RUN)

@@ -132,10 +132,12 @@ class Item:
     gt: Any  # "A" | "B" | "C" (pair), int 1-5 (score), ranking string (batch)
     where: str = ""  # "<file> record <row>", for messages
 
-    def request(self, suite: str, image: Any, parser: str = "protocol") -> JudgeRequest:
+    def request(self, suite: str, image: Any, parser: str = "protocol", prompt: Any = None) -> JudgeRequest:
+        """The item's request: the project's prompt, or the published ``prompt`` (a ``prompt_source.Prompt``)."""
+        render = prompt.render if prompt else functools.partial(build_messages, PROMPT_PROTOCOL[self.setting])
         return JudgeRequest(
             request_id=f"{suite}:{self.item_id}:r{self.row}",
-            messages=build_messages(PROMPT_PROTOCOL[self.setting], self.question, self.responses, n_images=1),
+            messages=render(self.question, self.responses, n_images=1),
             images=[image],
             n_scores=1 if self.setting == "score" else len(self.responses),
             parser=parser,

@@ -6,6 +6,7 @@ verbosity and self-enhancement suites. Preferences and verdicts are in **respons
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,11 +43,13 @@ def pair_requests(
     tag: str = "",
     swap_images: bool = False,
     parser: str = "protocol",
+    render: Callable[..., list[dict[str, Any]]] | None = None,
 ) -> list[JudgeRequest]:
     """Pair-protocol requests for the item's two candidates (or ``responses``) in each order (variant
     ``f"{tag}{order}"``). Swapping exchanges the two responses, or the two images when ``swap_images`` (MJ-Bench:
-    the candidates are images)."""
-    out = []
+    the candidates are images). ``render(question, responses, n_images)``: the messages (default the project's
+    pair prompt; a published prompt's ``Prompt.render``)."""
+    render, out = render or functools.partial(build_messages, "pair"), []
     for order in ORDERS:
         resp, imgs = list(responses or item.responses), list(images)
         if order == SWAP:
@@ -54,7 +57,7 @@ def pair_requests(
         out.append(
             JudgeRequest(
                 request_id=f"{suite}:{item.item_id}:{tag}{order}",
-                messages=build_messages("pair", item.question, resp, n_images=len(imgs)),
+                messages=render(item.question, resp, n_images=len(imgs)),
                 images=imgs,
                 n_scores=2,
                 parser=parser,

@@ -1,9 +1,11 @@
 """Pairwise preference benchmarks in their released layouts (Multimodal RewardBench, MMRB2): a prompt and two
-responses of text and image parts, judged in both orders with the project's pair prompt or the benchmark's own; the
+responses of text and image parts, judged in both orders with the project's pair prompt or the benchmark's own (read
+from ``prompt_source``); the
 project's protocol (ties and failures wrong, 95% Wilson intervals) and ``official.*``, the benchmark's own script."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ from pydantic import model_validator
 
 from perception_judge.core.protocol import build_messages
 from perception_judge.core.schema import JudgeRequest
-from perception_judge.evaluation.base import INFO, JudgeBackend, Metric, SuiteConfig, SuiteResult
+from perception_judge.evaluation.base import INFO, JudgeBackend, SuiteConfig, SuiteResult
 from perception_judge.evaluation.benchmarks import common, pairs
 from perception_judge.evaluation.benchmarks import metrics as M
 from perception_judge.evaluation.benchmarks.published import DESCRIPTIONS
@@ -22,16 +24,14 @@ from perception_judge.evaluation.stats import wilson_interval
 IMAGE = "\ue000"  # an image's place while the project's prompt is rendered (a private-use character)
 SCORES = {"A": [1.0, 0.0], "B": [0.0, 1.0], "C": [0.0, 0.0]}  # a verdict as a parser's scores (C: neither)
 CI = {f"{m}_ci95_{end}": INFO for m in ("acc", "acc_both_orders") for end in ("lo", "hi")}
-PROMPTS = {
-    "project": "the project's pair prompt; images before the question's text first, the others where they stand",
-    "published": "the benchmark's judge prompt (our wording), then every part of the item in order, one user turn",
-}
-METRICS = {**M.METRICS, "acc": Metric(chance=0.5), "acc_both_orders": Metric(chance=0.25), **CI}
+METRICS = {**M.METRICS, **CI}
 
 
 class PreferenceOptions(common.BenchmarkOptions):
-    """``prompt``: the project's pair prompt or the benchmark's (``parser=published`` needs ``published``)."""
+    """``prompt``: the project's pair prompt or the benchmark's, read from ``prompt_source`` (``parser=published``
+    needs ``published``)."""
 
+    PROMPT = "published"
     data_dir: common.DataPath
     prompt: Literal["project", "published"] = "project"
 
@@ -40,6 +40,10 @@ class PreferenceOptions(common.BenchmarkOptions):
         if self.parser == "published" and self.prompt != "published":
             raise ValueError(
                 "parser=published reads the published prompt's verdict: set prompt=published too"
+            )
+        if self.prompt == "published" and self.prompt_source is None:
+            raise ValueError(
+                "prompt=published reads the benchmark's prompt from prompt_source=DIR (its checkout)"
             )
         return self
 
@@ -60,7 +64,8 @@ class ContentPair:
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A suite for :func:`run`: ``load(opts, limit)``, ``render(item, parts)`` (the published request), the published
+    """A suite for :func:`run`: ``load(opts, limit)``, ``render(prompts, item, parts)`` (the published request from
+    the published prompts), the published
     prompt's parsers (option -> (name, rule)), ``official(judged, seed, out_dir, protocol)`` and its rule."""
 
     name: str
@@ -119,15 +124,15 @@ def run(spec: Benchmark, backend: JudgeBackend, config: SuiteConfig) -> SuiteRes
     items, counts, path = spec.load(opts, config.limit)
     for item in items:
         item.check_images()
-    render, parser = (
-        (spec.render, spec.parsers[opts.parser][0]) if published else (project_messages, "protocol")
-    )
+    render, parser = project_messages, "protocol"
+    if published:
+        render, parser = functools.partial(spec.render, bench.prompts), spec.parsers[opts.parser][0]
     build = lambda it: requests(spec.name, it, bench.images(it), render, parser)  # noqa: E731
     log = lambda it: {"item_id": it.item_id, "group": it.group, "preferred": it.preferred}  # noqa: E731
     judged = bench.judge(items, build, spec.name, counts, log)
     metrics = pairs.aggregated(bench, judged, seed_metrics)[0]
     rule = f"{opts.parser}: {spec.parsers[opts.parser][1]}" if published else DESCRIPTIONS["strict"]
-    protocol = {"benchmark": spec.name, "path": str(path), "prompt": PROMPTS[opts.prompt], "parser": rule}
+    protocol = {"benchmark": spec.name, "path": str(path), "parser": rule}
     protocol["correct"] = "the human's preferred response, in both orders; a tie or a failure is wrong"
     protocol["official_rule"] = (
         spec.rule if published else "none: the script reads the published prompt's verdict"
@@ -136,4 +141,4 @@ def run(spec: Benchmark, backend: JudgeBackend, config: SuiteConfig) -> SuiteRes
         official = bench.mean(lambda s: spec.official(judged, s, Path(config.out_dir), protocol), "official.")
         metrics |= common.prefixed("official", official)
         metrics |= dict.fromkeys(protocol.get("undefined_metrics", {}))  # never a number unlike the script's
-    return bench.result(metrics, counts, protocol, "not resized")
+    return bench.result(metrics, counts, protocol, "not resized", parser=parser)

@@ -18,6 +18,7 @@ NAME = "vlrewardbench"
 
 
 class VLRewardBenchOptions(common.BenchmarkOptions):
+    SUITE = NAME
     data_dir: common.DataPath
     split: str = "test"
 
@@ -29,9 +30,11 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     items = items[: config.limit]  # a None limit keeps everything
     for item in items:
         item.check_images()
+    render = bench.prompts[""].render if bench.prompts else None  # Flex-Judge's, verbatim (its copy slip too)
+    parser = request_parser(opts.parser)
     judged = bench.judge(
         items,
-        lambda it: pairs.pair_requests(NAME, it, bench.images(it), parser=request_parser(opts.parser)),
+        lambda it: pairs.pair_requests(NAME, it, bench.images(it), parser=parser, render=render),
         "vlrewardbench",
         counts,
         lambda it: {"item_id": it.item_id, "category": it.group, "preferred": it.preferred},
@@ -46,8 +49,8 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         "benchmark": "VL-RewardBench (MMInstruction/VL-RewardBench)",
         "path": str(path),
         "split": opts.split,
-        "prompt": "perception_judge.core.protocol.build_messages('pair'), one image, two 1-10 scores",
-        "orders": "every pair judged in both orders; the swapped verdict un-swapped",
+        "orders": "every pair judged in both orders; the swapped verdict un-swapped (Flex-Judge swaps at random, "
+        "p=0.5: the same expectation)",
         "parser": DESCRIPTIONS[opts.parser],
         "correct": "the preferred response equals the human's (human_ranking); a tie or a parse failure is wrong",
         "category": "explicit 'category' field, else the id prefix mapped as in lmms-eval (unknown -> general)",
@@ -64,7 +67,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
         },
         "undefined_metrics": common.prefixed("official", undefined),
         "published_protocol": "Flex-Judge: temperature 0.6, top_p 0.95, response order swapped at random (p=0.5), "
-        "image not resized",
+        "image not resized; its system prompt (prompt_source) is sent verbatim, its copy slip too",
     }
     return bench.result(metrics, counts, protocol, "not resized")
 

@@ -1,20 +1,19 @@
 """Scoring prompts of the bias suite and the MM-JudgeBias-style ``### Score:`` parsers (docs/evaluation.md §2,
 "Prompts and parsers"): ``single``, our judge's pointwise format, and ``mmjb``, the *structure* of the MM-JudgeBias
-scoring prompt (``mm_judgebias/prompts.py`` in ``naver-ai/MM-JudgeBias``, Apache-2.0; our wording; the image
-mentioned even for text-only calls, upstream B11). The parsers ``mmjb`` and ``mmjb_strict`` are registered in
-:data:`perception_judge.evaluation.base.PARSERS`.
+scoring prompt (``mm_judgebias/prompts.py`` in ``naver-ai/MM-JudgeBias``, Apache-2.0; our wording, :data:`MMJB`,
+unless ``prompt_source`` gives the published text; the image mentioned even for text-only calls, upstream B11). The
+parsers ``mmjb`` and ``mmjb_strict`` are registered in :data:`perception_judge.evaluation.base.PARSERS`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
-from typing import Any
 
 from perception_judge.core.protocol import THINK_CLOSE, THINK_OPEN, build_messages, system_prompt, user_text
 from perception_judge.core.schema import MAX_SCORE, MIN_SCORE, sha256_hex
 from perception_judge.evaluation.base import PARSERS
+from perception_judge.evaluation.prompt_source import PROJECT, Prompt
 
 SCORE_MARKER = "### Score:"
 
@@ -36,34 +35,23 @@ do not give a general impression.
 ### Score:"""
 
 
-def load_template(path: str | Path | None) -> str:
-    """The mmjb template: ours, or the text of ``path`` (must contain ``{instruction}`` and ``{response}``)."""
-    if not path:
-        return MMJB_TEMPLATE
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"mmjb_template_file {str(p)!r} does not exist")
-    text = p.read_text(encoding="utf-8")
-    for key in ("{instruction}", "{response}"):
-        if key not in text:
-            raise ValueError(f"mmjb_template_file {str(p)!r} lacks the placeholder {key}")
-    return text
+MMJB = Prompt({"user": (("=", MMJB_TEMPLATE),)}, "instruction response", "last", (1, 10), "mmjb", PROJECT)
+"""Our wording of the published prompt, sent as ``prompt_source``'s would be: one user turn, the text, then the image."""
 
 
 def score_messages(
-    prompt: str, instruction: str, response: str, has_image: bool, template: str = MMJB_TEMPLATE
-) -> list[dict[str, Any]]:
-    """The messages of one pointwise scoring call: the ``single`` protocol, or one ``mmjb`` user message (the
-    filled template, then the image placeholder if any)."""
+    prompt: str, instruction: str, response: str, has_image: bool, mmjb: Prompt = MMJB
+) -> list[dict]:
+    """The messages of one pointwise scoring call: the ``single`` protocol, or the ``mmjb`` prompt's one user message
+    (the template filled, ``str.format`` as upstream's ``EVAL_PROMPT.format``, then the image placeholder if any)."""
     if prompt == "single":
         return build_messages("single", instruction, [response], int(has_image))
-    text = template.replace("{instruction}", instruction).replace("{response}", response)
-    images = [{"type": "image"}] if has_image else []
-    return [{"role": "user", "content": [{"type": "text", "text": text}, *images]}]
+    return mmjb.messages({"instruction": instruction, "response": response}, images=int(has_image))
 
 
-def prompt_hash(prompt: str, template: str = MMJB_TEMPLATE) -> str:
+def prompt_hash(prompt: str, mmjb: Prompt = MMJB) -> str:
     """A short hash of the prompt text that scores are produced with (recorded with every result)."""
+    template = "".join(text for _, text in mmjb.texts["user"])
     if prompt == "single":
         template = system_prompt("single", 1) + "\x00" + user_text("single", "{instruction}", ["{response}"])
     return sha256_hex(f"{prompt}\x00{template}")[:16]

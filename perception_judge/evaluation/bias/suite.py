@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from perception_judge.core.io import atomic_write_json
-from perception_judge.core.options import CommaList, Options
+from perception_judge.core.options import CommaList
 from perception_judge.core.schema import JudgeRequest, JudgeResult, content_key
 from perception_judge.evaluation import base
 from perception_judge.evaluation.bias import metrics as M
@@ -25,21 +25,25 @@ from perception_judge.evaluation.bias.items import builtin_base_items, synth_bas
 from perception_judge.evaluation.bias.loader import META_FIELDS, load_official
 from perception_judge.evaluation.bias.perturbations import BiasPair, build_pairs
 from perception_judge.evaluation.bias.prompts import (
+    MMJB,
     is_out_of_range,
-    load_template,
     prompt_hash,
     score_messages,
     upstream_extract_score,
 )
 from perception_judge.evaluation.bias.taxonomy import BIASES, CATEGORIES, get_bias, select
+from perception_judge.evaluation.prompt_source import PROJECT, Prompt, PublishedPromptOptions, comparable
 
 log = logging.getLogger(__name__)
 
 SIDES = ("unbiased", "biased")
 
 
-class BiasOptions(Options):
-    """The suite's options (``SuiteConfig.options``; ``--set bias.KEY=VALUE`` on the command line)."""
+class BiasOptions(PublishedPromptOptions):
+    """The suite's options (``SuiteConfig.options``; ``--set bias.KEY=VALUE`` on the command line);
+    ``prompt_source``: MM-JudgeBias's prompt, with ``prompt=mmjb``."""
+
+    SUITE, PROMPT = "bias", "mmjb"
 
     source: Literal["synth", "builtin", "official", "items", "pairs"] = "synth"
     data: str | Path | None = Field(None, validate_default=True)  # official: datasets / parquet folder, JSONL
@@ -54,7 +58,6 @@ class BiasOptions(Options):
     )
     prompt: Literal["single", "mmjb"] = "single"
     parser: Literal["compat", "strict"] = "compat"  # of the mmjb prompt
-    mmjb_template_file: str | Path | None = None  # the exact upstream template, for prompt parity
     abstention: M.Abstention = "drop"
     empty: M.EmptyRule = "upstream"
     insertion_mode: Literal["keywords", "query"] = "keywords"
@@ -118,17 +121,20 @@ def load_pairs(opts: BiasOptions, limit: int | None = None) -> tuple[list[BiasPa
                 kept.append(p)
         pairs = kept
     info["n_pairs"] = len(pairs)
+    n = info.get("load_report", {}).get("n_missing_image")
+    info["left_out"] = [f"limit {limit} per type"] * (limit is not None) + [f"{n} rows unjudged"] * bool(n)
+    info["complete"] = not info["left_out"]
     return pairs, info
 
 
-def side_request(pair: BiasPair, side: str, prompt: str, parser: str, template: str) -> JudgeRequest:
+def side_request(pair: BiasPair, side: str, prompt: str, parser: str, mmjb: Prompt = MMJB) -> JudgeRequest:
     s = getattr(pair, side)
     meta = {"suite": "bias", "pair_id": pair.pair_id, "bias_type": pair.bias_type, "side": side}
     meta |= {"item_id": pair.meta.get("item_id", ""), "query_source": s.query_source}
     meta["image_source"] = s.image_source
     return JudgeRequest(
         request_id=f"bias-{pair.pair_id}-{side}",
-        messages=score_messages(prompt, s.query, pair.response, s.image is not None, template),
+        messages=score_messages(prompt, s.query, pair.response, s.image is not None, mmjb),
         images=[s.image] if s.image is not None else [],
         n_scores=1,
         parser=parser,
@@ -294,8 +300,9 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
     """The pairs, their requests and what every per-sample file records of the run."""
     opts: BiasOptions = config.options
     parser = {"compat": "mmjb", "strict": "mmjb_strict"}[opts.parser] if opts.prompt == "mmjb" else "protocol"
-    template = load_template(opts.mmjb_template_file)
-    p_hash = prompt_hash(opts.prompt, template)
+    prompts = opts.prompts()  # read again: the cell records the file it used
+    mmjb, origin = prompts.get("", MMJB), {s: p.provenance for s, p in prompts.items()} or PROJECT
+    p_hash = prompt_hash(opts.prompt, mmjb)
     described = backend.describe()
     model_key = str(opts.model_key or described.get("label") or described.get("model") or backend.name)
     pairs, source_info = load_pairs(opts, config.limit)
@@ -307,9 +314,9 @@ def _prepare(backend: base.JudgeBackend, config: base.SuiteConfig) -> dict[str, 
         "source_info": source_info,
         "model_key": os.path.basename(model_key.rstrip("/")) or model_key,
         "requests": {
-            (p.pair_id, s): side_request(p, s, opts.prompt, parser, template) for p in pairs for s in SIDES
+            (p.pair_id, s): side_request(p, s, opts.prompt, parser, mmjb) for p in pairs for s in SIDES
         },
-        "provenance": dict(prompt=opts.prompt, prompt_hash=p_hash, parser=parser, resume_key=resume_key),
+        "provenance": dict(prompt=origin, prompt_hash=p_hash, parser=parser, resume_key=resume_key),
     }
 
 
@@ -384,6 +391,7 @@ def run(backend: base.JudgeBackend, config: base.SuiteConfig) -> base.SuiteResul
         **opts.model_dump(include={"abstention", "empty"}),
         "model_key": model_key,
         "data": {k: v for k, v in source_info.items() if k != "load_report"},
+        "comparable": comparable("bias", opts.prompts(), prep["provenance"]["parser"], source_info),
         **opts.model_dump(include={"data_seed", "n_per_type"}),
         "bias_types": types,
         "aggregation": "per bias: mean of BD_i / BC_i over used pairs; category: unweighted mean of its biases; "
@@ -411,7 +419,7 @@ NOTE = (
     "meaning-preserving changes; overall = mean of the nine. Higher is better everywhere."
 )
 BARS = base.Bars(
-    "bias_per_model.png", "MM-JudgeBias: the nine biases per model", {b.bias_type: b.short for b in BIASES},
+    "bias_per_model.png", "The nine MM-JudgeBias bias types per model", {b.bias_type: b.short for b in BIASES},
     {b.bias_type: "Bias-Deviation (↑)" if b.metric == "bd" else "Bias-Conformity (↑)" for b in BIASES},
     "overall", "score (higher is better; hatched n/a: no scorable pair)",
 )  # fmt: skip
