@@ -211,3 +211,13 @@ def test_a_piped_evaluation_log_has_no_terminal_codes(tmp_path):
     for stream in (done.stdout, done.stderr):
         assert b"\r" not in stream and b"\x1b" not in stream, stream[-2000:]
     assert b"cells: 2 run" in done.stdout
+
+
+def test_demo_help_and_readme_give_the_same_two_family_command():
+    """The two-family world's settings: `demo --help` and the README said different step counts."""
+    from perception_judge.tiny.demo import DemoOptions
+
+    advice = " ".join(DemoOptions.model_fields["families"].description.split())
+    flags = advice.split("run it with ")[1].split(" (")[0]
+    assert flags == "--learnability-steps 2000 --train-steps 1200", advice
+    assert f"demo --families colour,count {flags}" in " ".join((REPO / "README.md").read_text().split())
