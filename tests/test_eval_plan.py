@@ -354,7 +354,7 @@ def inputs(tmp_path):
         (["--model", "m={base}", "--adapter", "{empty}"], "'{empty}' is not a LoRA adapter folder"),
         (
             ["--model", "m=Qwen/No-Such-Judge"],
-            "'Qwen/No-Such-Judge' no such folder, nor a Hub model in the cache",
+            "'Qwen/No-Such-Judge': no such folder, nor a Hub model in the cache",
         ),
         (
             ["--backend", "scripted", "--model", "m=no_such_module:judge"],
