@@ -27,7 +27,7 @@ help:
 	@echo "make test-ray        sweep workers as Ray tasks on a local Ray cluster (installs ray)"
 	@echo "make install-vllm    create .venv-vllm/ with vLLM (the CPU build here, the regular one on a GPU machine)"
 	@echo "make test-vllm       real vLLM engines and servers on a tiny model (installs .venv-vllm/ if needed)"
-	@echo "make test-all        what CI runs: test, test-slow, test-deepspeed, test-ray, test-vllm"
+	@echo "make test-all        what CI runs: make test, then the slow, DeepSpeed and vLLM tests"
 	@echo "make demo            the whole pipeline at toy scale under runs/demo/ (FRESH=1 starts over)"
 	@echo "make bench           every benchmark in bench/, one table of measured ratios"
 	@echo "make lint            ruff"
