@@ -374,8 +374,8 @@ def inputs(tmp_path):
             "bias.data: '{gone}' does not exist",
         ),
         (
-            ["--set", "bias.mmjb_template_file={empty}"],
-            "bias.mmjb_template_file: '{empty}' is a folder, not a file",
+            ["--suites", "position", "--set", "position.pairs_file={empty}"],
+            "position.pairs_file: '{empty}' is a folder, not a file",
         ),
         (["--set", "bias.images_dir={file}"], "bias.images_dir: '{file}' is a file, not a folder"),
         (
