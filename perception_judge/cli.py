@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from perception_judge import __version__
 from perception_judge.core.command import Command
+from perception_judge.core.io import library_bars_off
+from perception_judge.core.redact import redact_text
 
 # name -> (module:attribute of a Command, one-line help). Listed in pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,10 +78,15 @@ def _top_help() -> str:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line; the usage is what --help prints
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser(name: str, command: Command) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"perception-judge {name}",
-        description=command.description or COMMANDS[name][1],
+        description=(command.description or COMMANDS[name][1]).replace("``", "`"),  # reST in docstrings
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_arguments(parser)
@@ -95,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     if name not in COMMANDS:
-        print(f"perception-judge: unknown command {name!r}\n\n{_top_help()}", file=sys.stderr)
+        print(f"perception-judge: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    if not sys.stderr.isatty():  # a log file: no library progress bars either
+        library_bars_off()
     module_name, attr = COMMANDS[name][0].split(":")
     command = getattr(importlib.import_module(module_name), attr)
     if not isinstance(command, Command):  # a job with its own parser: training's, trl's
@@ -106,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         args, args.passthrough = parser.parse_known_args(argv[1:])
     else:
         args = parser.parse_args(argv[1:])
-    from perception_judge.core.options import OptionError
-
     try:
         code = command.run(args)
-    except OptionError as e:  # a bad option: one line, before any work
-        print(f"perception-judge {name}: error: {e}", file=sys.stderr)
+    except (OSError, ValueError, KeyError, ImportError) as e:  # input or environment: one line, no traceback
+        where = " ".join(filter(None, (name, vars(args).get("action"))))
+        message = " ".join(redact_text(str(e.args[0] if isinstance(e, KeyError) and e.args else e)).split())
+        print(f"perception-judge {where}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -203,5 +203,5 @@ def test_the_shared_sampling_and_pixel_policy_records_speak_the_one_error_format
     )
     assert pixel_policy_of(flat) == PixelPolicy(mode="smart", max_pixels=10**5)
     assert pixel_policy_of({"image_size": 64, "image_factor": 32}) == PixelPolicy(size=64, factor=32)
-    with pytest.raises(OptionError, match=r"^image: Value error, need 0 < min_pixels <= max_pixels"):
+    with pytest.raises(OptionError, match=r"^image: need 0 < min_pixels <= max_pixels"):
         pixel_policy_of({"image_min_pixels": 10, "image_max_pixels": 5}, "image")

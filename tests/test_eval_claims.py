@@ -205,7 +205,7 @@ def test_ray_without_the_package_names_the_extra(tmp_path, monkeypatch, capsys):
     the Ray path; the claim worker itself is what the --claim tests above run)."""
     import builtins
 
-    from perception_judge.evaluation import cli as eval_cli
+    from perception_judge.cli import main
 
     real_import = builtins.__import__
 
@@ -216,10 +216,8 @@ def test_ray_without_the_package_names_the_extra(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
     run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
-    parser = __import__("argparse").ArgumentParser()
-    eval_cli.add_arguments(parser)
-    args = parser.parse_args(["sweep", str(run_dir), "--out", str(tmp_path / "o"), "--suites", "bias",
-                              "--backend", "scripted", "--ray", "2", "-q"])  # fmt: skip
-    assert eval_cli.run(args) == 2
+    args = ["eval", "sweep", str(run_dir), "--out", str(tmp_path / "o"), "--suites", "bias",
+            "--backend", "scripted", "--ray", "2", "-q"]  # fmt: skip
+    assert main(args) == 2  # the entry point prints an ImportError as one line
     assert "perception-judge[ray]" in capsys.readouterr().err
     assert not (tmp_path / "o" / "cells").exists()

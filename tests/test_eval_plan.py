@@ -319,3 +319,117 @@ def test_eval_run_judges_are_typed_entries_checked_by_the_plan(tmp_path, capsys,
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert message in line, line
     assert not (tmp_path / "no").exists()
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """Paths of every shape: a model folder, an adapter whose base is gone, an empty folder, a file."""
+    base, adapter, empty = tmp_path / "base", tmp_path / "adapter", tmp_path / "empty"
+    for folder in (base, adapter, empty):
+        folder.mkdir()
+    (base / "config.json").write_text("{}")
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": str(tmp_path / "gone")})
+    )
+    (tmp_path / "a.txt").write_text("x")
+    return {
+        "base": base,
+        "adapter": adapter,
+        "empty": empty,
+        "file": tmp_path / "a.txt",
+        "gone": tmp_path / "gone",
+    }
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--suites", "bias,perception", "--model", "m={base}"],
+            "perception.data: the perception suite needs",
+        ),
+        (["--model", "m={gone}"], "models.m: model folder '{gone}' does not exist"),
+        (["--model", "m={empty}"], "models.m: '{empty}' is not a model folder (no config.json)"),
+        (["--model", "m={file}"], "models.m: '{file}' is not a model folder (a file)"),
+        (["--model", "m={adapter}"], "models.m: model folder '{gone}' does not exist"),  # the base it names
+        (["--model", "m={base}", "--adapter", "{empty}"], "'{empty}' is not a LoRA adapter folder"),
+        (
+            ["--model", "m=Qwen/No-Such-Judge"],
+            "'Qwen/No-Such-Judge': no such folder, nor a Hub model in the cache",
+        ),
+        (
+            ["--backend", "scripted", "--model", "m=no_such_module:judge"],
+            "models.m: No module named 'no_such_module'",
+        ),
+        (["--backend", "scripted", "--model", "m=fair"], "models.m: unknown scripted judge 'fair'"),
+        (
+            ["--suites", "perception", "--set", "perception.data={empty}"],
+            "perception.data: '{empty}' holds no validation",
+        ),
+        (
+            ["--suites", "mjbench", "--set", "mjbench.data_dir={gone}"],
+            "mjbench.data_dir: '{gone}' does not exist",
+        ),
+        (
+            ["--set", "bias.source=official", "--set", "bias.data={gone}"],
+            "bias.data: '{gone}' does not exist",
+        ),
+        (
+            ["--suites", "position", "--set", "position.pairs_file={empty}"],
+            "position.pairs_file: '{empty}' is a folder, not a file",
+        ),
+        (["--set", "bias.images_dir={file}"], "bias.images_dir: '{file}' is a file, not a folder"),
+        (
+            ["--suites", "position", "--set", "position.trainset_dir={empty}"],
+            "position.trainset_dir: '{empty}' holds",
+        ),
+    ],
+)
+def test_every_path_is_checked_before_any_model_loads(
+    inputs, tmp_path, capsys, no_model_loads, flags, message
+):
+    """Issue 40: `eval run --suites bias,perception` without perception.data ran the bias cell first; a model folder
+    that does not exist was a failed cell (on a GPU node: a 7B load and a finished suite before the typo shows). Now
+    every path a job names is checked with the plan: exit 2, one line naming the key, no judge built, nothing
+    written (not even the output folder)."""
+    argv = [f.format(**inputs) for f in flags]
+    judge = [] if "--model" in argv else ["--model", f"m={inputs['base']}"]
+    out = tmp_path / "out" / "eval"
+    assert main(["eval", "run", "--suites", "bias", *judge, *argv, "--out", str(out), "-q"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("perception-judge eval run: error: ") and message.format(**inputs) in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_checks_the_run_files_paths_before_any_model_loads(tmp_path, capsys, no_model_loads):
+    """A sweep's judges and data come from the run file: a base model that is gone and a training set that moved
+    are refused in one line naming where the path came from, before the first cell."""
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False, train_set=str(tmp_path / "moved"))
+    assert main(["eval", "sweep", str(run_dir), "-q"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert f"perception.data: '{tmp_path / 'moved'}' (the run file's train_set) does not exist" in line, line
+    shutil.rmtree(run_dir / "base")
+    assert main(["eval", "sweep", str(run_dir), "--suites", "bias", "-q"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert f"the run file's base_model: model folder '{run_dir / 'base'}' does not exist" in line, line
+    assert not (run_dir / "eval").exists()
+
+
+def test_a_hub_id_is_left_to_the_backend_to_download(tmp_path, monkeypatch):
+    """A judge named by a Hub id is downloaded by transformers or vLLM, so the plan lets it through; offline
+    (HF_HUB_OFFLINE) only one in the Hugging Face cache passes."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from perception_judge.evaluation.plan import check_inputs
+
+    args = _args(
+        "run", "--suites", "bias", "--model", "q=Qwen/Qwen2.5-VL-7B-Instruct", "--out", str(tmp_path)
+    )
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    check_inputs(_build(args))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="nor a Hub model in the cache"):
+        check_inputs(_build(args))
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: f"/cache/{repo}/{name}")
+    check_inputs(_build(args))

@@ -1,7 +1,7 @@
 """Files and terminals: the one atomic writer of the project (docs/architecture.md "Files that cross stage
-borders"), and its one progress bar. A file is written under a temporary name beside it, unique per host, process,
-thread and call and within the file-name limit, then renamed into place; JSON is redacted on the way out
-(:mod:`perception_judge.core.redact`).
+borders"), and its one progress display (a bar on a terminal, plain lines in a log). A file is written under a
+temporary name beside it, unique per host, process, thread and call and within the file-name limit, then renamed into
+place; JSON is redacted on the way out (:mod:`perception_judge.core.redact`).
 """
 
 from __future__ import annotations
@@ -96,14 +96,71 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+LINE_EVERY_S = 30.0  # seconds between the plain progress lines of a loop whose stderr is no terminal
+PROGRESS: dict[str, bool | None] = {
+    "enabled": None
+}  # what enabled=None means (`eval -q`: False, no progress)
+
+
+class _Lines:
+    """Progress where stderr is no terminal (a SLURM log, a pipe): a plain line at most every :data:`LINE_EVERY_S`
+    seconds (``bias seed 0: 120/480 item (25%), 2.10/s, ETA 171 s; postfix``), a last one at the end if any."""
+
+    def __init__(self, total: int | None, desc: str, unit: str) -> None:
+        self.total, self.desc, self.unit, self.n, self.postfix, self.lines = total, desc, unit, 0, "", 0
+        self.started = self.last = time.monotonic()
+
+    def update(self, n: int = 1, every: float | None = None) -> None:
+        self.n += n
+        if time.monotonic() - self.last >= (LINE_EVERY_S if every is None else every):
+            self.last, self.lines, total = time.monotonic(), self.lines + 1, self.total
+            rate = self.n / max(self.last - self.started, 1e-9)
+            done = (
+                f"{self.n}/{total} {self.unit} ({self.n / total:.0%})" if total else f"{self.n} {self.unit}"
+            )
+            eta = f", ETA {(total - self.n) / rate:.0f} s" if total and rate and self.n < total else ""
+            tail = f"; {self.postfix}" if self.postfix else ""
+            print(f"{self.desc}: {done}, {rate:.2f}/s{eta}{tail}", file=sys.stderr, flush=True)
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        self.postfix = text
+
+    def close(self) -> None:
+        if self.lines:
+            self.update(0, every=0)
+            self.lines = 0
+
+
 def progress_bar(
     total: int | None, desc: str, unit: str = "it", enabled: bool | None = None, **kwargs: Any
 ) -> Any:
-    """The tqdm bar of every long loop (synthesis, PPJD builds, supervised steps, judge calls). ``enabled=None``
-    shows it when stderr is a terminal; a bar with nothing to do is never shown."""
+    """The progress of every long loop (synthesis, PPJD builds, supervised steps, judge calls): a tqdm bar where
+    stderr is a terminal, plain lines elsewhere (:class:`_Lines`); nothing with ``enabled=False`` or nothing to do."""
     from tqdm.auto import tqdm
 
-    show = sys.stderr.isatty() if enabled is None else enabled
+    enabled = PROGRESS["enabled"] if enabled is None else enabled
+    if enabled is not False and total != 0 and not sys.stderr.isatty():
+        return _Lines(total, desc, unit)
     return tqdm(
-        total=total, desc=desc, unit=unit, disable=not show or total == 0, dynamic_ncols=True, **kwargs
+        total=total,
+        desc=desc,
+        unit=unit,
+        disable=enabled is False or total == 0,
+        dynamic_ncols=True,
+        **kwargs,
     )
+
+
+def library_bars_off() -> None:
+    """Turn off the progress bars of huggingface_hub, transformers and datasets (in a log file, or with ``-q``): the
+    variables they read when imported, and the switches of those already imported."""
+    for var in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(var, "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()

@@ -137,7 +137,8 @@ def _describe(model: type[BaseModel], where: str, err: Any, what: str | None) ->
     if err["type"] == "missing":
         hint = f" (flag {flag_name(field, loc[-1])})" if field is not None and field.description else ""
         return f"{key}: required, not given{hint}"
-    return f"{key}: {err['msg']} (got {_shown(loc[-1] if loc else '', err['input'])})"
+    msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return f"{key}: {msg} (got {_shown(loc[-1] if loc else '', err['input'])})"
 
 
 def key_values(

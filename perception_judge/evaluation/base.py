@@ -18,8 +18,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 from perception_judge.core.images import PixelPolicy, load_image
-from perception_judge.core.io import atomic_open
-from perception_judge.core.io import progress_bar as _progress_bar
+from perception_judge.core.io import atomic_open, progress_bar
 from perception_judge.core.options import Options
 from perception_judge.core.protocol import count_image_placeholders, parse_scores
 from perception_judge.core.redact import redact
@@ -148,19 +147,6 @@ class Metric:
 LOWER = Metric(higher_is_better=False)
 INFO = Metric(higher_is_better=None)
 COUNT = Metric(higher_is_better=None, count=True)
-
-
-_PROGRESS = {"enabled": True}
-
-
-def set_progress(enabled: bool) -> None:
-    """Turn the evaluation progress bars on or off (``perception-judge eval -q`` turns them off)."""
-    _PROGRESS["enabled"] = bool(enabled)
-
-
-def progress_bar(total: int, desc: str, unit: str = "it", **kwargs: Any) -> Any:
-    """A tqdm bar for long evaluation loops (disabled when there is nothing to do or progress is off)."""
-    return _progress_bar(total, desc, unit, enabled=_PROGRESS["enabled"], **kwargs)
 
 
 class JudgeBackend(abc.ABC):

@@ -14,6 +14,7 @@ from typing import Literal
 
 from perception_judge.core.command import Command
 from perception_judge.core.options import Options, add_flags, options_from_args
+from perception_judge.evaluation.backends.common import check_folder
 
 
 def judge_chat_template(model: str | Path, think_prefix: str = "auto") -> str:
@@ -40,6 +41,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     o = options_from_args(ChatTemplateOptions, args, "chat-template")
+    check_folder(args.model)
     text = judge_chat_template(args.model, o.think_prefix)
     if o.out:
         Path(o.out).write_text(text)

@@ -13,10 +13,11 @@ from typing import Any
 from pydantic import ConfigDict
 
 from perception_judge.core.command import Command
+from perception_judge.core.io import PROGRESS, library_bars_off
 from perception_judge.core.options import OptionError, Options, add_flags, given_flags, resolve_options
 from perception_judge.core.redact import RedactingFilter, redact_text
 from perception_judge.core.runinfo import read_run
-from perception_judge.evaluation.plan import EvalPlan, JobConfig, RunJob, SweepJob, resolve
+from perception_judge.evaluation.plan import EvalPlan, JobConfig, RunJob, SweepJob, check_inputs, resolve
 from perception_judge.evaluation.suites import SUITES
 
 log = logging.getLogger("perception_judge.eval")
@@ -76,12 +77,15 @@ def job_layers(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]
     return config, flags
 
 
-def plan_of(args: argparse.Namespace) -> EvalPlan:
+def plan_of(args: argparse.Namespace, check: bool = False) -> EvalPlan:
     """The :class:`~perception_judge.evaluation.plan.EvalPlan` of an ``eval sweep`` / ``eval run`` command line: the
     run file (sweep), then :func:`job_layers` (:func:`~perception_judge.evaluation.plan.resolve`: typed and checked
-    once, before any model loads)."""
+    once, before any model loads); ``check``: every path it names too (:func:`~.plan.check_inputs`)."""
     run = read_run(args.run_dir) if args.action == "sweep" else None
-    return resolve(job_layers(args), run=run, job=JOBS[args.action])
+    plan = resolve(job_layers(args), run=run, job=JOBS[args.action])
+    if check:
+        check_inputs(plan, run)
+    return plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,9 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sw = sub.add_parser("sweep", help="evaluate every checkpoint of a training run", description=sweep_help)
     sw.add_argument("run_dir", type=Path, help="training output folder (train_grpo.py --output_dir)")
-    rn = sub.add_parser(
-        "run", help="evaluate and compare judges", description=RunJob.model_fields["models"].description
+    run_help = (
+        "Evaluate judges side by side into --out DIR (cells/, results.csv, results.json, report.md, plots/): "
+        "each --model is one judge, the suites, seeds, sampling and backend are the same for all."
     )
+    rn = sub.add_parser("run", help="evaluate and compare judges", description=run_help)
     for p, job in ((sw, SweepJob), (rn, RunJob)):
         add_flags(p, job)
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
@@ -133,7 +139,7 @@ def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
 def run_sweep(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import sweep
 
-    plan = plan_of(args)
+    plan = plan_of(args, check=True)
     job, out_dir = plan.job, plan.out_dir
     if job.ray:
         from perception_judge.evaluation.ray_workers import run_on_ray
@@ -180,7 +186,7 @@ def run_collect(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import evaluate
 
-    plan = plan_of(args)
+    plan = plan_of(args, check=True)
     outcome, _ = evaluate(list(plan.models), plan, report=not plan.job.no_report, progress=not args.quiet)
     _print_outcome(outcome, plan.out_dir, not plan.job.no_report)
     return 1 if outcome.failed else 0
@@ -213,21 +219,13 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _quiet() -> None:
     """Progress bars off and library warnings only, without importing transformers / datasets (fast)."""
-    from perception_judge.evaluation.base import set_progress
-
-    set_progress(False)
-    for var, value in (("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-                       ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")):  # fmt: skip
-        os.environ.setdefault(var, value)
+    PROGRESS["enabled"] = False
+    library_bars_off()
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     if "transformers" in sys.modules:  # already imported (in-process callers): tell it directly
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
-    if "datasets" in sys.modules:
-        from datasets.utils.logging import disable_progress_bar
-
-        disable_progress_bar()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,13 +238,8 @@ def run(args: argparse.Namespace) -> int:
     for handler in logging.getLogger().handlers:  # no URL credentials on the terminal either
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
-    try:
-        action = dict(sweep=run_sweep, run=run_eval, collect=run_collect, report=run_report, list=run_list)
-        return action[args.action](args)
-    except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"perception-judge eval {args.action}: error: {redact_text(str(msg))}", file=sys.stderr)
-        return 2
+    action = dict(sweep=run_sweep, run=run_eval, collect=run_collect, report=run_report, list=run_list)
+    return action[args.action](args)  # an input error is one line from the entry point (perception_judge.cli)
 
 
 COMMAND = Command(add_arguments=add_arguments, run=run, description=DESCRIPTION)

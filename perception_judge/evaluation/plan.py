@@ -22,7 +22,10 @@ from perception_judge.core.options import Flag, OptionError, Options
 from perception_judge.core.redact import redact
 from perception_judge.core.runinfo import RunInfo
 from perception_judge.core.schema import Sampling
+from perception_judge.core.trainset import split_path
 from perception_judge.evaluation.backends import KINDS, BackendSpec, takes
+from perception_judge.evaluation.backends.common import resolve_model
+from perception_judge.evaluation.backends.scripted import scripted_fn
 from perception_judge.evaluation.base import Ints, Names
 from perception_judge.evaluation.results import cell_id
 from perception_judge.evaluation.suites import SUITES
@@ -263,18 +266,60 @@ def _run_layer(run: RunInfo | None) -> dict[str, Any]:
 
 
 def check_writable(folder: Path) -> None:
-    """Create ``folder`` and write a probe file in it; an ``OptionError`` names the folder when that fails (a
-    read-only run folder, a full disk), before any model loads."""
+    """Create ``folder`` and write a probe file in it, then remove what it made; an ``OptionError`` names the folder
+    when that fails (a read-only run folder, a full disk), before any model loads."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = temp_name(folder / ".write-probe")
         os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         probe.unlink()
+        for p in made:
+            p.rmdir()
     except OSError as e:
         raise OptionError(
             f"cannot write the evaluation to {str(folder)!r} ({e.strerror or e}): pass --out DIR, a folder you can "
             "write to"
         ) from None
+
+
+def _suite_paths(suite: str, options: Options, train_set: str | None) -> None:
+    """The files and folders a suite's options name exist with the shape its reader expects (``*_file`` a file,
+    ``images_dir`` a folder, a training set's folder its split's parquet file)."""
+    split = getattr(options, "split", None) or "validation"
+    for key, value in options:
+        if value is None or not (key == "data" or key.endswith(("_dir", "_file"))):
+            continue
+        p, hint = Path(str(value)).expanduser(), " (the run file's train_set)" * (str(value) == train_set)
+        trainset = key == "trainset_dir" or (key == "data" and suite.startswith("perception"))
+        if not p.exists():
+            problem = "does not exist"
+        elif (key.endswith("_file") and not p.is_file()) or (key == "images_dir" and not p.is_dir()):
+            problem = "is a folder, not a file" if p.is_dir() else "is a file, not a folder"
+        elif trainset and p.is_dir() and not split_path(p, split).is_file():
+            problem = f"holds no {split}.parquet (a training set as `perception-judge export` writes it)"
+        else:
+            continue
+        raise OptionError(f"{suite}.{key}: {str(p)!r}{hint} {problem}")
+
+
+def check_inputs(plan: EvalPlan, run: RunInfo | None = None) -> None:
+    """Every path the plan names is there with the shape its reader expects, checked before any model loads and
+    nothing written: the judges' model and adapter folders (:func:`~.backends.common.check_folder`: a Hub id is
+    downloaded by the backend), a scripted judge's function, every suite's files and folders; an ``OptionError``
+    names the key."""
+    kind, opts = plan.backend.kind, plan.backend.options
+    judges = [(f"models.{e.name}", e.spec) for e in plan.models]
+    for where, spec in judges + ([("the run file's base_model", {"model": run.base_model})] if run else []):
+        try:
+            if kind in ("hf", "vllm"):
+                resolve_model(spec.get("model") or "", spec.get("adapter"), spec.get("base_model"))
+            elif kind == "scripted":
+                scripted_fn(opts.fn if "fn" in opts.model_fields_set else spec.get("fn") or opts.fn)
+        except (OSError, ValueError, ImportError) as e:
+            raise OptionError(f"{where}: {e}") from None
+    for suite in plan.suites:
+        _suite_paths(suite, plan.options[suite], run.train_set if run else None)
 
 
 def resolve(

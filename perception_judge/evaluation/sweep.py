@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perception_judge.core.io import atomic_write_json
+from perception_judge.core.io import atomic_write_json, progress_bar
 from perception_judge.core.runinfo import RUN_FILE as RUN_FILE
 from perception_judge.core.runinfo import RunInfo, has_full_weights, list_checkpoints, read_run
 from perception_judge.core.schema import content_key
 from perception_judge.evaluation.backends.common import fingerprint, has_processor, is_adapter_dir
-from perception_judge.evaluation.base import JudgeBackend, SuiteConfig, progress_bar
+from perception_judge.evaluation.base import JudgeBackend, SuiteConfig
 from perception_judge.evaluation.plan import EvalPlan, ModelEntry, check_cell_names, jsonable, resolve
 from perception_judge.evaluation.results import (
     CELLS_DIR,

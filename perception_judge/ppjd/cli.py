@@ -55,7 +55,7 @@ class SynthOptions(Options):
     overwrite: bool = False
     """replace an existing items.jsonl in --out"""
     progress: bool | None = None
-    """progress bar (default: on a terminal)"""
+    """progress: a bar on a terminal, a line every 30 s in a log (default); --no-progress: none"""
 
 
 def _synth_run(args: argparse.Namespace) -> int:
@@ -63,9 +63,8 @@ def _synth_run(args: argparse.Namespace) -> int:
 
     try:
         o = options_from_args(SynthOptions, args, "synth")
-        progress = sys.stderr.isatty() if o.progress is None else o.progress
         info = write_synthetic(
-            o.out, o.n, o.seed, o.families, o.text_only_fraction, overwrite=o.overwrite, progress=progress
+            o.out, o.n, o.seed, o.families, o.text_only_fraction, overwrite=o.overwrite, progress=o.progress
         )
     except (ValueError, FileExistsError) as e:
         return _error("synth", e, 2)
@@ -102,31 +101,28 @@ def _make_teacher(kind: str, t: TeacherOptions) -> Any:
 def _build_run(args: argparse.Namespace) -> int:
     from perception_judge.ppjd.store import check_out
 
-    try:
-        src, tch, bld = options_from_args(BuildJob, args).sections()
-        if not src.inputs:
-            raise OptionError("no input: pass --input (or source.inputs in --config)")
-        if not bld.out:
-            raise OptionError("no output folder: pass --out (or build.out in --config)")
-        check_out(bld.out)
-        source = sources.open_source(
-            src.inputs,
-            kind=src.kind,
-            mapping=src.mapping or None,
-            image_root=src.image_root,
-            allow_text_only=src.allow_text_only,
-            prefix_map=src.image_prefix_map or None,
-        )
-        kind = tch.kind if tch.kind != "auto" else "programmatic" if source.name == "synthetic" else "llm"
-        teacher = _make_teacher(kind, tch)
-        for warning in teacher.check(source):  # one request to a server: before anything is written
-            print(f"perception-judge build-ppjd: warning: {warning}", file=sys.stderr)
-        if bld.num_parts > 1 or bld.part is not None:
-            part = resolve_part(bld.part, bld.num_parts)
-            claim_partition(bld.out, bld.num_parts, source.describe(), teacher.describe())
-            bld = bld.model_copy(update={"out": str(part_dir(bld.out, part, bld.num_parts)), "part": part})
-    except (ValueError, FileNotFoundError) as e:
-        return _error("build-ppjd", e, 2)
+    src, tch, bld = options_from_args(BuildJob, args).sections()
+    if not src.inputs:
+        raise OptionError("no input: pass --input (or source.inputs in --config)")
+    if not bld.out:
+        raise OptionError("no output folder: pass --out (or build.out in --config)")
+    check_out(bld.out)
+    source = sources.open_source(
+        src.inputs,
+        kind=src.kind,
+        mapping=src.mapping or None,
+        image_root=src.image_root,
+        allow_text_only=src.allow_text_only,
+        prefix_map=src.image_prefix_map or None,
+    )
+    kind = tch.kind if tch.kind != "auto" else "programmatic" if source.name == "synthetic" else "llm"
+    teacher = _make_teacher(kind, tch)
+    for warning in teacher.check(source):  # one request to a server: before anything is written
+        print(f"perception-judge build-ppjd: warning: {warning}", file=sys.stderr)
+    if bld.num_parts > 1 or bld.part is not None:
+        part = resolve_part(bld.part, bld.num_parts)
+        claim_partition(bld.out, bld.num_parts, source.describe(), teacher.describe())
+        bld = bld.model_copy(update={"out": str(part_dir(bld.out, part, bld.num_parts)), "part": part})
     try:
         summary = build(source, teacher, bld, handle_signals=True)
     except FolderLocked as e:
@@ -158,12 +154,9 @@ BUILD = Command(
 
 
 def _export_run(args: argparse.Namespace) -> int:
-    from perception_judge.ppjd.export import ExportError, export_ppjd
+    from perception_judge.ppjd.export import export_ppjd
 
-    try:
-        info = export_ppjd(args.ppjd_dir, args.out, options_from_args(ExportOptions, args, "export"))
-    except (ExportError, ValueError, FileNotFoundError, FileExistsError) as e:
-        return _error("export", e, 2)
+    info = export_ppjd(args.ppjd_dir, args.out, options_from_args(ExportOptions, args, "export"))
     for warning in info.get("warnings", []):
         print(f"perception-judge export: warning: {warning}", file=sys.stderr)
     rows, records = info["rows_total"], info["records"]

@@ -96,7 +96,7 @@ class BuildOptions(Options):
     """seconds the items in flight get to finish after SIGINT/SIGTERM before they are cancelled and left pending
     for the next run"""
     progress: bool | None = None
-    """progress bar (default: on a terminal)"""
+    """progress: a bar on a terminal, a line every 30 s in a log (default); --no-progress: none"""
     max_response_chars: int = 4000
     """skip items whose r_c is longer"""
     max_question_chars: int = 4000

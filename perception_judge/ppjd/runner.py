@@ -149,33 +149,6 @@ async def make_record(key: str, item: SourceItem, teacher: Teacher, options: Bui
     return Outcome(key, item, record, loaded[:2] if loaded else None)
 
 
-class _Progress:
-    """A tqdm bar on a terminal, a log line every 30 s otherwise."""
-
-    def __init__(self, enabled: bool | None, total: int | None) -> None:
-        tty = sys.stderr.isatty() if enabled is None else enabled
-        self.bar = progress_bar(total, "build-ppjd", "rec", enabled=True, smoothing=0.1) if tty else None
-        self.started = self.last_log = time.monotonic()
-        self.total = total
-
-    def update(self, done: int, failed: int) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(done=done, failed=failed, refresh=False)
-            return
-        now = time.monotonic()
-        if now - self.last_log >= 30:
-            self.last_log = now
-            rate = (done + failed) / max(now - self.started, 1e-9)
-            eta = f", ETA {max(0, self.total - done - failed) / max(rate, 1e-9):.0f} s" if self.total else ""
-            line = f"build-ppjd: {done} done, {failed} failed, {rate:.2f} rec/s{eta}"
-            print(line, file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 class Builder:
     """One run of the build over ``source`` with ``teacher`` into ``options.out`` (see the module docstring);
     ``handle_signals`` installs the SIGINT / SIGTERM handlers."""
@@ -287,7 +260,7 @@ class Builder:
                 "does the model reply with the JSON asked for?"
             )
 
-    async def _item(self, key: str, item: SourceItem, progress: _Progress) -> None:
+    async def _item(self, key: str, item: SourceItem, progress: Any) -> None:
         out = await make_record(key, item, self.teacher, self.options)
         try:
             await self._write(out)
@@ -295,7 +268,8 @@ class Builder:
             raise
         except Exception as e:  # a record that cannot be stored (not JSON, say): this item only
             self._fail(key, item, StageError("store", "exception", f"{type(e).__name__}: {e}"))
-        progress.update(self.summary.records_new, self.summary.failed_new)
+        progress.set_postfix_str(f"done={self.summary.records_new}, failed={self.summary.failed_new}", False)
+        progress.update(1)
         if time.monotonic() - self.last_manifest >= self.options.manifest_every_s:
             with contextlib.suppress(_Abort):  # stop is set; the final manifest write tries again
                 self._write_manifest("running")
@@ -339,7 +313,7 @@ class Builder:
         for _ in range(self.concurrency):
             await queue.put(None)
 
-    async def _work(self, queue: asyncio.Queue[tuple[str, SourceItem] | None], progress: _Progress) -> None:
+    async def _work(self, queue: asyncio.Queue[tuple[str, SourceItem] | None], progress: Any) -> None:
         while (job := await queue.get()) is not None:
             if self.stop.is_set():
                 continue  # drain: an item not started yet is picked up by the next run
@@ -393,7 +367,7 @@ class Builder:
         if total is not None:
             total = max(0, total - len(self.store.done) - (0 if o.retry_failed else len(self.store.failed)))
             total = total if o.limit is None else min(total, o.limit)
-        progress = _Progress(o.progress, total)
+        progress = progress_bar(total, "build-ppjd", "rec", enabled=o.progress, smoothing=0.1)
         queue: asyncio.Queue[tuple[str, SourceItem] | None] = asyncio.Queue(maxsize=self.concurrency * 2)
         status = "interrupted"
         try:

@@ -10,6 +10,7 @@ index): ``generate_items(10, s)[:5] == generate_items(5, s)``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
@@ -179,7 +180,7 @@ def write_synthetic(
     families: Sequence[str] | None = None,
     text_only_fraction: float = DEFAULT_TEXT_ONLY_FRACTION,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> dict[str, Any]:
     """Write ``items.jsonl``, ``images/<id>.png`` and ``synth_info.json`` into ``out_dir``; returns the info.
     Streams (constant memory). ``items.jsonl`` appears only once complete (written to a temp file, then
@@ -192,7 +193,8 @@ def write_synthetic(
     (out / "images").mkdir(parents=True, exist_ok=True)
     counts: Counter[str] = Counter()
     qtypes: Counter[str] = Counter()
-    with progress_bar(n, "synth", "item", enabled=progress) as bar, atomic_open(items_path, fsync=False) as f:
+    bar = progress_bar(n, "synth", "item", enabled=progress)
+    with contextlib.closing(bar), atomic_open(items_path, fsync=False) as f:
         for item in _items(n, seed, fams, text_only_fraction):
             rel = None if item.image is None else f"images/{item.item_id}.png"
             if rel is not None:

@@ -42,17 +42,7 @@ EVAL_CONFIG = FILES / "eval" / "configs" / "tiny.yaml"
 # GRPO on both cores: two gloo processes
 ACCELERATE_CONFIG = FILES / "configs" / "accelerate" / "cpu_2proc.yaml"
 DEMO_FORMAT = 5
-_NOISE = (
-    "it/s]",
-    "s/it]",
-    "examples/s]",
-    "ba/s]",
-    "Loading weights",
-    "Writing model",
-    "[A",
-    "get_accelerator",
-    "new PAD/BOS/EOS tokens",
-)
+_NOISE = ("get_accelerator", "new PAD/BOS/EOS tokens")  # the stages print no progress bars into a pipe
 _WHERE = {
     "synth/": "synthetic items: items.jsonl + images/ (every perceptual attribute known)",
     "ppjd/": "PPJD records (records-*.jsonl), failures.jsonl, manifest.json",
@@ -277,7 +267,8 @@ def _stages(o: DemoOptions, out: Path, rel: str) -> list[Stage]:
             [sys.executable, "-m", "accelerate.commands.launch", "--config_file", _path(ACCELERATE_CONFIG),
              "--main_process_port", str(_free_port()), "-m", "perception_judge.cli", "train",
              _path(RECIPE), "--model_name_or_path", f"{rel}/tiny-model", "--dataset_name", f"{rel}/trainset",
-             "--output_dir", f"{rel}/train", "--resume_from_checkpoint", "auto", *extra],
+             "--output_dir", f"{rel}/train", "--resume_from_checkpoint", "auto", "--disable_tqdm", "true",
+             *extra],
         ),
         Stage(
             "sweep",

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from perception_judge.core.command import Command
 from perception_judge.core.io import atomic_write_text
 from perception_judge.core.options import Options, add_flags, options_from_args
@@ -135,11 +137,11 @@ def run_check(
 
 
 class LearnabilityOptions(Options):
-    steps: int = 2000
+    steps: int = Field(2000, ge=1)
     """supervised steps (batch 32)"""
     seed: int = 0
     """model and training seed"""
-    heldout: int = 200
+    heldout: int = Field(200, ge=1)
     """held-out records"""
     heldout_seed: int = 7_777
     """seed of the held-out records"""

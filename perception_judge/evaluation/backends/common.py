@@ -44,11 +44,32 @@ def adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
     return json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
 
 
+def check_folder(path: str | Path, marker: str = "config.json", hub: bool = True) -> None:
+    """Refuse what ``from_pretrained`` could not load, naming it: a file, a folder without ``marker``, a local path
+    that is not there; a name shaped ``org/name`` (with ``hub``) is a Hub id that transformers and vLLM download, or
+    with HF_HUB_OFFLINE set read from the Hugging Face cache (there it must be in the cache)."""
+    path, what = str(path), "LoRA adapter" if marker == "adapter_config.json" else "model"
+    if (p := Path(path).expanduser()).exists():
+        if not (p / marker).is_file():
+            raise FileNotFoundError(
+                f"{path!r} is not a {what} folder ({f'no {marker}' if p.is_dir() else 'a file'})"
+            )
+    elif not hub or path.startswith(("/", ".", "~")) or path.count("/") != 1:
+        raise FileNotFoundError(f"{what} folder {path!r} does not exist")
+    else:
+        from huggingface_hub import is_offline_mode, try_to_load_from_cache
+
+        if is_offline_mode() and not isinstance(try_to_load_from_cache(path, marker), str):
+            raise FileNotFoundError(
+                f"{path!r}: no such folder, nor a Hub model in the cache (HF_HUB_OFFLINE is set)"
+            )
+
+
 def resolve_model(
     model: str | Path, adapter: str | Path | None = None, base_model: str | Path | None = None
 ) -> tuple[str, str | None]:
-    """(base or full model folder, adapter folder or None). A ``model`` that is itself an adapter folder
-    becomes the adapter, with the base from ``base_model`` or its ``adapter_config.json``."""
+    """(base or full model folder, adapter folder or None), each checked by :func:`check_folder`. A ``model`` that is
+    itself an adapter folder becomes the adapter, with the base from ``base_model`` or its ``adapter_config.json``."""
     model = str(model)
     if adapter is None and Path(model).is_dir() and is_adapter_dir(model):
         adapter, model = model, str(base_model or adapter_config(model).get("base_model_name_or_path") or "")
@@ -56,12 +77,9 @@ def resolve_model(
             raise ValueError(f"adapter {adapter!r} names no base model; pass base_model")
     elif base_model is not None and adapter is not None:
         model = str(base_model)
-    # an org/name that is not a folder may be a Hub id that transformers resolves from its cache
-    looks_local = model.startswith(("/", "./", "../", "~")) or model.count("/") != 1
-    if not Path(model).exists() and looks_local:
-        raise FileNotFoundError(f"model folder {model!r} does not exist")
-    if adapter is not None and not is_adapter_dir(adapter):
-        raise FileNotFoundError(f"{str(adapter)!r} is not a LoRA adapter folder (no adapter_config.json)")
+    check_folder(model)
+    if adapter is not None:
+        check_folder(adapter, "adapter_config.json", hub=False)
     return model, None if adapter is None else str(adapter)
 
 

@@ -38,7 +38,7 @@ class ScriptedBackend(JudgeBackend):
         label: str | None = None,
     ) -> None:
         super().__init__(pixel_policy)
-        self.fn = scripted_fn(fn) if isinstance(fn, str) else fn
+        self.fn = scripted_fn(fn)
         self.label = label or (f"scripted-{fn}" if isinstance(fn, str) else "scripted")
         self.calls = 0
 
@@ -80,8 +80,11 @@ def garbage_judge(request: JudgeRequest, sampling: Sampling) -> str:
     return "I would rather not say."
 
 
-def scripted_fn(name: str) -> ScriptFn:
-    """A built-in judge by name (``constant``, ``constant:5``, ``random``, ``garbage``) or ``module:function``."""
+def scripted_fn(name: str | ScriptFn) -> ScriptFn:
+    """A built-in judge by name (``constant``, ``constant:5``, ``random``, ``garbage``), ``module:function`` or the
+    function itself."""
+    if callable(name):
+        return name
     head, _, arg = name.partition(":")
     if head == "constant":
         value = int(arg) if arg else 8

@@ -7,6 +7,7 @@ as ``LoRARequest`` objects. What is sent is decided by pure functions tested on 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -206,7 +207,9 @@ class VLLMBackend(LocalBackend):
             lora = LoRARequest(*lora_request_args(self.adapter_path))
         inputs = [prep for _, _, prep in batch]
         params = [SamplingParams(**sampling_kwargs(sampling, req.request_id)) for _, req, _ in batch]
-        outs = self.engine.generate(inputs, sampling_params=params, lora_request=lora, use_tqdm=True)
+        outs = self.engine.generate(
+            inputs, sampling_params=params, lora_request=lora, use_tqdm=sys.stderr.isatty()
+        )
         results = []
         for (_, req, prep), out in zip(batch, outs):
             comp = out.outputs[0]
