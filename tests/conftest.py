@@ -72,6 +72,16 @@ def memorize_completion(model_dir, prompts, images, completion, lr=5e-3, max_ste
     )
 
 
+@pytest.fixture(autouse=True)
+def _progress_default():
+    """``eval -q`` switches progress off for its process (``core.io.PROGRESS``); tests run the CLI in-process, so each
+    test starts from the default again."""
+    from perception_judge.core import io
+
+    yield
+    io.PROGRESS["enabled"] = None
+
+
 @pytest.fixture(scope="session")
 def tiny_qwen25(tmp_path_factory):
     """Folder of a tiny Qwen2.5-VL judge (template opens no think block)."""
