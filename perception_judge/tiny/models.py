@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import NonNegativeInt
 
-from perception_judge.tiny.qwen_vl import ARCHS, qwen_vl_processor
+from perception_judge.tiny.qwen_vl import ARCHS, check_arch, qwen_vl_processor
 from perception_judge.tiny.qwen_vocab import QWEN_VOCAB_SIZE, SPECIAL_TOKENS
 
 TINY_ROPE_THETA = 10.0
@@ -84,33 +84,20 @@ def _byte_processor(arch: str) -> Any:
 
     tok = _build_tokenizer()
     patch = 14 if arch == "qwen2_5_vl" else 16
-    factor = patch * 2
+    grid = dict(patch_size=patch, merge_size=2, temporal_patch_size=2)
+    pixels = {"shortest_edge": (patch * 2) ** 2 * 4, "longest_edge": (patch * 2) ** 2 * 16}
     template = (resources.files("perception_judge.tiny") / "templates" / f"tiny_{arch}.jinja").read_text(
         "utf-8"
     )
     if arch == "qwen2_5_vl":
         proc_cls = tf.Qwen2_5_VLProcessor
         video = tf.Qwen2VLVideoProcessor(
-            patch_size=patch,
-            merge_size=2,
-            temporal_patch_size=2,
-            min_pixels=28 * 28 * 4,
-            max_pixels=28 * 28 * 16,
+            **grid, min_pixels=pixels["shortest_edge"], max_pixels=pixels["longest_edge"]
         )
     else:
         proc_cls = tf.Qwen3VLProcessor
-        video = tf.Qwen3VLVideoProcessor(
-            patch_size=patch,
-            merge_size=2,
-            temporal_patch_size=2,
-            size={"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 16},
-        )
-    image_processor = tf.Qwen2VLImageProcessor(
-        patch_size=patch,
-        merge_size=2,
-        temporal_patch_size=2,
-        size={"shortest_edge": factor * factor * 4, "longest_edge": factor * factor * 16},
-    )
+        video = tf.Qwen3VLVideoProcessor(**grid, size=pixels)
+    image_processor = tf.Qwen2VLImageProcessor(**grid, size=pixels)
     tok.chat_template = template
     return proc_cls(
         image_processor=image_processor, tokenizer=tok, video_processor=video, chat_template=template
@@ -165,8 +152,7 @@ def make_tiny_model(
     import torch
     import transformers as tf
 
-    if arch not in ARCHS:
-        raise ValueError(f"unknown tiny-model arch {arch!r}; choose one of {', '.join(ARCHS)}")
+    check_arch(arch)
     if tokenizer not in TOKENIZERS:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
     processor = _byte_processor(arch) if tokenizer == "byte" else qwen_vl_processor(arch)
