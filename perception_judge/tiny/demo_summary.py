@@ -1,9 +1,6 @@
-"""The demo's learning summary: ``runs/demo/summary.json``, the learning-curve plot and the report's first section.
-
-Read from the sweep's ``results.json`` (suites ``perception`` and ``perception_mismatched``, pair protocol) and the
-trainer's ``trainer_state.json`` log. Every accuracy comes with its 95% interval, n, tie and parse-failure rates,
-and the chance level, so a reader can tell learning from noise, and the mismatched-image control tells looking from
-reading the text.
+"""The demo's learning summary (``runs/demo/summary.json``), learning-curve plot and first report section, from the
+sweep's ``results.json`` (``perception`` and ``perception_mismatched``, pair protocol) and the trainer's log: every
+accuracy with its 95% interval, n, tie and parse-failure rates and chance, beside the mismatched-image control.
 """
 
 from __future__ import annotations
