@@ -11,6 +11,7 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,23 +132,19 @@ def _supervised_batch(processor: Any, examples: list[tuple[list[dict[str, Any]],
     return batch
 
 
+@dataclass
 class _SupervisedStream:
     """The model-input batches of a supervised run, in order: fresh tiny-world records every step (drawn in blocks,
     seeded by the step), each made an example by :func:`_tiny_example` with one run-wide ``random.Random``. An
     iterable dataset, so a :class:`torch.utils.data.DataLoader` worker can make them while the model trains."""
 
-    def __init__(
-        self,
-        processor: Any,
-        steps: int,
-        think_source: str,
-        seed: int,
-        batch_size: int,
-        image_size: int,
-        families: Any = None,
-    ) -> None:
-        self.processor, self.steps, self.think_source = processor, steps, think_source
-        self.seed, self.batch_size, self.image_size, self.families = seed, batch_size, image_size, families
+    processor: Any
+    steps: int
+    think_source: str
+    seed: int
+    batch_size: int
+    image_size: int
+    families: Any = None
 
     def __iter__(self) -> Any:
         rng = random.Random(f"tiny-sft/{self.think_source}/{self.seed}")
