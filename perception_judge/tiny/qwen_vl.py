@@ -40,17 +40,8 @@ VIDEO_SIZE = {
     "qwen3_vl": {"shortest_edge": 4_096, "longest_edge": 25_165_824},
 }
 
-SPECIAL_IDS = {
-    "bos_token_id": 151_643,
-    "eos_token_id": 151_645,
-    "pad_token_id": 151_643,
-    "image_token_id": 151_655,
-    "video_token_id": 151_656,
-    "vision_start_token_id": 151_652,
-    "vision_end_token_id": 151_653,
-}
-"""The ids a real Qwen-VL ``config.json`` carries; generation stops at ``[151645, 151643]`` and pads with 151643."""
 GENERATION_EOS = [151_645, 151_643]
+"""Where a real Qwen-VL judge stops generating (``<|im_end|>``, ``<|endoftext|>``); it pads with 151643."""
 
 
 def check_arch(arch: str) -> str:

@@ -43,7 +43,6 @@ QWEN3_EXTRA_TOKENS = ("<tool_response>", "</tool_response>", "<think>", "</think
 
 QWEN_VOCAB_SIZE = 151_936
 """The embedding rows of Qwen2.5-VL-3B, Qwen3-VL and most Qwen checkpoints (a multiple of 128 above the tokens)."""
-QWEN2_5_VL_7B_VOCAB_SIZE = 152_064
 MODEL_MAX_LENGTH = {"qwen2_5": 131_072, "qwen3": 262_144}
 
 
