@@ -24,7 +24,7 @@ from pydantic import BeforeValidator, Field
 
 from perception_judge.core.images import ImageError, resolve_under
 from perception_judge.core.io import atomic_write_json, now, sibling_name
-from perception_judge.core.options import Options
+from perception_judge.core.options import Options, key_values
 from perception_judge.core.protocol import JUDGE_TAGS, PROMPT_STYLES
 from perception_judge.core.schema import PROTOCOLS, RESPONSE_KINDS, PPJDRecord, sha256_hex
 from perception_judge.core.trainset import SPLITS, rows_to_dataset, split_path, training_row
@@ -43,16 +43,12 @@ def parse_mix(text: str | list[str] | dict[str, float] | None) -> dict[str, floa
     """``"batch=1,pair=0.5"`` (or several such strings, or a dict) -> rows per record per protocol."""
     if text is None or text == "":
         return dict(DEFAULT_MIX)
-    if isinstance(text, list):
-        text = ",".join(text)
-    items: list[tuple[str, Any]] = list(text.items()) if isinstance(text, dict) else []
-    for part in [] if isinstance(text, dict) else filter(str.strip, str(text).split(",")):
-        name, sep, value = part.partition("=")
-        if not sep:
-            raise ValueError(f"bad mix entry {part!r}: expected protocol=rows, e.g. batch=1,pair=0.5")
-        items.append((name.strip(), value.strip()))
+    if not isinstance(text, dict):
+        text = key_values(
+            [text] if isinstance(text, str) else text, "mix", "protocol=rows, e.g. batch=1,pair=0.5"
+        )
     mix = dict.fromkeys(PROTOCOLS, 0.0)
-    for name, value in items:
+    for name, value in text.items():
         if name not in PROTOCOLS:
             raise ValueError(f"unknown protocol {name!r} in the mix; expected {', '.join(PROTOCOLS)}")
         try:

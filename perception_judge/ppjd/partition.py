@@ -7,6 +7,7 @@ records the partition (N, the scheme, the source and teacher fingerprints): the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -69,9 +70,8 @@ def claim_partition(
     tmp = temp_name(path)
     atomic_write_json(tmp, want, indent=2)  # the descriptions redacted: no URL credentials
     try:
-        os.link(tmp, path)  # exclusive: fails when another part got there first
-    except FileExistsError:
-        pass
+        with contextlib.suppress(FileExistsError):  # exclusive: fails when another part got there first
+            os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     have = read_partition(out)

@@ -8,12 +8,10 @@
     ``summary.json`` (does the judge learn to look?)
 
 Every stage is the command a user would type (printed before it runs), so the demo doubles as a worked example. Its
-recipe, accelerate and eval configurations ship in the package (``demo_files/``, copies of the checkout's
-``recipes/tiny_demo.yaml``, ``configs/accelerate/cpu_2proc.yaml`` and ``eval/configs/tiny.yaml``; a test keeps them
-identical), so an installed package runs it from any folder.
-Re-running resumes: finished stages are skipped and the resumable ones (PPJD build, training, sweep) pick up
-where they stopped. ``runs/demo/demo.json`` records the settings the folder was made with; a re-run with other
-settings (or other recipe / eval config files) refuses to mix the two runs and asks for ``--fresh``.
+recipe, accelerate and eval configurations ship in the package (``demo_files/``), so it runs from any folder.
+Re-running resumes: finished stages are skipped and the resumable ones (PPJD build, training, sweep) pick up where
+they stopped. ``runs/demo/demo.json`` records the settings the folder was made with; a re-run with other settings
+(or other recipe / eval config files) refuses to mix the two runs and asks for ``--fresh``.
 """
 
 from __future__ import annotations

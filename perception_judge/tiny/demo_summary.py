@@ -1,9 +1,6 @@
-"""The demo's learning summary: ``runs/demo/summary.json``, the learning-curve plot and the report's first section.
-
-Read from the sweep's ``results.json`` (suites ``perception`` and ``perception_mismatched``, pair protocol) and the
-trainer's ``trainer_state.json`` log. Every accuracy comes with its 95% interval, n, tie and parse-failure rates,
-and the chance level, so a reader can tell learning from noise, and the mismatched-image control tells looking from
-reading the text.
+"""The demo's learning summary (``runs/demo/summary.json``), learning-curve plot and first report section, from the
+sweep's ``results.json`` (``perception`` and ``perception_mismatched``, pair protocol) and the trainer's log: every
+accuracy with its 95% interval, n, tie and parse-failure rates and chance, beside the mismatched-image control.
 """
 
 from __future__ import annotations
@@ -32,6 +29,12 @@ def _metric_block(metrics: dict[str, Any], name: str) -> dict[str, Any] | None:
     }
 
 
+def _blocks(real: dict[str, Any], mismatched: dict[str, Any]) -> dict[str, Any]:
+    """The accuracy blocks of both comparisons on real images and on mismatched ones (``<key>_mismatched``)."""
+    blocks = {key: _metric_block(real, metric) for key, metric in COMPARISONS.items()}
+    return blocks | {f"{key}_mismatched": _metric_block(mismatched, m) for key, m in COMPARISONS.items()}
+
+
 def _suite_metrics(rows: list[dict[str, Any]], model: str, suite: str) -> dict[str, Any]:
     return {r["metric"]: r["mean"] for r in rows if r["model"] == model and r["suite"] == suite}
 
@@ -56,15 +59,8 @@ def build_summary(eval_dir: str | Path, train_dir: str | Path) -> dict[str, Any]
     for m in results.get("models", []):
         real = _suite_metrics(rows, m["name"], "perception")
         control = _suite_metrics(rows, m["name"], "perception_mismatched")
-        entry: dict[str, Any] = {
-            "name": m["name"],
-            "step": None if m.get("kind") == "base" else m.get("step"),
-            "kind": m.get("kind"),
-        }
-        for key, metric in COMPARISONS.items():
-            entry[key] = _metric_block(real, metric)
-            entry[f"{key}_mismatched"] = _metric_block(control, metric)
-        models.append(entry)
+        step = None if m.get("kind") == "base" else m.get("step")
+        models.append({"name": m["name"], "step": step, "kind": m.get("kind"), **_blocks(real, control)})
     scored = [m for m in models if m["c_vs_rp"] is not None]
     best = max(scored, key=lambda m: (m["c_vs_rp"]["accuracy"], m["step"] or 0), default=None)
     trained = [m for m in scored if m["kind"] != "base"]
@@ -212,9 +208,7 @@ def write_demo_summary(out: str | Path) -> dict[str, Any] | None:
             "what": "supervised training on the PPJD verdict target (perception_judge.tiny.learnability), held-out tiny "
             "records of another seed, greedy",
             "steps": r["train"]["steps"],
-            "c_vs_rp": _metric_block(r["heldout"], "pair_acc_c_vs_rp"),
-            "c_vs_rpr": _metric_block(r["heldout"], "pair_acc_c_vs_rp_r"),
-            "c_vs_rp_mismatched": _metric_block(r["mismatched"], "pair_acc_c_vs_rp"),
+            **_blocks(r["heldout"], r["mismatched"]),
             "passed": r["passed"],
         }
     if (out / "timings.json").is_file():  # each stage's wall and CPU seconds (perception_judge.tiny.demo)

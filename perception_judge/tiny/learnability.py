@@ -1,11 +1,7 @@
-"""The learnability check of the tiny substrate: can supervised training on the PPJD verdict target teach the demo's
-tiny judge to use the image at all? It is the upper bound of what GRPO can reach on the same model and data.
-
-The demo's tiny judge (:func:`perception_judge.tiny.models.make_tiny_model`) is trained with the true perceived
-value as the think and the verdict that follows from it, fresh images every step; held-out records of another seed
-are then scored greedily through the ``hf`` backend with the perception suite's requests and metrics, once with the
-real images and once with every image replaced by another record's (``image_control="mismatched"``). Pass:
-held-out r_c-vs-r_rp pair accuracy >= 0.95 and the mismatched-image control <= 0.6.
+"""The learnability check of the tiny substrate (docs/tiny-substrate.md): supervised training on the PPJD verdict
+target with the true value as the think (GRPO's upper bound on the same model and data), then greedy held-out pair
+accuracy through the ``hf`` backend and the perception suite's requests and metrics, with real and with mismatched
+images. Pass: r_c vs r_rp >= :data:`TARGET_ACCURACY`, the mismatched-image control <= :data:`CONTROL_CEILING`.
 """
 
 from __future__ import annotations

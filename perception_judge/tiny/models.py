@@ -1,17 +1,11 @@
 """Tiny random-weight Qwen2.5-VL / Qwen3-VL judges, built offline in about a second.
 
-``make_tiny_model(arch, out_dir, seed)`` writes a standard Hugging Face folder (config, safetensors, tokenizer,
-processor, chat template) that ``AutoModelForImageTextToText`` and ``AutoProcessor`` load with
-``HF_HUB_OFFLINE=1``. Tests, the ``tiny`` recipes (through the model provider :func:`ensure_tiny_model`) and
-``make demo`` use these instead of real checkpoints; the code path is the one real checkpoints take.
-
-With the default ``tokenizer="byte"`` the judge has the learning demo's 532-token byte-level BPE and our small
-chat templates, written to behave like the real families: the Qwen2.5-VL one adds a default system turn and opens
-no think block (like Flex-VL-7B), the Qwen3-VL one behaves like the -Thinking models (no default system turn, the
-generation prompt opens ``<think>``, earlier assistant turns lose their reasoning); judge prompts render exactly
-as with the published templates. ``tokenizer="qwen"`` gives a real-shape judge: Qwen's own tokenizer, the real
-Qwen2.5-VL-Instruct / Qwen3-VL-Thinking templates, special-token ids, vocabulary size and processor settings
-(:mod:`~perception_judge.tiny.qwen_vl`, docs/real-tokenizer.md).
+:func:`make_tiny_model` writes a standard Hugging Face folder that ``AutoModelForImageTextToText`` and
+``AutoProcessor`` load offline; tests, the ``tiny`` recipes (model provider :func:`ensure_tiny_model`) and ``make
+demo`` use them, on the code path of real checkpoints. :data:`TOKENIZERS` says what each tokenizer gives; the byte
+one's small templates behave like the real families': Qwen2.5-VL's adds a default system turn and opens no think
+block (like Flex-VL-7B), Qwen3-VL's is the -Thinking models' (no default system turn, the generation prompt opens
+``<think>``, earlier assistant turns lose their reasoning).
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import NonNegativeInt
 
-from perception_judge.tiny.qwen_vl import ARCHS, qwen_vl_processor
+from perception_judge.tiny.qwen_vl import ARCHS, check_arch, qwen_vl_processor
 from perception_judge.tiny.qwen_vocab import QWEN_VOCAB_SIZE, SPECIAL_TOKENS
 
 TINY_ROPE_THETA = 10.0
@@ -90,33 +84,20 @@ def _byte_processor(arch: str) -> Any:
 
     tok = _build_tokenizer()
     patch = 14 if arch == "qwen2_5_vl" else 16
-    factor = patch * 2
+    grid = dict(patch_size=patch, merge_size=2, temporal_patch_size=2)
+    pixels = {"shortest_edge": (patch * 2) ** 2 * 4, "longest_edge": (patch * 2) ** 2 * 16}
     template = (resources.files("perception_judge.tiny") / "templates" / f"tiny_{arch}.jinja").read_text(
         "utf-8"
     )
     if arch == "qwen2_5_vl":
         proc_cls = tf.Qwen2_5_VLProcessor
         video = tf.Qwen2VLVideoProcessor(
-            patch_size=patch,
-            merge_size=2,
-            temporal_patch_size=2,
-            min_pixels=28 * 28 * 4,
-            max_pixels=28 * 28 * 16,
+            **grid, min_pixels=pixels["shortest_edge"], max_pixels=pixels["longest_edge"]
         )
     else:
         proc_cls = tf.Qwen3VLProcessor
-        video = tf.Qwen3VLVideoProcessor(
-            patch_size=patch,
-            merge_size=2,
-            temporal_patch_size=2,
-            size={"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 16},
-        )
-    image_processor = tf.Qwen2VLImageProcessor(
-        patch_size=patch,
-        merge_size=2,
-        temporal_patch_size=2,
-        size={"shortest_edge": factor * factor * 4, "longest_edge": factor * factor * 16},
-    )
+        video = tf.Qwen3VLVideoProcessor(**grid, size=pixels)
+    image_processor = tf.Qwen2VLImageProcessor(**grid, size=pixels)
     tok.chat_template = template
     return proc_cls(
         image_processor=image_processor, tokenizer=tok, video_processor=video, chat_template=template
@@ -171,8 +152,7 @@ def make_tiny_model(
     import torch
     import transformers as tf
 
-    if arch not in ARCHS:
-        raise ValueError(f"unknown tiny-model arch {arch!r}; choose one of {', '.join(ARCHS)}")
+    check_arch(arch)
     if tokenizer not in TOKENIZERS:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
     processor = _byte_processor(arch) if tokenizer == "byte" else qwen_vl_processor(arch)

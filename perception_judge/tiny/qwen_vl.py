@@ -1,15 +1,6 @@
-"""The real Qwen-VL processing layout: chat templates (package data), image processor settings, special-token ids.
-
-Two families, each with its real tokenizer (:mod:`perception_judge.tiny.qwen_vocab`) and chat format:
-
-| arch | tokenizer | chat template | patch / merge / temporal | pixels per image | mean / std |
-|---|---|---|---|---|---|
-| ``qwen2_5_vl`` | ``qwen2_5`` | ``qwen2_5_vl_instruct.jinja`` | 14 / 2 / 2 | 3,136 - 12,845,056 | CLIP |
-| ``qwen3_vl`` | ``qwen3`` | ``qwen3_vl_thinking.jinja`` | 16 / 2 / 2 | 65,536 - 16,777,216 | 0.5 / 0.5 |
-
-The templates are this project's own Jinja, written to render what the published Qwen2.5-VL-Instruct and
-Qwen3-VL-Thinking templates render (docs/real-tokenizer.md); tests pin their output.
-"""
+"""The real Qwen-VL processing layout of ``qwen2_5_vl`` and ``qwen3_vl``: chat templates (the project's own Jinja,
+package data, rendering what the published ones render), image processor settings, special-token ids; the table of
+both: docs/real-tokenizer.md "The real-shape judge"."""
 
 from __future__ import annotations
 
@@ -49,17 +40,8 @@ VIDEO_SIZE = {
     "qwen3_vl": {"shortest_edge": 4_096, "longest_edge": 25_165_824},
 }
 
-SPECIAL_IDS = {
-    "bos_token_id": 151_643,
-    "eos_token_id": 151_645,
-    "pad_token_id": 151_643,
-    "image_token_id": 151_655,
-    "video_token_id": 151_656,
-    "vision_start_token_id": 151_652,
-    "vision_end_token_id": 151_653,
-}
-"""The ids a real Qwen-VL ``config.json`` carries; generation stops at ``[151645, 151643]`` and pads with 151643."""
 GENERATION_EOS = [151_645, 151_643]
+"""Where a real Qwen-VL judge stops generating (``<|im_end|>``, ``<|endoftext|>``); it pads with 151643."""
 
 
 def check_arch(arch: str) -> str:

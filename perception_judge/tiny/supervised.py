@@ -1,11 +1,8 @@
-"""Supervised runs of the tiny judge on the tiny world (docs/tiny-substrate.md says why they look like this).
-
-A tiny judge's completion is ``<value> <slots></think><answer>s</answer>...``: the value it perceives, the slots of
-the answers that state it, then a score per answer (:func:`tiny_score`). The runs (:func:`supervised_tiny_judge`)
-differ only in where the value, the "think", comes from: ``guess`` (the format warm start: a value an answer states,
-never the image's), ``prior`` (:func:`make_blind`, first: any value of the family, so the judge stops looking),
-``position`` (then: the first answer's value 3 times in 4, so sampling explores while greedy decoding stays at
-chance in both orders) and ``truth`` (the learnability check: the value the image shows, GRPO's upper bound).
+"""Supervised runs of the tiny judge on the tiny world. A tiny judge's completion is ``<value>
+<slots></think><answer>s</answer>...``: the value it perceives, the slots of the answers that state it, then a score
+per answer (:func:`tiny_score`). The runs (:func:`supervised_tiny_judge`) differ only in where the value, the "think",
+comes from (:data:`THINK_SOURCES`: ``guess``, ``prior``, ``position``, ``truth``; docs/tiny-substrate.md says what
+each is for and why the runs look like this).
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,23 +132,19 @@ def _supervised_batch(processor: Any, examples: list[tuple[list[dict[str, Any]],
     return batch
 
 
+@dataclass
 class _SupervisedStream:
     """The model-input batches of a supervised run, in order: fresh tiny-world records every step (drawn in blocks,
     seeded by the step), each made an example by :func:`_tiny_example` with one run-wide ``random.Random``. An
     iterable dataset, so a :class:`torch.utils.data.DataLoader` worker can make them while the model trains."""
 
-    def __init__(
-        self,
-        processor: Any,
-        steps: int,
-        think_source: str,
-        seed: int,
-        batch_size: int,
-        image_size: int,
-        families: Any = None,
-    ) -> None:
-        self.processor, self.steps, self.think_source = processor, steps, think_source
-        self.seed, self.batch_size, self.image_size, self.families = seed, batch_size, image_size, families
+    processor: Any
+    steps: int
+    think_source: str
+    seed: int
+    batch_size: int
+    image_size: int
+    families: Any = None
 
     def __iter__(self) -> Any:
         rng = random.Random(f"tiny-sft/{self.think_source}/{self.seed}")
@@ -201,14 +195,11 @@ def supervised_tiny_judge(
     data_worker: bool = False,
     families: Any = None,
 ) -> dict[str, Any]:
-    """Supervised judge training on fresh tiny-world records every step, the think from ``think_source`` (module
-    docstring); saves the model to ``save_to`` (default: in place) and returns statistics (losses, seconds).
-    ``freeze_vision`` defaults to freezing the vision tower unless the think is the truth. ``cosine``: warm up over
-    the first ``min(50, steps // 10)`` steps, then decay the rate to 10% along a cosine (with a constant rate a draw
-    of the learnability check stalled at 0.61); ``False`` keeps it constant (the short format warm start).
-    ``data_worker``: draw and encode the batches a few steps ahead in a second process (the demo's supervised stages,
-    processes of their own, do); the batches, hence the trained weights, are the same either way. ``families``: the
-    tiny families its records come from (default both, ``tiny.world.TINY_FAMILIES``)."""
+    """Supervised judge training on fresh tiny-world records every step, the think from ``think_source``; saves the
+    model to ``save_to`` (default: in place) and returns statistics (losses, seconds). ``freeze_vision`` defaults to
+    freezing the vision tower unless the think is the truth. ``cosine``: :func:`_warmup_cosine` (with a constant rate
+    a draw of the learnability check stalled at 0.61); ``data_worker``: :func:`_prefetched` (the same batches, hence
+    weights); ``families``: default both."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 

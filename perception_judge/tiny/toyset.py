@@ -6,6 +6,7 @@ wrong logic). Held-out splits and fake training runs for the tests are in ``test
 
 from __future__ import annotations
 
+import inspect
 import random
 from pathlib import Path
 from typing import Any
@@ -79,30 +80,18 @@ def toy_rows(
 
 
 def write_toy_training_set(
-    folder: str | Path,
-    n_train: int = 16,
-    n_validation: int = 4,
-    protocols: tuple[str, ...] = ("batch", "pair", "single"),
-    image_size: int = 56,
-    seed: int = 0,
-    text_only_every: int = 0,
-    text_only_pattern: str = "",
+    folder: str | Path, n_train: int = 16, n_validation: int = 4, **options: Any
 ) -> Path:
-    """Write a toy training set folder (``train.parquet``, ``validation.parquet``, ``export_info.json``)."""
+    """Write a toy training set folder (``train.parquet``, ``validation.parquet``, ``export_info.json``) of
+    :func:`toy_rows` with ``options`` (its keyword arguments, recorded in ``export_info.json``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    rows = toy_rows(n_train + n_validation, protocols, image_size, seed, text_only_every, text_only_pattern)
+    rows = toy_rows(n_train + n_validation, **options)
     rows_to_dataset(rows[:n_train]).to_parquet(str(split_path(folder, "train")))
     if n_validation:
         rows_to_dataset(rows[n_train:]).to_parquet(str(split_path(folder, "validation")))
-    info = dict(
-        source="perception_judge.tiny.toyset",
-        counts={"train": n_train, "validation": n_validation},
-        protocols=list(protocols),
-        image_size=image_size,
-        seed=seed,
-        text_only_every=text_only_every,
-        text_only_pattern=text_only_pattern,
-    )
+    defaults = {k: p.default for k, p in inspect.signature(toy_rows).parameters.items() if k != "n"}
+    counts = {"train": n_train, "validation": n_validation}
+    info = {"source": "perception_judge.tiny.toyset", "counts": counts} | defaults | options
     atomic_write_json(folder / "export_info.json", info, indent=2)
     return folder

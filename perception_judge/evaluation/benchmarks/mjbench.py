@@ -132,9 +132,7 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
     per_split: dict[str, dict[str, dict[str, float | None]]] = {a: {} for a in opts.aggregation}
     parser = request_parser(opts.parser)
     for split, (items, split_counts, _) in loaded.items():
-        render = (
-            bench.prompts[split].render if bench.prompts else None
-        )  # the caption, an image after each label
+        render = bench.prompts[split].render if bench.prompts else None  # caption, then an image per label
         build = functools.partial(pairs.pair_requests, NAME, swap_images=True, parser=parser, render=render)
         judged = bench.judge(
             items[: config.limit],

@@ -1,7 +1,7 @@
 """Pairwise preference benchmarks in their released layouts (Multimodal RewardBench, MMRB2): a prompt and two
 responses of text and image parts, judged in both orders with the project's pair prompt or the benchmark's own (read
-from ``prompt_source``); the
-project's protocol (ties and failures wrong, 95% Wilson intervals) and ``official.*``, the benchmark's own script."""
+from ``prompt_source``); the project's protocol (ties and failures wrong, 95% Wilson intervals) and ``official.*``,
+the benchmark's own script."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ class ContentPair:
 @dataclass(frozen=True)
 class Benchmark:
     """A suite for :func:`run`: ``load(opts, limit)``, ``render(prompts, item, parts)`` (the published request from
-    the published prompts), the published
-    prompt's parsers (option -> (name, rule)), ``official(judged, seed, out_dir, protocol)`` and its rule."""
+    the published prompts), the published prompt's parsers (option -> (name, rule)), ``official(judged, seed,
+    out_dir, protocol)`` and its rule."""
 
     name: str
     load: Callable[..., tuple[list[ContentPair], dict[str, int], Path]]

@@ -1,17 +1,7 @@
 """``parser=published`` on the benchmark suites: a completion read exactly as the published evaluation code reads
-it, so that numbers compare with theirs. Two readings exist, each a regex over the **whole** completion (a think
-block included); nothing else (no ``[[n]]`` brackets, no spaces, no decimals) is read:
-
-* **tags** (:func:`tag_ints`): ``re.findall(r"<answer>(\\d+)</answer>", text)``, only digits directly between the
-  tags. Every published pair, score, VL-RewardBench and MJ-Bench reader: flex-judge ``test/mllm_as_a_judge_vllm.py``
-  lines 153-159 (pair), ``test/vl_rewardbench_vllm.py`` 91-97, ``test/mj_bench_vllm.py`` 127-140,
-  ``test/evaluate.py`` 98-100 (score) and 131-135 (batch); the Perception-Judge ``eval/evaluate_metric.ipynb`` pair
-  and score cells.
-* **blocks** (:func:`block_ints`): every integer inside every ``<answer>...</answer>`` block. Only the
-  Perception-Judge notebook's batch cell (``re.findall(r"<answer>(.*?)</answer>", t, flags=re.DOTALL)``, then
-  ``re.findall(r"\\d+", block)``).
-
-Out-of-range values are kept for each benchmark's own rule (``docs/benchmarks.md``, Prompts, parsing and failures).
+it, a regex over the **whole** completion (a think block included): the **tags** reading (:func:`tag_ints`, every
+published reader) or the **blocks** reading (:func:`block_ints`, the Perception-Judge notebook's batch cell only).
+The upstream lines and what each reading keeps: docs/benchmarks.md "Prompts, parsing and failures".
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """VL-RewardBench's official scoring, the benchmark's ``cal.py`` (repository ``vl-rewardbench/VL_RewardBench``): the
-judgement file it reads and its rule, so that the unmodified script scores the project's judgements and
+judgement file it reads (:func:`cal_records`; its fields: docs/benchmarks.md "The judgement file for the official
+script") and its rule (:func:`official_metrics`), so that the unmodified script scores the project's judgements and
 ``official.*`` equals what it prints. Line numbers below are ``cal.py``'s.
-
-**File** (:func:`cal_records`): one JSON object a line per judgement (item × seed × order): ``id``, ``query``,
-``response`` (the two responses in the benchmark's order), ``ranking`` (``[0, 1]``: response 0 is better,
-``[1, 0]``: response 1), and ``meta``: ``random_number`` (0: the responses were shown in their order, 1: swapped;
-lines 99-100 turn it and ``ranking`` into the rejected answer's number), ``filter_choice`` (the verdict as the
-sentence its regex reads, line 102: ``Overall Judgment: Answer N is better.``, N the slot shown first (1) or second
-(2); a tie or a parse failure gets a sentence the regex does not match) and ``flag_status`` (the same verdict for
-its ``reparse=False`` path, line 94), plus the project's ``seed``, ``order`` and ``item_id``. **Rule**:
-:func:`official_metrics`.
 """
 
 from __future__ import annotations
@@ -72,7 +64,9 @@ def filter_choice(slot_verdict: str | None) -> str:
 
 
 def cal_record(item: PairItem, order: str, seed: int, verdict: str | None) -> dict[str, Any]:
-    """One judgement as a line of cal.py's input (see the module docstring); ``verdict`` in response terms."""
+    """One judgement as a line of cal.py's input, ``verdict`` in response terms: ``ranking`` and ``random_number``
+    (lines 99-100 turn them into the rejected answer's number), ``filter_choice`` (line 102) and ``flag_status``
+    (its ``reparse=False`` path, line 94), plus the project's ``seed``, ``order`` and ``item_id``."""
     slot = M.swap_verdict(verdict) if order == SWAP else verdict
     meta = {"random_number": RANDOM_NUMBER[order], "filter_choice": filter_choice(slot)}
     meta |= {"flag_status": judgement_status(verdict, str(item.preferred)), "seed": seed, "order": order}

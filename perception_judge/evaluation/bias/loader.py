@@ -1,10 +1,6 @@
 """Loader for the official MM-JudgeBias data (``naver-ai/MM-JudgeBias``, CC-BY-4.0, split ``test``; nothing is
-downloaded): whatever :func:`~perception_judge.evaluation.benchmarks.common.load_table` reads, else every parquet
-file under the folder, with the 13 :data:`FIELDS` (docs/evaluation.md §2, "The official MM-JudgeBias data"). Null
-image cells are filled from ``images_dir``, except the null image (a null biased cell of ``text_dominance`` /
-``response_dominance``: no image part at all, as the published runner sends it) and the unchanged image; a row whose
-expected image is still missing is **not judged** (upstream B2 judged it without it): skipped and counted, or
-``on_missing="error"`` raises.
+downloaded) with the 13 :data:`FIELDS`: null image cells filled from ``images_dir`` or defined exactly, and a row whose
+expected image is still missing skipped and counted, or an error (docs/evaluation.md "The official MM-JudgeBias data").
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ parsers ``mmjb`` and ``mmjb_strict`` are registered in :data:`perception_judge.e
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 
@@ -70,10 +71,8 @@ def upstream_extract_score(text: str | None) -> float | None:
     """The upstream parser order, verbatim in behaviour (no think stripping, nan/inf accepted)."""
     if text is None:
         return None
-    try:
+    with contextlib.suppress(ValueError):
         return float(text.strip())
-    except ValueError:
-        pass
     if SCORE_MARKER in text and (m := _NUMBER.search(text.rsplit(SCORE_MARKER, 1)[1])):
         return float(m.group(0))
     nums = _NUMBER.findall(text)
