@@ -211,37 +211,42 @@ def test_no_function_is_longer_than_80_lines():
     assert _long_functions(f"def f():\n{body}\n", MAX_FUNCTION_LINES) == [("f", MAX_FUNCTION_LINES + 1)]
 
 
-def _subcommand_helps() -> dict[str, str]:
-    """The --help text of every subcommand, and of every action of a subcommand with actions (``eval sweep``),
-    listed from the parsers; a job with a parser of its own (``train``, trl's) answers ``--help`` itself."""
-    import contextlib
-    import io
-
+def _subcommand_parsers() -> dict[str, argparse.ArgumentParser | None]:
+    """Every subcommand, and every action of a subcommand with actions (``eval sweep``), listed from the parsers;
+    None for one with a parser of its own (``train``)."""
     from perception_judge.cli import COMMANDS, build_parser
     from perception_judge.core.command import Command
 
-    found: dict[str, str] = {}
+    found: dict[str, argparse.ArgumentParser | None] = {}
     for name, (target, _) in COMMANDS.items():
         module, attr = target.split(":")
         command = getattr(importlib.import_module(module), attr)
-        if not isinstance(command, Command):
-            with contextlib.redirect_stdout(out := io.StringIO()), pytest.raises(SystemExit):
-                command(["--help"])
-            found[name] = out.getvalue()
-            continue
-        parser = build_parser(name, command)
-        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = build_parser(name, command) if isinstance(command, Command) else None
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)] if parser else []
         for sub in actions:
-            found |= {f"{name} {action}": p.format_help() for action, p in sub.choices.items()}
+            found |= {f"{name} {action}": p for action, p in sub.choices.items()}
         if not actions:
-            found[name] = parser.format_help()
+            found[name] = parser
     return found
+
+
+def _own_help(name: str) -> str:
+    """The --help page of a job with a parser of its own (``train``: trl's, the recipe's)."""
+    import contextlib
+    import io
+
+    from perception_judge.cli import COMMANDS
+
+    module, attr = COMMANDS[name][0].split(":")
+    with contextlib.redirect_stdout(out := io.StringIO()), pytest.raises(SystemExit):
+        getattr(importlib.import_module(module), attr)(["--help"])
+    return out.getvalue()
 
 
 def test_every_subcommand_takes_config_and_set():
     """One configuration door: each subcommand's (and each eval action's) --help has --config FILE and
     --set KEY=VALUE (``core.options.add_flags``; the training recipe's parser adds its own)."""
-    helps = _subcommand_helps()
+    helps = {name: p.format_help() if p else _own_help(name) for name, p in _subcommand_parsers().items()}
     assert {"synth", "demo", "learnability", "chat-template", "make-tiny-model", "train", "merge-lora",
             "recipe-memory", "eval sweep", "eval run", "eval collect", "eval report", "eval list"} <= set(helps)  # fmt: skip
     without = sorted(

@@ -304,7 +304,7 @@ def test_cli_eval_run_compares_judges_and_report_rerender(tmp_path, capsys):
     assert main(["eval", "list", "--set", "suite=bias"]) == 2
     assert "error: suite: unknown option (got 'bias')" in capsys.readouterr().err
     assert main(["eval", "collect"]) == 2
-    assert "error: eval_dir: required, not given" in capsys.readouterr().err
+    assert "error: eval_dir: required, not given (argument eval_dir)" in capsys.readouterr().err
     assert (
         main(
             [

@@ -146,7 +146,8 @@ def _describe(model: type[BaseModel], where: str, err: Any, what: str | None) ->
         unknown = problem(key, f"unknown {what or 'option'}", err["input"])
         return f"{unknown}; known: {known}" if known else str(unknown)
     if err["type"] == "missing":
-        hint = f" (flag {flag_name(field, loc[-1])})" if field is not None and field.description else ""
+        name = flag_name(field, loc[-1]) if field is not None and field.description else ""
+        hint = f" ({'flag' if name.startswith('-') else 'argument'} {name})" if name else ""
         return f"{key}: required, not given{hint}"
     msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
     why = "".join(f": {m}" for m in (field.metadata if field is not None else ()) if isinstance(m, Why))

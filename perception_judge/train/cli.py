@@ -11,7 +11,6 @@ adapter folder when it has one (trainer checkpoints do), else from the base.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -83,13 +82,10 @@ def _memory(args: argparse.Namespace) -> int:
     from perception_judge.train.recipe import parse_recipe, zero_stage
 
     o = options_from_args(MemoryOptions, args)
-    try:  # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
-        recipe = parse_recipe([o.recipe, *args.passthrough, "--bf16", "false"], check_environment=False)
-        shape = _model_shape(recipe, o.shape)
-        stage = (zero_stage(recipe.training) or 0) if o.zero_stage is None else o.zero_stage
-    except (OSError, ValueError) as e:
-        print(f"recipe-memory: {e}", file=sys.stderr)
-        return 2
+    # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
+    recipe = parse_recipe([o.recipe, *args.passthrough, "--bf16", "false"], check_environment=False)
+    shape = _model_shape(recipe, o.shape)
+    stage = (zero_stage(recipe.training) or 0) if o.zero_stage is None else o.zero_stage
     parts = estimate(recipe, shape, o.world, o.gpu_gib, stage)
     print(f"{o.recipe} on {o.world} x {o.gpu_gib:g} GiB, ZeRO-{stage}, per GPU, sequences at their longest")
     for key, value in parts.items():
