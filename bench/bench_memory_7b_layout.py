@@ -69,10 +69,12 @@ def build_trainer(work: Path):
         [str(ROOT / "recipes" / "tiny.yaml"), "--model_name_or_path", str(model), "--dataset_name", str(work / "data"),
          "--output_dir", str(work / "out"), "--dtype", "bfloat16", "--gradient_checkpointing", "true", "--beta", "0",
          "--optim", "sgd", "--freeze_vision_tower", "true", "--eval_strategy", "no", "--save_strategy", "no",
-         "--image_size", "56", "--per_device_train_batch_size", "2", "--num_generations", "2"]
+         "--pixel_policy", "size=56", "--per_device_train_batch_size", "2", "--num_generations", "2"]
     )  # fmt: skip
     trainer = build_run(recipe, write_files=False).trainer
-    trainer.model.to(torch.bfloat16)  # without DeepSpeed full fine-tuning loads fp32 masters; DeepSpeed casts to bf16
+    trainer.model.to(
+        torch.bfloat16
+    )  # without DeepSpeed full fine-tuning loads fp32 masters; DeepSpeed casts to bf16
     return recipe, trainer
 
 

@@ -211,18 +211,6 @@ def test_no_function_is_longer_than_80_lines():
     assert _long_functions(f"def f():\n{body}\n", MAX_FUNCTION_LINES) == [("f", MAX_FUNCTION_LINES + 1)]
 
 
-WITHOUT_CONFIG_YET = {
-    # The coordinator removes these entries as their conversions land (issue 42): `eval collect/report/list` are
-    # redesign-eval's; merge-lora, recipe-memory and train (trl's own parser) come with training's configuration.
-    "eval collect",
-    "eval report",
-    "eval list",
-    "merge-lora",
-    "recipe-memory",
-    "train",
-}
-
-
 def _subcommand_parsers() -> dict[str, argparse.ArgumentParser | None]:
     """Every subcommand, and every action of a subcommand with actions (``eval sweep``), listed from the parsers;
     None for one with a parser of its own (``train``)."""
@@ -242,28 +230,29 @@ def _subcommand_parsers() -> dict[str, argparse.ArgumentParser | None]:
     return found
 
 
+def _own_help(name: str) -> str:
+    """The --help page of a job with a parser of its own (``train``: trl's, the recipe's)."""
+    import contextlib
+    import io
+
+    from perception_judge.cli import COMMANDS
+
+    module, attr = COMMANDS[name][0].split(":")
+    with contextlib.redirect_stdout(out := io.StringIO()), pytest.raises(SystemExit):
+        getattr(importlib.import_module(module), attr)(["--help"])
+    return out.getvalue()
+
+
 def test_every_subcommand_takes_config_and_set():
     """One configuration door: each subcommand's (and each eval action's) --help has --config FILE and
-    --set KEY=VALUE, from ``core.options.add_flags``."""
-    parsers = _subcommand_parsers()
-    assert {
-        "synth",
-        "demo",
-        "learnability",
-        "chat-template",
-        "make-tiny-model",
-        "eval sweep",
-        "eval list",
-    } <= set(parsers)
-    without = set()
-    for name, parser in parsers.items():
-        text = parser.format_help() if parser else ""
-        if not ("--config FILE" in text and "--set KEY=VALUE" in text):
-            without.add(name)
-    assert without == WITHOUT_CONFIG_YET, (
-        f"without --config/--set: {sorted(without - WITHOUT_CONFIG_YET)}; "
-        + (f"converted, remove from WITHOUT_CONFIG_YET: {sorted(WITHOUT_CONFIG_YET - without)}")
+    --set KEY=VALUE (``core.options.add_flags``; the training recipe's parser adds its own)."""
+    helps = {name: p.format_help() if p else _own_help(name) for name, p in _subcommand_parsers().items()}
+    assert {"synth", "demo", "learnability", "chat-template", "make-tiny-model", "train", "merge-lora",
+            "recipe-memory", "eval sweep", "eval run", "eval collect", "eval report", "eval list"} <= set(helps)  # fmt: skip
+    without = sorted(
+        name for name, text in helps.items() if "--config FILE" not in text or "--set KEY=VALUE" not in text
     )
+    assert not without, f"without --config/--set: {without}"
 
 
 EVALUATION = "perception_judge.evaluation"

@@ -51,11 +51,26 @@ CASES = [
     (["export", "missing", "--out", "e"], "no PPJD records in 'missing'"),
     (["export", "empty", "--out", "e", "--mix", "bad"], "--mix 'bad': expected KEY=VALUE"),
     (["export", "empty", "--out", "e", "--set", "sed=1"], "export.sed: unknown option"),
-    (["merge-lora", "--adapter", "missing", "--out", "m"], "--base is required"),
-    (["merge-lora", "--adapter", "empty", "--outt", "m"], "the following arguments are required: --out"),
+    (
+        ["merge-lora", "--adapter", "missing", "--out", "m"],
+        "merge-lora: error: base: required, not given (no run",
+    ),
+    (["merge-lora", "--adapter", "empty"], "merge-lora: error: out: required, not given (flag --out)"),
+    (["merge-lora", "--adapter", "empty", "--outt", "m"], "unrecognized arguments: --outt m"),
+    (
+        ["merge-lora", "--set", "dtype=fp8", "--adapter", "a", "--out", "m"],
+        "merge-lora: error: dtype: Input should be",
+    ),
     (["merge-lora", "--adapter", "empty", "--base", "empty", "--out", "m"], "Unrecognized model in empty"),
-    (["recipe-memory", "missing.yaml"], "recipe 'missing.yaml' not found"),
-    (["recipe-memory", "bad.yaml"], "unknown key(s): 'rewards_wieghts'"),
+    (["recipe-memory", "missing.yaml"], "recipe-memory: error: recipe 'missing.yaml' does not exist"),
+    (
+        ["recipe-memory", "bad.yaml"],
+        "rewards_wieghts: unknown key of recipe bad.yaml (got 1); did you mean reward_weights, ",
+    ),
+    (
+        ["recipe-memory", "--world", "0", "bad.yaml"],
+        "recipe-memory: error: world: Input should be greater than or equal",
+    ),
     (["eval"], "the following arguments are required: ACTION"),
     (["eval", "sweep", "missing"], "'missing/perception_judge_run.json' not found"),
     (["eval", "sweep", "empty"], "'empty/perception_judge_run.json' not found"),
@@ -75,6 +90,10 @@ CASES = [
     (["eval", "run", "--model", "m=x", "--temperature", "hot", "--out", "o"], "sampling.temperature"),
     (["eval", "run", "--model", "m=x", "--set", "bias.n_per_typ=1", "--out", "o"], "bias.n_per_typ: unknown"),
     (["eval", "collect", "empty"], "'empty/plan.json' not found"),
+    (
+        ["eval", "collect", "--set", "eval_dirr=empty"],
+        "eval collect: error: eval_dir: required, not given (argument eval_dir); eval_dirr: unknown option (got 'empty')",
+    ),
     (["eval", "report", "a.txt"], "'a.txt' has no cells/ folder"),
     (["eval", "list", "--bogus"], "unrecognized arguments: --bogus"),
     (["chat-template", "missing"], "model folder 'missing' does not exist"),
@@ -85,8 +104,16 @@ CASES = [
     (["demo", "--families", "nope"], "demo.families: unknown tiny families"),
     (["demo", "--out", "a.txt"], "Not a directory: 'a.txt'"),
     (["demo", "--set", "bogus=1"], "demo.bogus: unknown option"),
-    (["train", "missing.yaml"], "recipe 'missing.yaml' not found"),
-    (["train", "bad.yaml"], "unknown key(s): 'rewards_wieghts'"),
+    (["train", "missing.yaml"], "train_grpo.py: error: recipe 'missing.yaml' does not exist"),
+    (
+        ["train", "bad.yaml"],
+        "rewards_wieghts: unknown key of recipe bad.yaml (got 1); did you mean reward_weights, ",
+    ),
+    (
+        ["train", str(REPO / "recipes" / "tiny.yaml"), "--set", "learning_rate=-1"],
+        "learning_rate: Input should be greater than 0 (got -1.0)",
+    ),
+    (["train", "--config", "missing.yaml"], "train_grpo.py: error: recipe 'missing.yaml' does not exist"),
 ]
 
 

@@ -182,8 +182,9 @@ def test_flat_models_and_parse_set():
 def test_the_shared_sampling_and_pixel_policy_records_speak_the_one_error_format():
     """Issue 42: decoding and the pixel policy are one ``Options`` record each (``core.schema.Sampling``,
     ``core.images.PixelPolicy``), refused as ``WHERE.KEY: ... (got V)``; a teacher stage's ``max_tokens`` is the
-    record's ``max_new_tokens``; training's flat ``image_*`` keys build the same policy (``pixel_policy_of``)."""
-    from perception_judge.core.images import PixelPolicy, pixel_policy_of
+    record's ``max_new_tokens``; a recipe's ``pixel_policy`` mapping (or its ``KEY=VALUE,...`` on the command line,
+    through ``key_values``) builds the same policy, and the positional form training used is gone."""
+    from perception_judge.core.images import PixelPolicy
     from perception_judge.core.schema import Sampling as Decoding
 
     with pytest.raises(
@@ -196,12 +197,34 @@ def test_the_shared_sampling_and_pixel_policy_records_speak_the_one_error_format
         OptionError, match=r"^backend\.pixel_policy\.mode: Input should be 'fixed', 'smart' or 'none'"
     ):
         PixelPolicy.parse({"mode": "square"}, "backend.pixel_policy")
-    with pytest.raises(ValueError, match=r"^fixed image size 50 is not a multiple of the patch factor 28$"):
-        PixelPolicy("fixed", 50)  # training's positional call: one line
-    flat = argparse.Namespace(
-        image_mode="smart", image_size=448, image_min_pixels=None, image_max_pixels=10**5
-    )
-    assert pixel_policy_of(flat) == PixelPolicy(mode="smart", max_pixels=10**5)
-    assert pixel_policy_of({"image_size": 64, "image_factor": 32}) == PixelPolicy(size=64, factor=32)
-    with pytest.raises(OptionError, match=r"^image: need 0 < min_pixels <= max_pixels"):
-        pixel_policy_of({"image_min_pixels": 10, "image_max_pixels": 5}, "image")
+    with pytest.raises(
+        OptionError,
+        match=r"^pixel_policy: fixed image size 50 is not a multiple of the patch factor 28 \(got \{'size': 50\}\)$",
+    ):
+        PixelPolicy.parse({"size": 50}, "pixel_policy")
+    with pytest.raises(TypeError):
+        PixelPolicy("fixed", 50)  # type: ignore[misc]
+    recipe = {"mode": "smart", "size": 448, "min_pixels": None, "max_pixels": 10**5}
+    assert PixelPolicy.parse(recipe) == PixelPolicy(mode="smart", max_pixels=10**5)  # None keeps the default
+    flag = key_values(["size=64,factor=32"], "--pixel_policy")
+    assert PixelPolicy.parse(flag, "pixel_policy") == PixelPolicy(size=64, factor=32)
+    with pytest.raises(OptionError, match=r"^pixel_policy: need 0 < min_pixels <= max_pixels"):
+        PixelPolicy.parse({"min_pixels": 10, "max_pixels": 5}, "pixel_policy")
+
+
+def test_a_constraint_says_why_and_problem_is_the_one_line():
+    """``Why`` metadata follows a constraint's message; ``problem`` is the one error line (value redacted)."""
+    from perception_judge.core.options import Why, problem
+
+    class Tau(Options):
+        tau: Annotated[float, Field(gt=1), Why("no verdict is 'incorrect' at 1")] = 6.0
+        plain: Annotated[float, Field(gt=1)] = 6.0
+
+    with pytest.raises(
+        OptionError,
+        match=r"^x\.tau: Input should be greater than 1: no verdict is 'incorrect' at 1 \(got 1\); x\.plain: Input should be greater than 1 \(got 0\)$",
+    ):
+        Tau.parse({"tau": 1, "plain": 0}, "x")
+    secret = problem("run.api_key", "refused", "sk-secret123456789")
+    assert isinstance(secret, OptionError) and str(secret) == "run.api_key: refused (got '<redacted>')"
+    assert str(problem("deepspeed", "not installed")) == "deepspeed: not installed"

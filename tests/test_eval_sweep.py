@@ -293,6 +293,18 @@ def test_cli_eval_run_compares_judges_and_report_rerender(tmp_path, capsys):
     (out / "report.md").unlink()
     assert main(["eval", "report", str(out)]) == 0 and (out / "report.md").is_file()
     assert main(["eval", "list"]) == 0 and "texture_insertion" in capsys.readouterr().out
+    # collect, report and list take --config and --set as every command does
+    (out / "report.md").unlink()
+    (config := tmp_path / "report.yaml").write_text(f"eval_dir: {out}\n")
+    assert main(["eval", "report", "--config", str(config)]) == 0 and (out / "report.md").is_file()
+    (out / "results.json").unlink()
+    assert main(["eval", "collect", "--set", f"eval_dir={out}", "--no-report"]) == 0
+    assert (out / "results.json").is_file()
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {out}/results.csv, results.json"  # no report
+    assert main(["eval", "list", "--set", "suite=bias"]) == 2
+    assert "error: suite: unknown option (got 'bias')" in capsys.readouterr().err
+    assert main(["eval", "collect"]) == 2
+    assert "error: eval_dir: required, not given (argument eval_dir)" in capsys.readouterr().err
     assert (
         main(
             [

@@ -203,7 +203,7 @@ def _lora_run(arch, folder, tmp_path):
             "--dataset_name", str(data),
             "--model_name_or_path", str(folder),
             "--output_dir", str(tmp_path / "out"),
-            "--image_size", str(size),
+            "--pixel_policy", f"size={size}",
             "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8",
             # random weights never write an <answer> tag: the length reward gives the groups an advantage
             "--reward_funcs", "judge", "format", "completion_length",

@@ -128,6 +128,27 @@ def test_merge_lora_command_roundtrip(tiny_qwen25, tmp_path):
     assert marker["adapter"].endswith("adapter") and marker["dtype"] == "float32"
 
 
+def test_merge_lora_takes_config_and_set_and_checks_its_options_first(tmp_path, capsys):
+    from perception_judge.cli import main
+
+    assert main(["merge-lora", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        capsys.readouterr().err
+        == "perception-judge merge-lora: error: adapter: required, not given (flag --adapter)\n"
+    )
+    config = tmp_path / "merge.yaml"
+    config.write_text(f"adapter: {tmp_path / 'adapter'}\nout: {tmp_path / 'o'}\n")
+    assert main(["merge-lora", "--config", str(config)]) == 2  # no --base, no run file: nothing loads
+    assert capsys.readouterr().err.endswith(
+        "merge-lora: error: base: required, not given (no run file beside the adapter names it)\n"
+    )
+    assert main(["merge-lora", "--config", str(config), "--set", "dtype=float8"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "dtype: Input should be 'bfloat16', 'float16', 'float32' or 'auto' (got 'float8')\n"
+    ), err
+
+
 def test_merged_base_is_reused_and_mismatch_refused(tiny_qwen25, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText
@@ -202,6 +223,7 @@ def test_trainer_prompt_equals_shared_renderer(arch, tiny_qwen25, tiny_qwen3, tm
     from trl.data_utils import apply_chat_template, prepare_multimodal_messages
 
     from perception_judge.core.protocol import render_generation_prompt
+    from perception_judge.core.schema import Sampling
     from perception_judge.tiny.toyset import write_toy_training_set
     from perception_judge.train.recipe import parse_recipe
     from perception_judge.train.run import build_run
@@ -214,7 +236,7 @@ def test_trainer_prompt_equals_shared_renderer(arch, tiny_qwen25, tiny_qwen3, tm
             "--dataset_name", str(data_dir),
             "--model_name_or_path", str(model_dir),
             "--output_dir", str(tmp_path / "out"),
-            "--image_size", str(size),
+            "--pixel_policy", f"size={size}",
             "--eval_strategy", "no",
         ]
     )  # fmt: skip
@@ -239,6 +261,12 @@ def test_trainer_prompt_equals_shared_renderer(arch, tiny_qwen25, tiny_qwen3, tm
     # validation samples with the training sampling settings (no silent greedy decoding)
     assert trainer.generation_config.do_sample and trainer.generation_config.temperature == 1.0
     assert trainer.generation_config.top_k == 20 and trainer.generation_config.top_p == 0.95
+    # the run file records them as the one decoding record (core.schema.Sampling)
+    t = recipe.training
+    sampling = Sampling(
+        temperature=1.0, top_p=0.95, top_k=20, max_new_tokens=t.max_completion_length, seed=t.seed
+    )
+    assert run.info["validation"]["sampling"] == sampling.model_dump() and sampling.max_new_tokens > 1
 
 
 def test_mixed_image_and_text_only_batch_trains(tiny_qwen25, tmp_path):

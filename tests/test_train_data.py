@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from perception_judge.core.images import PixelPolicy
+from perception_judge.core.options import OptionError
 from perception_judge.core.protocol import build_messages, prepare_processor
 from perception_judge.core.trainset import rows_to_dataset, split_path
 from perception_judge.tiny.toyset import toy_rows, write_toy_training_set
@@ -150,11 +151,23 @@ def test_malformed_rows_fail_naming_the_row(tmp_path, processor):
 def test_pixel_policy_factor_comes_from_the_model(tiny_qwen25, tiny_qwen3):
     from transformers import AutoConfig
 
-    q25 = pixel_policy_for(JudgeArguments(image_size=448), AutoConfig.from_pretrained(tiny_qwen25))
-    q3 = pixel_policy_for(JudgeArguments(image_size=448), AutoConfig.from_pretrained(tiny_qwen3))
+    q25 = pixel_policy_for(
+        JudgeArguments(pixel_policy={"size": 448}), AutoConfig.from_pretrained(tiny_qwen25)
+    )
+    q3 = pixel_policy_for(JudgeArguments(pixel_policy={"size": 448}), AutoConfig.from_pretrained(tiny_qwen3))
     assert (q25.factor, q3.factor) == (28, 32)
-    with pytest.raises(DataError, match="patch factor 32"):
-        pixel_policy_for(JudgeArguments(image_size=56), AutoConfig.from_pretrained(tiny_qwen3))
+    with pytest.raises(
+        OptionError,
+        match=r"^pixel_policy: fixed image size 56 is not a multiple of the patch factor 32 \(got ",
+    ):
+        pixel_policy_for(JudgeArguments(pixel_policy={"size": 56}), AutoConfig.from_pretrained(tiny_qwen3))
+    # a factor the recipe names wins over the model's
+    assert (
+        pixel_policy_for(
+            JudgeArguments(pixel_policy={"size": 56, "factor": 28}), AutoConfig.from_pretrained(tiny_qwen3)
+        ).factor
+        == 28
+    )
 
 
 def test_pixel_bounds_come_from_the_model_processor(tiny_qwen3):
@@ -174,13 +187,18 @@ def test_pixel_bounds_come_from_the_model_processor(tiny_qwen3):
     )
     assert processor_pixel_bounds(qwen3) == (65536, 16777216)
     assert processor_pixel_bounds(AutoProcessor.from_pretrained(tiny_qwen3)) == (32 * 32 * 4, 32 * 32 * 16)
-    smart = pixel_policy_for(JudgeArguments(image_mode="smart"), config, qwen3)
+    smart = pixel_policy_for(JudgeArguments(pixel_policy={"mode": "smart"}), config, qwen3)
     assert (smart.min_pixels, smart.max_pixels) == (65536, 448 * 448)
-    assert pixel_policy_for(JudgeArguments(image_size=448), config, qwen3).size == 448
-    with pytest.raises(DataError, match=r"image_size 224 \(50,176 pixels\) is outside .* 65,536-16,777,216"):
-        pixel_policy_for(JudgeArguments(image_size=224), config, qwen3)
-    with pytest.raises(DataError, match="image_min_pixels/image_max_pixels 3,136-200,704 reach outside"):
-        pixel_policy_for(JudgeArguments(image_mode="smart", image_min_pixels=56 * 56), config, qwen3)
+    assert pixel_policy_for(JudgeArguments(pixel_policy={"size": 448}), config, qwen3).size == 448
+    with pytest.raises(
+        OptionError,
+        match=r"^pixel_policy: size 224 \(50,176 pixels\) is outside .* 65,536-16,777,216 pixels: it would resize every image; choose values inside its bounds \(got ",
+    ):
+        pixel_policy_for(JudgeArguments(pixel_policy={"size": 224}), config, qwen3)
+    with pytest.raises(
+        OptionError, match=r"^pixel_policy: min_pixels/max_pixels 3,136-200,704 reach outside"
+    ):
+        pixel_policy_for(JudgeArguments(pixel_policy={"mode": "smart", "min_pixels": 56 * 56}), config, qwen3)
 
 
 HUB_README = """---

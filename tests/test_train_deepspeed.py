@@ -53,7 +53,7 @@ def test_deepspeed_zero(stage, arch, size, peft, toy_set, tmp_path):
         "--model_name_or_path", str(model_dir),
         "--model_provider_options", f"arch={arch},warm_start_steps=0",
         "--max_completion_length", "16",
-        "--image_size", str(size),
+        "--pixel_policy", f"size={size}",
         "--max_steps", "2",
         "--save_steps", "2",
         "--eval_strategy", "no",

@@ -207,7 +207,7 @@ def test_lora_on_two_gloo_processes(toy_set, tmp_path):
             "--dataset_name", str(toy_set),
             "--model_name_or_path", str(model_dir),
             "--model_provider_options", "arch=qwen3_vl,warm_start_steps=0",
-            "--image_size", "64",
+            "--pixel_policy", "size=64",
             "--use_peft", "true",
             "--lora_r", "4",
             "--lora_alpha", "8",

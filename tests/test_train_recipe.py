@@ -85,7 +85,8 @@ def test_published_recipes_parse_and_cite_sources(name, tmp_path, monkeypatch):
     # 16 prompts per optimizer step (published PPO mini-batch)
     assert t.per_device_train_batch_size * 8 * t.gradient_accumulation_steps // t.num_generations == 16
     assert j.protocol_mix == {"batch": 1.0}
-    assert j.image_mode == "fixed" and j.image_size % 28 == 0 and j.image_size % 32 == 0
+    # one pixel policy, a multiple of both patch factors; the factor unset: the model config's
+    assert j.pixel_policy == {"mode": "fixed", "size": 448} and 448 % 28 == 0 and 448 % 32 == 0
     assert t.use_vllm and t.eval_strategy == "steps" and t.eval_on_start
     expected_lr = {"flex7b": 2.5e-7, "flex32b": 7.5e-6, "qwen3vl4b": 7.5e-7, "qwen3vl8b": 7.5e-7}[name]
     assert t.learning_rate == pytest.approx(expected_lr)
@@ -102,7 +103,10 @@ def test_published_recipes_parse_and_cite_sources(name, tmp_path, monkeypatch):
 
 def test_unknown_recipe_key_is_named_with_a_suggestion(tmp_path):
     path = _recipe(tmp_path, BASE + "learning_rat: 1.0e-6\n")
-    with pytest.raises(RecipeError, match=r"learning_rat.*did you mean learning_rate"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^learning_rat: unknown key of recipe .*r\.yaml \(got 1e-06\); did you mean learning_rate\?$",
+    ):
         parse_recipe([path])
 
 
@@ -110,37 +114,54 @@ def test_unknown_command_line_flag_is_named(tmp_path):
     path = _recipe(tmp_path, BASE)
     with pytest.raises(RecipeError, match="--num_generation"):
         parse_recipe([path, "--num_generation", "4"])
+    with pytest.raises(
+        RecipeError, match=r"^--num_generationz: unknown argument; did you mean num_generations"
+    ):
+        parse_recipe([path, "--num_generationz", "4"])
+    with pytest.raises(
+        RecipeError, match=r"^learning_rate: invalid float value: 'fast'$"
+    ):  # argparse's, key first
+        parse_recipe([path, "--learning_rate", "fast"])
 
 
 @pytest.mark.parametrize(
     ("line", "pattern"),
     [
-        ("learning_rate: fast", "learning_rate"),
-        ("max_steps: 2.5", "max_steps"),
-        ("bf16: maybe", "bf16"),
-        ("num_generations: [2, 3]", "num_generations"),
-        ("num_generations: 2.5", "num_generations: expected an integer"),
-        ("max_steps: true", "max_steps: expected a number"),
-        ("loss_type: ppo", "loss_type"),
-        ("lr_scheduler_type: wobbly", "lr_scheduler_type"),
-        ("reward_funcs: [judge, nonsense]", "nonsense"),
-        ("reward_weights: [1.0, 2.0, 3.0]", "reward_weights"),
-        ("reward_ties: sometimes", "reward_ties"),
-        ("think_prefix: always", "think_prefix"),
-        ("image_mode: stretch", "image_mode"),
-        ("image_size: 0", "image"),
-        ("protocol_mix: {batch: 1, triple: 1}", "triple"),
-        ("protocol_mix: {batch: 0}", "protocol_mix"),
+        ("learning_rate: fast", r"^learning_rate: expected a number \(got 'fast'\)$"),
+        ("max_steps: 2.5", r"^max_steps: expected an integer \(got 2\.5\)$"),
+        ("bf16: maybe", r"^bf16: expected a boolean \(got 'maybe'\)$"),
+        ("num_generations: [2, 3]", r"^num_generations: expected a single value, not a list \(got \[2, 3\]\)$"),
+        ("num_generations: 2.5", r"^num_generations: expected an integer \(got 2\.5\)$"),
+        ("max_steps: true", r"^max_steps: expected a number \(got True\)$"),
+        ("loss_type: ppo", r"^loss_type: expected one of grpo, dr_grpo, dapo, .* \(got 'ppo'\)$"),
+        ("lr_scheduler_type: wobbly", r"^lr_scheduler_type: expected one of linear, cosine, .* \(got 'wobbly'\)$"),
+        ("reward_funcs: [judge, nonsense]", r"^reward_funcs: unknown reward 'nonsense' \(known: batch_ranking, .* or a dotted path\) \(got \['judge', 'nonsense'\]\)$"),
+        ("reward_weights: [1.0, 2.0, 3.0]", r"^reward_weights: 3 values for 2 reward_funcs \(judge, format\)"),
+        ("reward_ties: sometimes", r"^reward_ties: expected one of zero, half \(got 'sometimes'\)$"),
+        ("think_prefix: always", r"^think_prefix: expected one of auto, off \(got 'always'\)$"),
+        # the flat image_* keys of older recipes: one line naming the new key
+        ("image_mode: stretch", r"^image_mode: unknown key of .* \(got 'stretch'\); now pixel_policy\.mode \("),
+        ("image_size: 448", r"^image_size: unknown key of .*; now pixel_policy\.size \(recipe: pixel_policy: \{size: "),
+        ("pixel_policy: {mode: stretch}", r"^pixel_policy\.mode: Input should be 'fixed', 'smart' or 'none' \(got 'stretch'\)$"),
+        ("pixel_policy: {size: 0}", r"^pixel_policy: pixel policy needs size >= factor >= 1 \(size=0, "),
+        ("pixel_policy: {sise: 448}", r"^pixel_policy\.sise: unknown option \(got 448\); known: factor, max_pixels, "),
+        ("pixel_policy: smart", r"^--pixel_policy 'smart': expected KEY=VALUE$"),
+        ("protocol_mix: {batch: 1, triple: 1}", r"^protocol_mix\.triple: unknown option \(got 1\); known: batch, pair, single$"),
+        ("protocol_mix: {batch: 0}", r"^protocol_mix: no protocol has a positive weight \(got \{'batch': 0\}\)$"),
+        ("protocol_mix: {batch: -1, pair: 1}", r"^protocol_mix\.batch: Input should be greater than or equal to 0 \(got -1\)$"),
         (
             "model_provider: perception_judge.tiny.models:ensure_tiny_model\nmodel_provider_options: {arch: llama}",
-            "arch",
+            r"^model_provider_options\.arch: Input should be 'qwen2_5_vl' or 'qwen3_vl' \(got 'llama'\)$",
         ),
-        ("report_to: slack", "report_to"),
-        ("temperature: 0", "temperature"),
-        ("vllm_mode: remote", "vllm_mode"),
-        ("output_dir: {a: 1}", "output_dir"),
+        ("model_provider_options: {arch: qwen3_vl}", r"^model_provider_options: given without a model_provider"),
+        ("report_to: slack", r"^report_to: unknown tracker; use wandb, tensorboard, trackio, mlflow or none \(got 'slack'\)$"),
+        ("temperature: 0", r"^temperature: Input should be greater than 0: GRPO needs sampled groups; .* \(got 0\)$"),
+        ("learning_rate: .inf", r"^learning_rate: Input should be a finite number \(got inf\)$"),
+        ("max_steps: 0", r"^max_steps: Input should be greater than or equal to 1: or -1 to train num_train_epochs \(got 0\)$"),
+        ("vllm_mode: remote", r"^vllm_mode: expected one of colocate, server \(got 'remote'\)$"),
+        ("output_dir: {a: 1}", r"^output_dir: expected a single value, not a mapping \(got \{'a': 1\}\)$"),
     ],
-)
+)  # fmt: skip
 def test_invalid_values_fail_naming_the_key(tmp_path, line, pattern):
     path = _recipe(tmp_path, BASE + line + "\n")
     with pytest.raises(RecipeError, match=pattern):
@@ -150,19 +171,31 @@ def test_invalid_values_fail_naming_the_key(tmp_path, line, pattern):
 @pytest.mark.parametrize(
     ("line", "pattern"),
     [
-        ("reward_tau: 50", r"reward_tau must be in \(1, 10\], got 50\b.*none is 'correct'"),
-        ("reward_tau: .nan", r"reward_tau must be in \(1, 10\], got nan"),
-        ("reward_tau: 1", r"reward_tau must be in \(1, 10\], got 1\b.*no verdict is 'incorrect'"),
-        ("reward_weights: [1.0, .inf]", r"reward_weights must be finite, got inf"),
-        ("reward_weights: [.nan, 1.0]", r"reward_weights must be finite, got nan"),
-        ("reward_weights: [0, 0.0]", r"reward_weights \[0, 0\.0\] are all 0"),
+        (
+            "reward_tau: 50",
+            r"^reward_tau: Input should be less than or equal to 10: .*none is 'correct' \(got 50\)$",
+        ),
+        (
+            "reward_tau: .nan",
+            r"^reward_tau: Input should be a finite number: scores are 1-10 .* \(got nan\)$",
+        ),
+        (
+            "reward_tau: 1",
+            r"^reward_tau: Input should be greater than 1: .*no verdict is 'incorrect'.* \(got 1\)$",
+        ),
+        ("reward_weights: [1.0, .inf]", r"^reward_weights\.1: Input should be a finite number \(got inf\)$"),
+        ("reward_weights: [.nan, 1.0]", r"^reward_weights\.0: Input should be a finite number \(got nan\)$"),
+        (
+            "reward_weights: [0, 0.0]",
+            r"^reward_weights: all 0: no reward would train; .* \(got \[0, 0\.0\]\)$",
+        ),
     ],
 )
 def test_reward_options_that_make_a_reward_constant_or_unreachable_are_refused(tmp_path, line, pattern):
     """With tau 50 no correct verdict earns reward, with NaN none at all; weights must be finite, one non-zero."""
     with pytest.raises(RecipeError, match=pattern):
         parse_recipe([_recipe(tmp_path, BASE + line + "\n")], check_environment=False)
-    with pytest.raises(RecipeError, match=r"reward_tau must be in \(1, 10\], got nan"):
+    with pytest.raises(RecipeError, match=r"^reward_tau: Input should be a finite number: .* \(got nan\)$"):
         parse_recipe([_recipe(tmp_path, BASE), "--reward_tau", "nan"], check_environment=False)
     for tau in ("1.5", "10"):  # both verdicts reachable on the 1-10 scale
         assert parse_recipe([_recipe(tmp_path, BASE), "--reward_tau", tau], check_environment=False)
@@ -170,19 +203,30 @@ def test_reward_options_that_make_a_reward_constant_or_unreachable_are_refused(t
 
 def test_batch_geometry_error_names_the_numbers():
     values = dict(per_device_train_batch_size=3, gradient_accumulation_steps=1, num_generations=2)
-    with pytest.raises(RecipeError, match=r"3 × 1 × 1 = 3.*num_generations=2"):
+    split = r"^num_generations: .* = 3 × 1 × 1 = 3 completions per generation round with 1 process\(es\) would split "
+    with pytest.raises(
+        RecipeError, match=split + r".*\(e\.g\. per_device_train_batch_size=2 .*\) \(got 2\)$"
+    ):
         check_batch_geometry(values, 1)
     check_batch_geometry(values | {"steps_per_generation": 2}, 1)  # 6 completions: fine
     check_batch_geometry(values, 2)  # 3 × 2 processes = 6: fine
-    with pytest.raises(RecipeError, match="not both"):
+    with pytest.raises(
+        RecipeError, match=r"^steps_per_generation: set it or generation_batch_size, not both \(got 2\)$"
+    ):
         check_batch_geometry(values | {"steps_per_generation": 2, "generation_batch_size": 6}, 1)
-    with pytest.raises(RecipeError, match="divide"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^steps_per_generation: it or gradient_accumulation_steps=2 must divide .*\(got 3\)$",
+    ):
         check_batch_geometry(
             dict(values, per_device_train_batch_size=2)
             | {"gradient_accumulation_steps": 2, "steps_per_generation": 3},
             1,
         )
-    with pytest.raises(RecipeError, match="validation batch"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^per_device_eval_batch_size: the validation batch 3 × 1 with 1 process\(es\) is not a multiple of num_generations_eval=2 \(got 3\)$",
+    ):
         check_batch_geometry(
             dict(values, per_device_train_batch_size=2, eval_strategy="steps", per_device_eval_batch_size=3),
             1,
@@ -208,14 +252,17 @@ def test_a_deepspeed_file_resolves_against_its_recipe_and_must_exist(tmp_path, m
     monkeypatch.chdir(ROOT)
     t = parse_recipe([path], check_environment=False).training
     assert t.deepspeed == str(tmp_path / "ds.json") and zero_stage(t) == 2 and t.deepspeed_plugin is None
-    with pytest.raises(RecipeError, match=r"deepspeed: '[^']*/nope\.json' not found"):
+    with pytest.raises(RecipeError, match=r"^deepspeed: no such file \(got '/[^']*/nope\.json'\)$"):
         parse_recipe([_recipe(tmp_path, BASE + "deepspeed: nope.json\n")], check_environment=False)
     with pytest.raises(
-        RecipeError, match=r"deepspeed: 'ds\.json' not found"
+        RecipeError, match=r"^deepspeed: no such file \(got 'ds\.json'\)$"
     ):  # the command line: from the cwd
         parse_recipe([path, "--deepspeed", "ds.json"], check_environment=False)
     (tmp_path / "bad.json").write_text('{"bf16": {}}')
-    with pytest.raises(RecipeError, match="is no DeepSpeed configuration"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^deepspeed: not a DeepSpeed configuration \(KeyError\('zero_optimization'\)\) \(got '",
+    ):
         parse_recipe([path, "--deepspeed", str(tmp_path / "bad.json")], check_environment=False)
     assert parse_recipe([path, "--deepspeed", "none"], check_environment=False).training.deepspeed is None
 
@@ -233,7 +280,8 @@ def test_a_deepspeed_launch_configuration_replaces_the_recipes_of_its_stage_and_
         "perception_judge.train.recipe._importable", lambda name: True
     )  # CI may lack DeepSpeed
     with pytest.raises(
-        RecipeError, match=r"zero3\.json is ZeRO-3, the launch configuration ZeRO-2.*--deepspeed none"
+        RecipeError,
+        match=r"^deepspeed: ZeRO-3, the launch configuration ZeRO-2: .*--deepspeed none .*\(got '.*zero3\.json'\)$",
     ):
         parse_recipe([recipe, "--bf16", "false"], check_environment=False)
     assert _check_deepspeed(values := {"deepspeed": "none"}, False) == (None, [])
@@ -248,32 +296,43 @@ def test_a_deepspeed_launch_configuration_replaces_the_recipes_of_its_stage_and_
     assert _check_deepspeed(values := {"deepspeed": ds, "use_cpu": True}, True) == (ds, [])
     assert values["deepspeed"] == ds
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    with pytest.raises(RecipeError, match="DeepSpeed without a GPU needs use_cpu: true"):
+    with pytest.raises(
+        RecipeError, match=r"^use_cpu: DeepSpeed without a GPU needs use_cpu: true \(got None\)$"
+    ):
         _check_deepspeed({"deepspeed": ds}, True)
     monkeypatch.delenv("LOCAL_RANK")  # `python train_grpo.py`: DeepSpeed would look for MPI
     with pytest.raises(
-        RecipeError, match="DeepSpeed needs a distributed launch: torchrun, or accelerate launch"
+        RecipeError, match=r"^deepspeed: DeepSpeed needs a distributed launch: torchrun, or accelerate launch"
     ):
         _check_deepspeed({"deepspeed": ds, "use_cpu": True}, True)
     monkeypatch.setattr("perception_judge.train.recipe._importable", lambda name: False)
-    with pytest.raises(RecipeError, match="DeepSpeed is not installed"):
+    with pytest.raises(RecipeError, match=r"^deepspeed: DeepSpeed is not installed"):
         _check_deepspeed({"deepspeed": ds, "use_cpu": True}, True)
 
 
 def test_colocate_vllm_requires_one_image_size(tmp_path):
-    path = _recipe(tmp_path, BASE + "use_vllm: true\nvllm_mode: colocate\nimage_mode: smart\n")
-    with pytest.raises(RecipeError, match="trl#6401"):
+    path = _recipe(tmp_path, BASE + "use_vllm: true\nvllm_mode: colocate\npixel_policy: {mode: smart}\n")
+    with pytest.raises(
+        RecipeError, match=r"^pixel_policy\.mode: mixed image sizes .*\(trl#6401\).* \(got 'smart'\)$"
+    ):
         parse_recipe([path], check_environment=False)
     parse_recipe([path, "--vllm_mode", "server"], check_environment=False)
+    parse_recipe([path, "--pixel_policy", "mode=fixed"], check_environment=False)
 
 
 def test_environment_checks_name_the_missing_package(tmp_path, monkeypatch):
     import perception_judge.train.recipe as recipe_mod
 
     monkeypatch.setattr(recipe_mod, "_importable", lambda name: False)
-    with pytest.raises(RecipeError, match="vLLM is not installed"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^use_vllm: vLLM is not installed \(`pip install -e '\.\[gpu\]'`\), or set it false \(got True\)$",
+    ):
         parse_recipe([_recipe(tmp_path, BASE + "use_vllm: true\n")])
-    with pytest.raises(RecipeError, match="wandb is not installed"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^report_to: not installed \(`pip install wandb`\), or set report_to: none \(got 'wandb'\)$",
+    ):
         parse_recipe([_recipe(tmp_path, BASE.replace("report_to: none", "report_to: wandb"))])
 
 
@@ -281,25 +340,64 @@ def test_recipe_argv_forms():
     assert split_recipe_argv(["r.yaml", "--a", "1"]) == ("r.yaml", ["--a", "1"])
     assert split_recipe_argv(["--config", "r.yaml", "--a", "1"]) == ("r.yaml", ["--a", "1"])
     assert split_recipe_argv(["--a", "1"]) == (None, ["--a", "1"])
-    with pytest.raises(RecipeError):
+    # --set KEY=VALUE is --KEY VALUE, --set MAPPING.KEY=VALUE --MAPPING KEY=VALUE, in command-line order
+    sets = ["--set", "learning_rate=1e-6", "--a", "1", "--set", "pixel_policy.size=84", "--set", "x=a=b"]
+    assert split_recipe_argv(["r.yaml", *sets]) == (
+        "r.yaml", ["--learning_rate", "1e-6", "--a", "1", "--pixel_policy", "size=84", "--x", "a=b"])  # fmt: skip
+    with pytest.raises(RecipeError, match=r"^--config: a second recipe besides 'a\.yaml' \(got 'b\.yaml'\)$"):
         split_recipe_argv(["a.yaml", "--config", "b.yaml"])
+    for argv, message in ((["--set"], r"^--set: expected a value, none given$"),
+                          (["--set", "lr"], r"^--set 'lr': expected KEY=VALUE$")):  # fmt: skip
+        with pytest.raises(RecipeError, match=message):
+            split_recipe_argv(argv)
 
 
 def test_missing_recipe_and_required_fields(tmp_path):
-    with pytest.raises(RecipeError, match="not found"):
+    with pytest.raises(RecipeError, match=r"^recipe '.*nope\.yaml' does not exist$"):
         parse_recipe([str(tmp_path / "nope.yaml")])
-    with pytest.raises(RecipeError, match="dataset_name"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^dataset_name: required, not given \(the folder `perception-judge export` writes\)$",
+    ):
         parse_recipe([_recipe(tmp_path, BASE.replace("dataset_name: d", ""))], check_environment=False)
 
 
 def test_protocol_mix_forms(tmp_path):
     path = _recipe(tmp_path, BASE)
     r = parse_recipe([path, "--protocol_mix", "batch=0.5,pair=0.5"], check_environment=False)
-    from perception_judge.train.args import protocol_mix_dict
+    assert r.judge.protocol_mix == {"batch": 0.5, "pair": 0.5}
+    assert parse_recipe([path, "--protocol_mix", "batch"], check_environment=False).judge.protocol_mix == {
+        "batch": 1.0
+    }
+    assert parse_recipe([path], check_environment=False).judge.protocol_mix is None
+    # the command line replaces the recipe's mix (a protocol it leaves out is dropped)
+    mixed = _recipe(tmp_path, BASE + "protocol_mix: {batch: 0.6, pair: 0.4}\n")
+    assert parse_recipe(
+        [mixed, "--set", "protocol_mix=pair=1"], check_environment=False
+    ).judge.protocol_mix == {"pair": 1.0}
 
-    assert protocol_mix_dict(r.judge.protocol_mix) == {"batch": 0.5, "pair": 0.5}
-    assert protocol_mix_dict("batch") == {"batch": 1.0}
-    assert protocol_mix_dict(None) is None
+
+def test_the_pixel_policy_is_one_mapping_the_command_line_updates(tmp_path, tiny_qwen3):
+    """Issue 42: the recipe's pixel policy is ``core.images.PixelPolicy``'s mapping (the run file's and the eval
+    plan's shape); ``--pixel_policy KEY=VALUE,...`` (``--set pixel_policy.KEY=VALUE``) updates the recipe's, and the
+    unset factor and least area come from the model when the run starts."""
+    from transformers import AutoConfig
+
+    from perception_judge.core.images import PixelPolicy
+    from perception_judge.train.data import pixel_policy_for
+
+    path = _recipe(tmp_path, BASE + "pixel_policy: {mode: smart, max_pixels: 50176}\n")
+    r = parse_recipe([path, "--pixel_policy", "size=64,max_pixels=65536"], check_environment=False)
+    assert r.judge.pixel_policy == {"mode": "smart", "max_pixels": 65536, "size": 64}
+    assert r.flat_args()["pixel_policy"] == {"mode": "smart", "max_pixels": 65536, "size": 64}
+    r = parse_recipe([path, "--set", "pixel_policy.size=64"], check_environment=False)
+    assert r.judge.pixel_policy == {"mode": "smart", "max_pixels": 50176, "size": 64}
+    policy = pixel_policy_for(r.judge, AutoConfig.from_pretrained(tiny_qwen3))
+    assert policy == PixelPolicy(mode="smart", size=64, max_pixels=50176, factor=32, min_pixels=56 * 56)
+    with pytest.raises(
+        RecipeError, match=r"^pixel_policy\.size: Input should be a valid integer, unable to parse "
+    ):
+        parse_recipe([path, "--pixel_policy", "size=big"], check_environment=False)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -431,7 +529,7 @@ def test_gpu_recipes_fit_80_gb_and_sleep_only_where_the_engine_would_not_fit_awa
     assert asleep["training"] == pytest.approx(awake["training"] - awake["vllm_engine"] + 1.0)
 
 
-def test_recipe_memory_command_exits_1_when_a_recipe_does_not_fit(capsys):
+def test_recipe_memory_command_exits_1_when_a_recipe_does_not_fit(capsys, tmp_path):
     from perception_judge.cli import main
 
     assert main(["recipe-memory", "--zero-stage", "3", str(RECIPES / "flex7b.yaml")]) == 0
@@ -451,6 +549,17 @@ def test_recipe_memory_command_exits_1_when_a_recipe_does_not_fit(capsys):
     )  # DDP: 124 GiB of state
     last = capsys.readouterr().out.splitlines()[-1]  # no batch size can help: sharding or LoRA only
     assert last.endswith("of 76.0 (ZeRO-0): DeepSpeed ZeRO-3 or its offload, LoRA (use_peft: true)"), last
+    # its options from a config file and --set too (flags win): 40 GB cards do not fit flex7b, 80 GB do
+    config = tmp_path / "memory.yaml"
+    config.write_text(f"recipe: {RECIPES / 'flex7b.yaml'}\nzero_stage: 3\ngpu_gib: 40\n")
+    assert main(["recipe-memory", "--config", str(config)]) == 1
+    assert "flex7b.yaml on 8 x 40 GiB, ZeRO-3" in capsys.readouterr().out
+    assert main(["recipe-memory", "--config", str(config), "--set", "gpu_gib=80"]) == 0
+    assert main(["recipe-memory", "--config", str(config), "--set", "gpu_gib=60", "--gpu-gib", "80"]) == 0
+    assert main(["recipe-memory", "--set", "world=0", str(RECIPES / "flex7b.yaml")]) == 2
+    assert capsys.readouterr().err.endswith(
+        "error: world: Input should be greater than or equal to 1 (got 0)\n"
+    )
 
 
 def test_the_zero_stage_comes_from_the_deepspeed_plugin_the_configuration_or_the_launch(

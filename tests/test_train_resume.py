@@ -30,14 +30,20 @@ def test_half_written_checkpoint_is_skipped_with_its_reason(tmp_path, capsys):
     assert "skipping checkpoint-10: unreadable trainer_state.json" in err
     assert "skipping checkpoint-6: no trainer_state.json" in err
     assert "resume: from checkpoint-4 (the newest complete one)" in err
-    with pytest.raises(RecipeError, match=r"incomplete: no trainer_state\.json"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^resume_from_checkpoint: an incomplete checkpoint: no trainer_state\.json .*\(got '.*checkpoint-6'\)$",
+    ):
         R.resolve_resume(str(tmp_path / "checkpoint-6"), str(tmp_path))
 
 
 def test_no_complete_checkpoint_starts_fresh_with_auto_and_refuses_latest(tmp_path):
     _checkpoint(tmp_path, 2, complete=False)
     assert R.resolve_resume("auto", str(tmp_path)) is None
-    with pytest.raises(RecipeError, match="no checkpoint to resume from"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^resume_from_checkpoint: no checkpoint to resume from \(no complete checkpoint-N folder in '.*'\) \(got 'latest'\)$",
+    ):
         R.resolve_resume("latest", str(tmp_path))
 
 
@@ -68,12 +74,20 @@ def test_resuming_a_finished_run_trains_nothing(tmp_path, capsys):
 @pytest.mark.parametrize(
     "key,value,message",
     [
-        ("top_p", "2", r"top_p must be in \(0, 1\], got 2"),
-        ("epsilon", "-0.2", r"epsilon must be in \(0, inf\), got -0.2"),
-        ("weight_decay", "-5", r"weight_decay must be in \[0, inf\), got -5"),
-        ("max_steps", "-3", r"max_steps must be >= 1 \(or -1"),
-        ("learning_rate", "-1e-4", r"learning_rate must be in \(0, inf\)"),
-        ("per_device_train_batch_size", "0", r"per_device_train_batch_size must be in \[1, inf\), got 0"),
+        ("top_p", "2", r"^top_p: Input should be less than or equal to 1 \(got 2\.0\)$"),
+        ("epsilon", "-0.2", r"^epsilon: Input should be greater than 0 \(got -0\.2\)$"),
+        ("weight_decay", "-5", r"^weight_decay: Input should be greater than or equal to 0 \(got -5\.0\)$"),
+        (
+            "max_steps",
+            "-3",
+            r"^max_steps: Input should be greater than or equal to 1: or -1 to train num_train_epochs \(got -3\)$",
+        ),
+        ("learning_rate", "-1e-4", r"^learning_rate: Input should be greater than 0 \(got -0\.0001\)$"),
+        (
+            "per_device_train_batch_size",
+            "0",
+            r"^per_device_train_batch_size: Input should be greater than or equal to 1 \(got 0\)$",
+        ),
     ],
 )
 def test_out_of_range_recipe_values_are_refused_before_any_model_loads(key, value, message, tmp_path):

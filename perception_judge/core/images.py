@@ -13,12 +13,11 @@ import base64
 import io
 import math
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from PIL import Image, UnidentifiedImageError
-from pydantic import ConfigDict, ValidationError, model_validator
+from pydantic import ConfigDict, model_validator
 
 from perception_judge.core.options import Flag, Options
 
@@ -36,8 +35,8 @@ class ImageError(ValueError):
 
 
 class PixelPolicy(Options):
-    """The one pixel-policy record (the module docstring): the eval job's ``backend.pixel_policy``, the run file's
-    ``pixel_policy``; training builds it from its flat ``image_*`` keys (:func:`pixel_policy_of`)."""
+    """The one pixel-policy record (the module docstring): the eval job's ``backend.pixel_policy``, the recipe's and
+    the run file's ``pixel_policy``."""
 
     model_config = ConfigDict(frozen=True)
     mode: Annotated[Literal["fixed", "smart", "none"], Flag("--pixel-mode")] = "fixed"
@@ -47,15 +46,6 @@ class PixelPolicy(Options):
     min_pixels: int = 56 * 56
     max_pixels: int = 448 * 448
     factor: int = 28
-
-    def __init__(self, *args: Any, **values: Any) -> None:
-        """Positional values too (training's ``PixelPolicy(image_mode, image_size, ...)``: a one-line ValueError)."""
-        try:
-            super().__init__(**dict(zip(type(self).model_fields, args)), **values)
-        except ValidationError as e:
-            if not args:
-                raise
-            raise ValueError("; ".join(x["msg"].removeprefix("Value error, ") for x in e.errors())) from None
 
     @model_validator(mode="after")
     def _check(self) -> PixelPolicy:
@@ -89,13 +79,6 @@ class PixelPolicy(Options):
         return self.model_dump()
 
 
-def pixel_policy_of(keys: Any, where: str = "") -> PixelPolicy:
-    """The pixel policy of flat ``image_mode`` / ``image_size`` / ``image_min_pixels`` / ``image_max_pixels`` /
-    ``image_factor`` keys (a mapping or attributes; an unset one keeps the default); ``OptionError`` naming ``where``."""
-    get = keys.get if isinstance(keys, Mapping) else lambda k: getattr(keys, k, None)
-    return PixelPolicy.parse({f: get(f"image_{f}") for f in PixelPolicy.model_fields}, where)
-
-
 def processor_pixel_bounds(processor: Any) -> tuple[int, int] | None:
     """(least, largest) image area in pixels a Qwen-VL processor keeps as it is (it resizes images outside them):
     its image processor's ``min_pixels`` / ``max_pixels``, or ``size["shortest_edge"]`` / ``["longest_edge"]``;
@@ -124,13 +107,13 @@ def pixel_policy_conflict(policy: PixelPolicy, bounds: tuple[int, int] | None) -
         area = policy.size * policy.size
         if not low <= area <= high:
             return (
-                f"image_size {policy.size} ({area:,} pixels) is outside the model processor's "
+                f"size {policy.size} ({area:,} pixels) is outside the model processor's "
                 f"{low:,}-{high:,} pixels: it would resize every image"
             )
         return None
     if policy.min_pixels < low or policy.max_pixels > high:
         return (
-            f"image_min_pixels/image_max_pixels {policy.min_pixels:,}-{policy.max_pixels:,} reach outside the model "
+            f"min_pixels/max_pixels {policy.min_pixels:,}-{policy.max_pixels:,} reach outside the model "
             f"processor's {low:,}-{high:,} pixels: it would resize those images"
         )
     return None

@@ -44,10 +44,14 @@ CommaList = Annotated[list[str], BeforeValidator(_split_commas)]
 
 @dataclass(frozen=True)
 class Flag:
-    """``Annotated`` metadata of a field's flag: its name (default ``--key-name``) and metavar."""
+    """``Annotated`` metadata of a field's flag: its name (default ``--key-name``; no dashes: positional), metavar."""
 
     name: str | None = None
     metavar: str | None = None
+
+
+class Why(str):
+    """``Annotated`` metadata: why a field's constraint holds; its errors say it after the problem."""
 
 
 class Options(BaseModel):
@@ -127,18 +131,27 @@ def _shown(key: str, value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def problem(key: str, what: str, value: Any = ...) -> OptionError:
+    """The one error, ``WHERE.KEY: what is wrong (got VALUE)`` (the value redacted and shortened)."""
+    got = "" if value is ... else f" (got {_shown(key.rsplit('.', 1)[-1], value)})"
+    return OptionError(f"{key}: {what}{got}")
+
+
 def _describe(model: type[BaseModel], where: str, err: Any, what: str | None) -> str:
     loc = [str(p) for p in err["loc"]]
     key = ".".join(p for p in (where, *loc) if p) or model.__name__
     holder, field = _field_at(model, loc)
     if err["type"] == "extra_forbidden":
         known = ", ".join(sorted(holder.model_fields)) if holder is not None else ""
-        return f"{key}: unknown {what or 'option'} (got {_shown(loc[-1], err['input'])}); known: {known}"
+        unknown = problem(key, f"unknown {what or 'option'}", err["input"])
+        return f"{unknown}; known: {known}" if known else str(unknown)
     if err["type"] == "missing":
-        hint = f" (flag {flag_name(field, loc[-1])})" if field is not None and field.description else ""
+        name = flag_name(field, loc[-1]) if field is not None and field.description else ""
+        hint = f" ({'flag' if name.startswith('-') else 'argument'} {name})" if name else ""
         return f"{key}: required, not given{hint}"
     msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    return f"{key}: {msg} (got {_shown(loc[-1] if loc else '', err['input'])})"
+    why = "".join(f": {m}" for m in (field.metadata if field is not None else ()) if isinstance(m, Why))
+    return str(problem(key, msg + why, err["input"]))
 
 
 def key_values(
@@ -205,6 +218,8 @@ def _argument(field: FieldInfo, key: str) -> tuple[list[str], dict[str, Any]]:
     kw: dict[str, Any] = {"dest": key, "default": None, "help": help_.replace("%", "%%")}
     name = flag_name(field, key)
     upper = name.lstrip("-").replace("-", "_").upper()
+    if not name.startswith("-"):
+        return [key], {"nargs": "?", "help": kw["help"], "metavar": meta.metavar or upper}
     if ann is bool:
         kw["action"] = "store_true" if field.default is False else argparse.BooleanOptionalAction
     elif get_origin(ann) is Literal:
@@ -253,18 +268,19 @@ def given_flags(model: type[Options], args: argparse.Namespace) -> dict[str, Any
     return out
 
 
-def _read_config(path: str | Path) -> dict[str, Any]:
+def read_config(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """The mapping of options a YAML file holds (``what`` names the file in errors)."""
     import yaml
 
     p = Path(path)
     if not p.is_file():
-        raise OptionError(f"config file {str(p)!r} does not exist")
+        raise OptionError(f"{what} {str(p)!r} does not exist")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise OptionError(f"config file {str(p)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise OptionError(f"{what} {str(p)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
-        raise OptionError(f"config file {str(p)!r}: expected a mapping of options, got {type(data).__name__}")
+        raise OptionError(f"{what} {str(p)!r}: expected a mapping of options, got {type(data).__name__}")
     return data
 
 
@@ -289,7 +305,7 @@ def resolve_options(
 ) -> Any:
     """The options of ``model`` from its defaults, a YAML ``config`` file, ``--set`` items and ``flags``
     (``{dotted key: value}``), in that order of precedence (the module docstring); raises :class:`OptionError`."""
-    data = _read_config(config) if config else {}
+    data = read_config(config) if config else {}
     for item in sets:
         _put(data, *parse_set(item))
     for key, value in (flags or {}).items():

@@ -8,13 +8,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict
 
 from perception_judge.core.command import Command
 from perception_judge.core.io import PROGRESS, library_bars_off
-from perception_judge.core.options import OptionError, Options, add_flags, given_flags, resolve_options
+from perception_judge.core.options import Flag, OptionError, Options, add_flags, given_flags, resolve_options
 from perception_judge.core.redact import RedactingFilter, redact_text
 from perception_judge.core.runinfo import read_run
 from perception_judge.evaluation.plan import EvalPlan, JobConfig, RunJob, SweepJob, check_inputs, resolve
@@ -40,6 +40,16 @@ backend.KEY), then the flags below. Everything is checked before any model loads
 
 JOBS: dict[str, type[JobConfig]] = dict(sweep=SweepJob, run=RunJob)
 """The one options model of each command line that evaluates: the eval job with that command's own flags."""
+
+
+class EvalFolder(Options):
+    eval_dir: Annotated[Path, Flag("eval_dir")]
+    """an evaluation folder with cells/ (a sweep's --out, RUN_DIR/eval)"""
+
+
+class CollectOptions(EvalFolder):
+    no_report: bool = False
+    """write the tables only"""
 
 
 class _Layer(Options):
@@ -113,11 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--claim workers; list the missing, failed and claimed cells. Exit code 0 when every cell is done, 1 "
         "while the sweep is incomplete. Re-running it on the same cells writes the same bytes.",
     )
-    co.add_argument("eval_dir", type=Path, help="the sweep's --out folder")
-    co.add_argument("--no-report", action="store_true", help="write the tables only")
-    rp = sub.add_parser("report", help="re-render the report of an evaluation folder")
-    rp.add_argument("eval_dir", type=Path, help="a folder with results.json (a sweep's RUN_DIR/eval)")
-    sub.add_parser("list", help="list suites and bias types")
+    add_flags(co, CollectOptions)
+    add_flags(sub.add_parser("report", help="re-render the report of an evaluation folder"), EvalFolder)
+    add_flags(sub.add_parser("list", help="list suites and bias types"), Options)
 
 
 def _print_outcome(outcome: Any, out_dir: Path, report: bool) -> None:
@@ -177,9 +185,10 @@ def _print_collect_state(state: dict[str, list[str]]) -> None:
 def run_collect(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.sweep import collect
 
-    _, state = collect(args.eval_dir, report=not args.no_report)
+    o = resolve_options(CollectOptions, "", args.config, args.sets, given_flags(CollectOptions, args))
+    _, state = collect(o.eval_dir, report=not o.no_report)
     _print_collect_state(state)
-    print(f"wrote {args.eval_dir}/results.csv, results.json" + ("" if args.no_report else ", report.md"))
+    print(f"wrote {o.eval_dir}/results.csv, results.json" + ("" if o.no_report else ", report.md"))
     return 1 if state["missing"] or state["failed"] else 0
 
 
@@ -196,18 +205,20 @@ def run_report(args: argparse.Namespace) -> int:
     from perception_judge.evaluation.report import write_report
     from perception_judge.evaluation.results import CELLS_DIR, write_results
 
-    if not (args.eval_dir / CELLS_DIR).is_dir():
-        raise FileNotFoundError(f"{str(args.eval_dir)!r} has no cells/ folder: not an evaluation folder")
-    if not (args.eval_dir / "results.json").is_file():
-        write_results(args.eval_dir)
-    rep = write_report(args.eval_dir)
-    print(f"wrote {args.eval_dir}/report.md, report.json and {len(rep['plots'])} plot(s)")
+    eval_dir = resolve_options(EvalFolder, "", args.config, args.sets, given_flags(EvalFolder, args)).eval_dir
+    if not (eval_dir / CELLS_DIR).is_dir():
+        raise FileNotFoundError(f"{str(eval_dir)!r} has no cells/ folder: not an evaluation folder")
+    if not (eval_dir / "results.json").is_file():
+        write_results(eval_dir)
+    rep = write_report(eval_dir)
+    print(f"wrote {eval_dir}/report.md, report.json and {len(rep['plots'])} plot(s)")
     if rep["summary"].get("best"):
         print(f"best model: {rep['summary']['best']}")
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
+    resolve_options(Options, "", args.config, args.sets)  # a --config or --set names no option of its own
     print("suites (options: --set SUITE.KEY=VALUE; headline metrics first; what some metrics measure):")
     for name, suite in SUITES.items():
         print(f"  {name:22s} {', '.join(suite.primary[:3])}")

@@ -11,20 +11,27 @@ adapter folder when it has one (trainer checkpoints do), else from the base.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from perception_judge.core.command import Command
+from perception_judge.core.options import Flag, Options, add_flags, options_from_args, problem
 from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of, verdict
 
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--adapter", required=True, help="LoRA adapter folder or hub id")
-    parser.add_argument("--base", help="base model folder or hub id (default: the adapter run's base_model)")
-    parser.add_argument("--out", required=True, help="output folder for the merged model and its processor")
-    dtypes = ["bfloat16", "float16", "float32", "auto"]
-    parser.add_argument("--dtype", default="bfloat16", choices=dtypes, help="weights dtype")
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow custom model code")
+class MergeLoraOptions(Options):
+    adapter: str
+    """LoRA adapter folder or hub id"""
+    base: str | None = None
+    """base model folder or hub id (default: the adapter run's base_model)"""
+    out: str
+    """output folder for the merged model and its processor"""
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    """weights dtype"""
+    trust_remote_code: bool = False
+    """allow custom model code"""
 
 
 def base_from_run(adapter: str) -> str | None:
@@ -38,29 +45,28 @@ def base_from_run(adapter: str) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     from perception_judge.train.models import merge_lora
 
-    base = args.base or base_from_run(args.adapter)
-    if not base:
-        print(
-            "merge-lora: --base is required (the adapter is not inside a run folder with perception_judge_run.json)",
-            file=sys.stderr,
-        )
-        return 2
-    out = merge_lora(base, args.adapter, args.out, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    print(f"merged {args.adapter} into {base} -> {out}")
+    o = options_from_args(MergeLoraOptions, args)
+    if not (base := o.base or base_from_run(o.adapter)):
+        raise problem("base", "required, not given (no run file beside the adapter names it)")
+    out = merge_lora(base, o.adapter, o.out, dtype=o.dtype, trust_remote_code=o.trust_remote_code)
+    print(f"merged {o.adapter} into {base} -> {out}")
     return 0
 
 
-MERGE_LORA = Command(add_arguments=_add_arguments, run=_run, description=__doc__)
+MERGE_LORA = Command(add_arguments=lambda p: add_flags(p, MergeLoraOptions), run=_run, description=__doc__)
 
 
-def _memory_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("recipe", help="a training recipe (YAML), e.g. recipes/flex7b.yaml")
-    parser.add_argument("overrides", nargs="*", help="overrides, as train_grpo.py takes them (--key value)")
-    parser.add_argument("--world", type=int, default=8, help="GPUs the run uses (default 8)")
-    parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
-    help_ = "the model's shape (default: its config.json, else known)"
-    parser.add_argument("--shape", choices=sorted(PUBLISHED), help=help_)
-    parser.add_argument("--zero-stage", type=int, choices=range(4), help="ZeRO stage (default: the recipe's)")
+class MemoryOptions(Options):
+    recipe: Annotated[str, Flag("recipe")]
+    """a training recipe (YAML), e.g. recipes/flex7b.yaml; overrides follow it as train_grpo.py takes them"""
+    world: int = Field(8, ge=1)
+    """GPUs the run uses"""
+    gpu_gib: float = Field(80.0, gt=0)
+    """memory of one GPU in GiB"""
+    shape: Literal[tuple(sorted(PUBLISHED))] | None = None  # type: ignore[valid-type]
+    """the model's shape (default: its config.json, else known)"""
+    zero_stage: int | None = Field(None, ge=0, le=3)
+    """ZeRO stage (default: the recipe's)"""
 
 
 def _model_shape(recipe: object, name: str | None) -> object:
@@ -73,19 +79,15 @@ def _model_shape(recipe: object, name: str | None) -> object:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from perception_judge.train.recipe import RecipeError, parse_recipe, zero_stage
+    from perception_judge.train.recipe import parse_recipe, zero_stage
 
-    try:  # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
-        recipe = parse_recipe([args.recipe, *args.passthrough, "--bf16", "false"], check_environment=False)
-        shape = _model_shape(recipe, args.shape)
-        stage = (zero_stage(recipe.training) or 0) if args.zero_stage is None else args.zero_stage
-    except (RecipeError, OSError, ValueError) as e:
-        print(f"recipe-memory: {e}", file=sys.stderr)
-        return 2
-    parts = estimate(recipe, shape, args.world, args.gpu_gib, stage)
-    print(
-        f"{args.recipe} on {args.world} x {args.gpu_gib:g} GiB, ZeRO-{stage}, per GPU, sequences at their longest"
-    )
+    o = options_from_args(MemoryOptions, args)
+    # bf16 and vLLM are checked on the GPU machine; the arithmetic needs neither
+    recipe = parse_recipe([o.recipe, *args.passthrough, "--bf16", "false"], check_environment=False)
+    shape = _model_shape(recipe, o.shape)
+    stage = (zero_stage(recipe.training) or 0) if o.zero_stage is None else o.zero_stage
+    parts = estimate(recipe, shape, o.world, o.gpu_gib, stage)
+    print(f"{o.recipe} on {o.world} x {o.gpu_gib:g} GiB, ZeRO-{stage}, per GPU, sequences at their longest")
     for key, value in parts.items():
         text = f"{value:,} tokens" if isinstance(value, int) else f"{value:,.1f} GiB"
         print(f"  {key:22s} {text:>16s}")
@@ -95,7 +97,7 @@ def _memory(args: argparse.Namespace) -> int:
 
 
 RECIPE_MEMORY = Command(
-    add_arguments=_memory_arguments,
+    add_arguments=lambda p: add_flags(p, MemoryOptions),
     run=_memory,
     passthrough=True,
     description="Per-GPU memory of a recipe (perception_judge.train.memory: the arithmetic in its docstring and "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy, pixel_policy_conflict, processor_pixel_bounds
+from perception_judge.core.options import problem
 from perception_judge.core.protocol import count_image_placeholders, render_generation_prompt
 from perception_judge.core.schema import (
     COL_GROUND_TRUTH,
@@ -68,20 +69,15 @@ def patch_factor(config: Any) -> int:
 
 
 def pixel_policy_for(judge_args: Any, model_config: Any = None, processor: Any = None) -> PixelPolicy:
-    """The run's pixel policy; ``image_factor: 0`` takes patch × merge from the model config (28 / 32), an unset
-    ``image_min_pixels`` the model processor's least area. A policy whose images the processor would resize (a
-    fixed side or smart bounds outside the processor's area bounds) is refused: the processor resizes silently
-    and every image-token count the run computes would be wrong."""
-    j = judge_args
-    factor = j.image_factor or (patch_factor(model_config) if model_config is not None else 28)
+    """The recipe's ``pixel_policy`` over the model's: an unset ``factor`` is patch × merge of the model config (28 /
+    32), an unset ``min_pixels`` the processor's least area. A policy the processor would resize images of (a fixed
+    side or smart bounds outside its area bounds) is refused: it resizes silently, and the token counts are wrong."""
     bounds = processor_pixel_bounds(processor) if processor is not None else None
-    least = j.image_min_pixels or (bounds[0] if bounds else 56 * 56)
-    try:
-        policy = PixelPolicy(j.image_mode, j.image_size, least, j.image_max_pixels, factor=factor)
-    except ValueError as e:
-        raise DataError(f"pixel policy for this model (patch factor {factor}): {e}") from None
-    if problem := pixel_policy_conflict(policy, bounds):
-        raise DataError(f"pixel policy: {problem}; choose values inside its bounds")
+    model = {"factor": patch_factor(model_config) if model_config is not None else 28}
+    model["min_pixels"] = bounds[0] if bounds else 56 * 56
+    policy = PixelPolicy.parse({**model, **(judge_args.pixel_policy or {})}, "pixel_policy")
+    if conflict := pixel_policy_conflict(policy, bounds):
+        raise problem("pixel_policy", f"{conflict}; choose values inside its bounds", policy.to_dict())
     return policy
 
 
@@ -224,12 +220,10 @@ def prepare_split(
     ds: Any, split: str, judge_args: Any, lengths: PromptLengths, max_samples: int | None, seed: int
 ) -> tuple[Any, SplitReport]:
     """Check, mix-filter, length-filter and cap one split; returns the selected dataset and its report."""
-    from perception_judge.train.args import protocol_mix_dict
-
     limit = judge_args.max_prompt_tokens
     report = SplitReport(split=split, rows_in=len(ds), protocols_in=dict(Counter(ds[COL_PROTOCOL])))
     try:
-        mix = protocol_mix_dict(judge_args.protocol_mix)
+        mix = judge_args.protocol_mix or None
         keep = protocol_mix_indices(ds[COL_PROTOCOL], mix, seed, strict=split == "train")
     except ValueError as e:
         raise DataError(f"{split}: {e}") from None

@@ -43,36 +43,33 @@ def run_isolated(args: list[str]) -> None:
         raise RuntimeError(f"python {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
 
 
-def provider_options(provider: str | None, options: Any, recipe_options: Any = None) -> dict[str, Any]:
-    """A recipe's ``model_provider_options`` (a mapping, or ``key=value,...`` from the command line, which updates
-    the recipe's ``recipe_options``) checked against ``provider``: it imports and takes them (its keyword
+def provider_options(provider: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
+    """A recipe's ``model_provider_options`` checked against ``provider``: it imports and takes them (its keyword
     parameters); returns them converted to the annotated types (``"0"`` to an int, a ``Literal`` checked)."""
     import inspect
     import typing
 
     from pydantic import TypeAdapter, ValidationError
 
-    from perception_judge.train.args import mapping
+    from perception_judge.core.options import problem
     from perception_judge.train.rewards import import_callable
 
-    out = mapping(options, "model_provider_options")
-    if isinstance(options, str):
-        out = {**mapping(recipe_options, "model_provider_options"), **out}
+    key, out = "model_provider_options", dict(options or {})
     if not provider:
         if out:
-            raise ValueError(f"{out} given without a model_provider")
+            raise problem(key, "given without a model_provider", out)
         return {}
     function = import_callable(provider, "model_provider")
     try:
         inspect.signature(function).bind("path", **out)
     except TypeError as e:
-        raise ValueError(str(e)) from None
+        raise problem(key, f"{provider} does not take them: {e}", out) from None
     hints = typing.get_type_hints(function, include_extras=True)
     for name in [n for n in out if n in hints]:
         try:
             out[name] = TypeAdapter(hints[name]).validate_python(out[name])
         except ValidationError as e:
-            raise ValueError(f"{name}: {e.errors()[0]['msg']}, got {out[name]!r}") from None
+            raise problem(f"{key}.{name}", e.errors()[0]["msg"], out[name]) from None
     return out
 
 

@@ -13,6 +13,7 @@ import pkgutil
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perception_judge.core.options import problem
 from perception_judge.core.schema import DEFAULT_TAU
 from perception_judge.rewards import REWARDS, completion_text
 
@@ -42,31 +43,29 @@ DIAGNOSTIC_REWARDS: dict[str, Callable[..., list[float]]] = {
 }
 
 
-def import_callable(path: str, what: str = "reward") -> Callable[..., Any]:
-    """Import ``package.module:function`` or ``package.module.function`` (``what``: how errors name it)."""
+def import_callable(path: str, what: str = "reward_funcs") -> Callable[..., Any]:
+    """Import ``package.module:function`` or ``package.module.function`` (``what``: the key errors name)."""
     try:
         fn = pkgutil.resolve_name(path)
-    except (ImportError, ValueError) as e:
-        raise ValueError(f"{what} {path!r}: cannot import it: {e}") from None
-    except AttributeError as e:
-        raise ValueError(f"{what} {path!r}: {e}") from None
+    except (ImportError, ValueError, AttributeError) as e:
+        raise problem(what, f"cannot import it: {e}", path) from None
     if not callable(fn):
-        raise ValueError(f"{what} {path!r} is not callable")
+        raise problem(what, "not callable", path)
     return fn
 
 
 def check_reward_names(names: Sequence[str]) -> None:
     """Fail on unknown names (dotted paths are imported to check them); names must be unique."""
     if not names:
-        raise ValueError("reward_funcs is empty: name at least one reward")
+        raise problem("reward_funcs", "empty: name at least one reward", names)
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise ValueError(f"reward {name!r} is listed twice in reward_funcs")
+            raise problem("reward_funcs", f"{name!r} is listed twice", names)
         if name in REWARDS or name in DIAGNOSTIC_REWARDS:
             continue
         if ":" not in name and "." not in name:
             known = ", ".join(sorted([*REWARDS, *DIAGNOSTIC_REWARDS]))
-            raise ValueError(f"unknown reward {name!r}; known: {known} or a dotted path")
+            raise problem("reward_funcs", f"unknown reward {name!r} (known: {known} or a dotted path)", names)
         import_callable(name)
 
 
@@ -88,12 +87,8 @@ def reward_weight_map(names: Sequence[str], weights: Sequence[float] | None) -> 
     if weights is None:
         return dict.fromkeys(names, 1.0)
     if len(weights) != len(names):
-        raise ValueError(
-            f"reward_weights has {len(weights)} values for {len(names)} reward_funcs ({', '.join(names)}); "
-            "give one weight per reward"
-        )
+        what = f"{len(weights)} values for {len(names)} reward_funcs ({', '.join(names)}): give one weight per reward"
+        raise problem("reward_weights", what, list(weights))
     if not any(weights):
-        raise ValueError(
-            f"reward_weights {list(weights)} are all 0: no reward would train; make one non-zero"
-        )
+        raise problem("reward_weights", "all 0: no reward would train; make one non-zero", list(weights))
     return {n: float(w) for n, w in zip(names, weights)}

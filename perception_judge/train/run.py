@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from perception_judge.core.io import now
+from perception_judge.core.options import problem
 from perception_judge.core.protocol import prepare_processor, template_opens_think
 from perception_judge.core.runinfo import RUN_FILE, list_checkpoints, update_run_info, write_run_info
+from perception_judge.core.schema import Sampling
 from perception_judge.train import models
 from perception_judge.train.card import final_metrics, versions, write_model_card
 from perception_judge.train.data import DataError, load_judge_data, pixel_policy_for, read_training_set
@@ -53,24 +55,22 @@ def resolve_resume(value: str | None, output_dir: str) -> str | None:
         return None
     if value not in RESUME_LATEST:
         if not Path(value).is_dir():
-            raise RecipeError(f"resume_from_checkpoint: {value!r} is not a checkpoint folder")
-        if problem := checkpoint_problem(Path(value)):
-            raise RecipeError(f"resume_from_checkpoint: {value!r} is incomplete: {problem}")
+            raise problem("resume_from_checkpoint", "not a checkpoint folder", value)
+        if why := checkpoint_problem(Path(value)):
+            raise problem("resume_from_checkpoint", f"an incomplete checkpoint: {why}", value)
         return value
     skipped = 0
     for name in reversed(list_checkpoints(output_dir)):
-        if problem := checkpoint_problem(Path(output_dir) / name):
-            say(f"resume: skipping {name}: {problem}")
+        if why := checkpoint_problem(Path(output_dir) / name):
+            say(f"resume: skipping {name}: {why}")
             skipped += 1
             continue
         say(f"resume: from {name}" + (" (the newest complete one)" if skipped else ""))
         return str(Path(output_dir) / name)
     if value == "auto":
         return None
-    raise RecipeError(
-        f"resume_from_checkpoint={value}: no checkpoint to resume from (no complete checkpoint-N folder "
-        f"in {output_dir!r})"
-    )
+    what = f"no checkpoint to resume from (no complete checkpoint-N folder in {output_dir!r})"
+    raise problem("resume_from_checkpoint", what, value)
 
 
 def finished_at_step(checkpoint: str | None, max_steps: int) -> int | None:
@@ -107,9 +107,9 @@ def _local_problem(path: str | None, marker: str) -> str | None:
         try:
             validate_repo_id(path)
         except HFValidationError:
-            return f"{path!r} does not exist"
+            return "does not exist"
         return None
-    return None if (Path(path) / marker).is_file() else f"{path!r} holds no {marker}"
+    return None if (Path(path) / marker).is_file() else f"holds no {marker}"
 
 
 def check_inputs(recipe: Recipe) -> Any:
@@ -121,8 +121,8 @@ def check_inputs(recipe: Recipe) -> Any:
     if not j.model_provider:
         folders["model_name_or_path"] = (m.model_name_or_path, "config.json")
     for key, (path, marker) in folders.items():
-        if problem := _local_problem(path, marker):
-            raise RecipeError(f"{key}: {problem}")
+        if why := _local_problem(path, marker):
+            raise problem(key, why, path)
     s, t = recipe.script, recipe.training
     eval_on = str(getattr(t.eval_strategy, "value", t.eval_strategy)) != "no"
     splits = (s.dataset_train_split, s.dataset_test_split) if eval_on else (s.dataset_train_split,)
@@ -142,6 +142,7 @@ def precision(recipe: Recipe) -> dict[str, Any]:
 def _run_info(recipe: Recipe, run: Run, config: Any, policy: Any, think_open: bool) -> dict[str, Any]:
     """What ``perception_judge_run.json`` records of a run when it starts."""
     t, m, j, s = recipe.training, recipe.model, recipe.judge, recipe.script
+    sampled = {k: getattr(t, k) for k in ("temperature", "top_p", "top_k", "seed")}
     return {
         "format": 1,
         "status": "running",
@@ -167,7 +168,7 @@ def _run_info(recipe: Recipe, run: Run, config: Any, policy: Any, think_open: bo
         "trackers": report_to_list(t.report_to),
         "validation": {
             "enabled": run.data.validation is not None,
-            "sampling": {"do_sample": True, "temperature": t.temperature, "top_p": t.top_p, "top_k": t.top_k},
+            "sampling": Sampling(max_new_tokens=t.max_completion_length, **sampled).model_dump(),
             "num_generations": t.num_generations_eval or t.num_generations,
         },
         "resumed_from": run.resume,
@@ -263,8 +264,8 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
     )
     think_open = template_opens_think(processor)
     config = AutoConfig.from_pretrained(run.model_path, **hub)
-    if problem := preflight(recipe, config, state.num_processes):  # before any weights load
-        raise RecipeError(f"memory: {problem} (--skip_memory_check true to start anyway)")
+    if why := preflight(recipe, config, state.num_processes):  # before any weights load
+        raise RecipeError(f"memory: {why} (--skip_memory_check true to start anyway)")
     policy = pixel_policy_for(j, config, processor)
     run.data = _load_data(recipe, dataset, processor, policy)
     run.info = _run_info(recipe, run, config, policy, think_open)
