@@ -1,7 +1,8 @@
 """The layout docs/architecture.md describes: no import cycle, the core imports nothing of the stages, the parts
 (the command-line modules included: a stage's CLI is part of its stage) stand on at most four levels of imports,
 nothing imports the entry point (``perception_judge.cli``), no production module imports the toy wing
-(``perception_judge.tiny``), and every subcommand takes ``--config`` and ``--set``."""
+(``perception_judge.tiny``), no arrow runs back up inside the evaluation, one class each for sampling and the pixel
+policy, every subcommand takes ``--config`` and ``--set``, and no module reads a file of the checkout."""
 
 from __future__ import annotations
 
@@ -186,6 +187,29 @@ def test_every_data_file_of_the_package_is_package_data():
     assert not missing, f"not covered by package-data {globs}: {missing}"
 
 
+def test_no_module_reads_a_file_above_its_folder():
+    """The demo runs from an installed package, outside the checkout (``tests/test_demo.py::
+    test_demo_runs_from_an_installed_package_outside_the_checkout``, slow): a file a module reads lies beside it
+    (``Path(__file__).with_name``, ``importlib.resources``) and is package data (above), never up in the checkout
+    (``Path(__file__).parents[2] / "recipes"``, the demo's ``ROOT`` before issue 42)."""
+
+    def climbs(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "parents") or (
+            isinstance(node, ast.Attribute)
+            and node.attr == "parent"
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "parent"
+        )
+
+    found = {
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if climbs(node) and "__file__" in ast.unparse(node)
+    }
+    assert not found, found
+
+
 MAX_FUNCTION_LINES = 80
 
 
@@ -264,6 +288,14 @@ def _family(module: str) -> str | None:
     return next((f for f in SUITE_FAMILIES if module == f or module.startswith(f + ".")), None)
 
 
+def _defines_a_suite(path: Path) -> bool:
+    """Whether a module assigns ``SUITE`` (its record) at the top: a suite module, wherever it lives."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return any(
+        isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "SUITE" for t in n.targets) for n in body
+    )
+
+
 def test_no_arrow_runs_back_up_inside_evaluation(graph):
     """Issue 42: general statistics lived inside particular suites (the preference benchmarks imported perception's
     Wilson interval, perception the benchmarks' rate and the bias suite's mean/std, the results table the bias
@@ -273,7 +305,7 @@ def test_no_arrow_runs_back_up_inside_evaluation(graph):
     none of their modules but through the registry."""
     modules, edges = graph
     registry = f"{EVALUATION}.suites"
-    suites = {t for t in edges[registry] if _family(t) and modules[t].name != "__init__.py"}
+    suites = {t for t in edges[registry] if _defines_a_suite(modules[t])}
     expected = {"perception", "bias.suite", "benchmarks.mllm_judge", "benchmarks.self_enhancement"}
     assert {f"{EVALUATION}.{s}" for s in expected} <= suites
     found = []
@@ -289,10 +321,12 @@ def test_the_report_asks_the_suite_records(graph):
     """Issue 42: the report read bias internals (``bias.taxonomy.BIASES``, ``if suite == "bias"`` twice); now its
     tables' labels, notes and bar plots come from the suite records (``Metric.label``, ``Suite.note``,
     ``Suite.bars``), and it names no suite."""
+    from perception_judge.evaluation.suites import SUITES
+
     modules, edges = graph
     for module in (f"{EVALUATION}.report", f"{EVALUATION}.cli"):
-        assert not [t for t in edges[module] if _family(t)], module
-        names = {f.rsplit(".", 1)[-1] for f in SUITE_FAMILIES} | {"mllm_judge", "position", "verbosity"}
+        assert not [t for t in edges[module] if _family(t) or _defines_a_suite(modules[t])], module
+        names = {f.rsplit(".", 1)[-1] for f in SUITE_FAMILIES} | set(SUITES)
         tree = ast.parse(modules[module].read_text(encoding="utf-8"))
         said = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
         assert not said & names, (module, said & names)
