@@ -2,7 +2,7 @@
 
 Subcommands are looked up lazily, so ``perception-judge --help`` answers instantly and a subcommand only
 imports what it needs. Each subcommand is a :class:`~perception_judge.core.command.Command` living next to the code
-it drives; ``train`` is trl's own parser (``perception_judge.train.run:main``), so accelerate can launch it on every
+it drives; ``train`` is trl's own parser (``perception_judge.train.run:COMMAND``), so accelerate can launch it on every
 process: ``accelerate launch -m perception_judge.cli train RECIPE.yaml``.
 """
 
@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "export PPJD records to the training set (datasets parquet)",
     ),
     "train": (
-        "perception_judge.train.run:main",
+        "perception_judge.train.run:COMMAND",
         "GRPO training from a recipe (RECIPE.yaml [--key value ...]; docs/training.md)",
     ),
     "merge-lora": (

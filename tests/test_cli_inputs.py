@@ -104,7 +104,7 @@ CASES = [
     (["demo", "--families", "nope"], "demo.families: unknown tiny families"),
     (["demo", "--out", "a.txt"], "Not a directory: 'a.txt'"),
     (["demo", "--set", "bogus=1"], "demo.bogus: unknown option"),
-    (["train", "missing.yaml"], "train_grpo.py: error: recipe 'missing.yaml' does not exist"),
+    (["train", "missing.yaml"], "perception-judge train: error: recipe 'missing.yaml' does not exist"),
     (
         ["train", "bad.yaml"],
         "rewards_wieghts: unknown key of recipe bad.yaml (got 1); did you mean reward_weights, ",
@@ -113,7 +113,10 @@ CASES = [
         ["train", str(REPO / "recipes" / "tiny.yaml"), "--set", "learning_rate=-1"],
         "learning_rate: Input should be greater than 0 (got -1.0)",
     ),
-    (["train", "--config", "missing.yaml"], "train_grpo.py: error: recipe 'missing.yaml' does not exist"),
+    (
+        ["train", "--config", "missing.yaml"],
+        "perception-judge train: error: recipe 'missing.yaml' does not exist",
+    ),
 ]
 
 

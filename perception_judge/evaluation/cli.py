@@ -28,14 +28,13 @@ LoRA adapter) of a training run into RUN_DIR/eval/ (cells/, results.csv, results
 plots/); `eval run --model NAME=PATH ... --out DIR` compares any judges (local folders, adapters, an
 OpenAI-compatible server, scripted judges). Re-running skips finished cells (model x suite x seed).
 
-Suites: bias (MM-JudgeBias compositional biases), perception (held-out PPJD: r_c vs its counterfactuals), and
-the judge benchmarks (mllm_judge, vlrewardbench, mjbench, multimodal_rewardbench, mmrb2, position, verbosity, self_enhancement); `eval list`.
+Suites: {suites} (`eval list` describes them).
 
 Settings, lowest precedence first: the training run's file (sweep: pixel policy, think prefix, token budget,
 training set), the eval job YAML (--config, e.g. eval/configs/tiny.yaml), --set KEY=VALUE (values are YAML; a
 suite's option is SUITE.KEY: --set bias.n_per_type=8 --set perception.protocols=[pair]; also sampling.KEY and
 backend.KEY), then the flags below. Everything is checked before any model loads. See docs/evaluation.md.
-"""
+""".format(suites=", ".join(SUITES))
 
 
 JOBS: dict[str, type[JobConfig]] = dict(sweep=SweepJob, run=RunJob)

@@ -42,7 +42,7 @@ class BackendOptions(Options):
     """The job's ``backend`` section: ``kind``, its options (typed by the plan), pixel policy, think prefix."""
 
     model_config = ConfigDict(extra="allow")
-    kind: Annotated[Literal["hf", "vllm", "openai", "scripted"] | None, Flag("--backend")] = None
+    kind: Annotated[Literal[tuple(KINDS)] | None, Flag("--backend")] = None
     """judge backend (default hf)"""
     batch_size: int | None = None
     """hf / vllm batch size"""

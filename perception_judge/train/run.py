@@ -7,6 +7,7 @@ load (recipe parsing and validation, the pixel policy against the model config, 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -325,10 +326,13 @@ def train(recipe: Recipe) -> dict[str, Any]:
     return metrics
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "train_grpo.py") -> int:
     try:
         train(parse_recipe(argv))
     except (RecipeError, DataError) as e:
-        print(f"train_grpo.py: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
     return 0
+
+
+COMMAND = functools.partial(main, prog="perception-judge train")  # the `perception-judge train` subcommand
