@@ -119,7 +119,8 @@ MUTANTS ?= perception_judge.rewards.* perception_judge.core.protocol.* perceptio
 	perception_judge.evaluation.benchmarks.multimodal_rewardbench.x_verdict* \
 	perception_judge.evaluation.benchmarks.multimodal_rewardbench.x_parse_* \
 	perception_judge.evaluation.perception.x_kendall_tau_b* perception_judge.evaluation.perception.x_pair_verdict* \
-	perception_judge.evaluation.perception.x_pair_accuracy* perception_judge.evaluation.perception.x_wilson_interval* \
+	perception_judge.evaluation.perception.x_pair_accuracy* perception_judge.evaluation.perception.x_derangement* \
+	perception_judge.evaluation.perception.x_score_seed* \
 	perception_judge.evaluation.stats.* perception_judge.train.memory.*
 
 mutation: install

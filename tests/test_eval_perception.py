@@ -215,3 +215,74 @@ def test_backend_errors_are_not_parse_failures():
     assert counts["errors"] == 1 and metrics["error_rate"] == 0.5
     assert metrics["pair_acc_c_vs_rp_n"] == 1 and metrics["pair_acc_c_vs_rp_parse_failures"] == 1.0
     assert [line["verdict"] for line in lines] == ["error", "fail"]
+
+
+def test_kendall_tau_b_of_a_nan_score_is_zero_and_lengths_are_named():
+    assert (
+        perception.kendall_tau_b([9.0, math.nan, 2.0], [3, 2, 1]) == 0.0
+    )  # scipy's NaN is no ordering either
+    with pytest.raises(ValueError, match=r"^kendall_tau_b needs lists of equal length$"):
+        perception.kendall_tau_b([1, 2], [1, 2, 3])
+
+
+def test_pair_accuracy_of_one_judgement_and_the_overcount_message():
+    assert perception.pair_accuracy(1, 0, 0, 1) == 1.0 and perception.pair_accuracy(0, 1, 0, 1) == 0.5
+    with pytest.raises(ValueError, match=r"^correct \+ ties \+ fails \(4\) exceeds n \(3\)$"):
+        perception.pair_accuracy(2, 1, 1, 3)
+
+
+def _result(req, scores, text="reply"):
+    from perception_judge.core.schema import JudgeResult
+
+    return JudgeResult(req.request_id, text, scores, None if scores else "no tags")
+
+
+def test_score_seed_lines_carry_each_judgement_and_the_suite_tau():
+    """One record under every protocol: each per-sample line holds the request, the reply and what was scored
+    from it; single verdicts use the suite's tau (8 here: a perturbed response scored 7 is judged right)."""
+    from perception_judge.core.schema import order_from_kinds
+
+    records = [perception.Record("a", "q", [], {"r_c": "good", "r_rp": "bad", "r_rp_r": "worse"})]
+    reqs = perception.build_requests(records, ["pair", "batch", "single"], "random", 0)
+    assert [r.meta["protocol"] for r in reqs] == ["pair"] * 4 + ["batch"] + ["single"] * 3
+    kinds = reqs[4].meta["kinds"]
+    scores = [[9, 5], [5, 5], None, [2, 9], [QUALITY[k] for k in kinds], None, [7], [9]]
+    results = [_result(req, s) for req, s in zip(reqs, scores, strict=True)]
+    metrics, counts, lines = perception.score_seed(reqs, results, 8.0)
+    extra = [
+        {"verdict": "correct"}, {"verdict": "tie"}, {"verdict": "fail"}, {"verdict": "correct"},
+        {"order": order_from_kinds(kinds), "reward": 1.0, "kendall_tau": 1.0},
+        {"verdict_reward": 0.0}, {"verdict_reward": 1.0}, {"verdict_reward": 0.0},
+    ]  # fmt: skip
+    for line, req, res, more in zip(lines, reqs, results, extra, strict=True):
+        meta = {k: req.meta[k] for k in ("protocol", "record", "kinds")}
+        assert line == {"request_id": req.request_id, **meta, "scores": res.scores, "error": res.error,
+                        "text": "reply", **more}  # fmt: skip
+    assert metrics["single_verdict_acc"] == pytest.approx(1 / 3) and metrics["single_acc_r_c"] == 0.0
+    assert metrics["single_acc_perturbed"] == 0.5 and metrics["single_parse_fail_rate"] == pytest.approx(
+        1 / 3
+    )
+    assert counts["single_fail"] == 1 and counts["batch_fail"] == 0 and metrics["batch_kendall_tau"] == 1.0
+
+
+def test_score_seed_counts_pairs_ties_failures_and_errors():
+    """Ties are half credit in the accuracy and its interval; two failed orders of one pair are not "consistent";
+    every backend error counts, outside the pair counts."""
+    from perception_judge.evaluation.base import error_result
+
+    records = [perception.Record(k, "q", [], {"r_c": "good", "r_rp": "bad"}) for k in "abc"]
+    reqs = perception.build_requests(records, ["pair"], "random", 0)
+    results = [
+        _result(reqs[0], [9, 5]),
+        _result(reqs[1], [5, 5]),
+        _result(reqs[2], None),
+        _result(reqs[3], None),
+    ]
+    results += [error_result(reqs[4], "connection refused"), error_result(reqs[5], "timeout")]
+    metrics, counts, _ = perception.score_seed(reqs, results, 6.0)
+    assert counts["errors"] == 2 and metrics["error_rate"] == pytest.approx(2 / 6)
+    assert metrics["pair_acc_c_vs_rp_n"] == 4 and metrics["pair_acc_c_vs_rp"] == 0.375
+    lo, hi = stats.wilson_interval(1.5, 4)  # 1 correct + 1 tie / 2
+    assert (metrics["pair_acc_c_vs_rp_ci95_lo"], metrics["pair_acc_c_vs_rp_ci95_hi"]) == (lo, hi)
+    assert metrics["pair_acc_c_vs_rp_ties"] == 0.25 and metrics["pair_acc_c_vs_rp_parse_failures"] == 0.5
+    assert counts["pair_groups"] == 2 and metrics["pair_consistency"] == 0.0

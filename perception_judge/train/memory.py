@@ -68,13 +68,9 @@ PUBLISHED = {
     "qwen3_vl_4b": Shape(2560, 36, 9728, 32, 8, 128, 151936, True, 1024, 24, 4096, 2, 16, 3, 2304),
     "qwen3_vl_8b": Shape(4096, 36, 12288, 32, 8, 128, 151936, False, 1152, 27, 4304, 2, 16, 3, 2304),
 }
-MODEL_SHAPES = {
-    "jongwooko/Flex-VL-7B": "qwen2_5_vl_7b",
-    "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl_7b",
-    "Qwen/Qwen2.5-VL-32B-Instruct": "qwen2_5_vl_32b",
-    "Qwen/Qwen3-VL-4B-Thinking": "qwen3_vl_4b",
-    "Qwen/Qwen3-VL-8B-Thinking": "qwen3_vl_8b",
-}
+MODEL_SHAPES = {"jongwooko/Flex-VL-7B": "qwen2_5_vl_7b", "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl_7b",
+                "Qwen/Qwen2.5-VL-32B-Instruct": "qwen2_5_vl_32b", "Qwen/Qwen3-VL-4B-Thinking": "qwen3_vl_4b",
+                "Qwen/Qwen3-VL-8B-Thinking": "qwen3_vl_8b"}  # fmt: skip
 
 
 def shape_of(config: Any) -> Shape:
@@ -176,12 +172,16 @@ def estimate(recipe: Any, shape: Shape, world: int = 8, gpu_gib: float = 80.0, s
 
 
 def verdict(parts: dict[str, float], recipe: Any, stage: int) -> str | None:
-    """None when the peak phase fits the budget; else one line naming the phase and the settings to change."""
+    """None when the peak phase fits and the engine's KV cache holds a sequence; else one line naming the fix."""
+    t, kv = recipe.training, parts["vllm_kv_cache_tokens"]
+    if parts["vllm_engine"] and kv < (t.vllm_max_model_length or 1):
+        return (f"vLLM's KV cache holds {kv:,} tokens, under vllm_max_model_length {t.vllm_max_model_length}"
+                ": raise vllm_gpu_memory_utilization or vllm_tensor_parallel_size")  # fmt: skip
     if parts["peak"] <= parts["budget"]:
         return None
     phase = max(PHASES, key=parts.get)
     fixes = [FIXES.get(phase, "lower vllm_gpu_memory_utilization")]
-    if parts["vllm_engine"] and not recipe.training.vllm_enable_sleep_mode and phase != "generation":
+    if parts["vllm_engine"] and not t.vllm_enable_sleep_mode and phase != "generation":
         fixes.append("vllm_enable_sleep_mode: true")
     if parts["training_state"] + parts["reference_model"] > parts["budget"]:
         fixes = []  # only sharding or LoRA can help
