@@ -159,6 +159,8 @@ def test_unknown_command_line_flag_is_named(tmp_path):
         ("learning_rate: .inf", r"^learning_rate: Input should be a finite number \(got inf\)$"),
         ("max_steps: 0", r"^max_steps: Input should be greater than or equal to 1: or -1 to train num_train_epochs \(got 0\)$"),
         ("vllm_mode: remote", r"^vllm_mode: expected one of colocate, server \(got 'remote'\)$"),
+        ("vllm_tensor_parallel_size: 0", r"^vllm_tensor_parallel_size: Input should be greater than or equal to 1 \(got 0\)$"),
+        ("vllm_gpu_memory_utilization: 1.5", r"^vllm_gpu_memory_utilization: Input should be less than or equal to 1 \(got 1.5\)$"),
         ("output_dir: {a: 1}", r"^output_dir: expected a single value, not a mapping \(got \{'a': 1\}\)$"),
     ],
 )  # fmt: skip

@@ -48,10 +48,10 @@ RANGES: type[Options] = create_model(  # type: ignore[call-overload]
              "save_steps eval_steps"),
             ({"ge": 0}, "weight_decay max_grad_norm warmup_steps top_k beta"),
             ({"ge": 1}, "per_device_train_batch_size per_device_eval_batch_size gradient_accumulation_steps "
-             "num_iterations save_total_limit lora_r max_completion_length"),
+             "num_iterations save_total_limit lora_r max_completion_length vllm_tensor_parallel_size"),
             ({"ge": 2}, "num_generations"),
             ({"ge": 0, "le": 1}, "warmup_ratio min_p"),
-            ({"gt": 0, "le": 1}, "top_p"),
+            ({"gt": 0, "le": 1}, "top_p vllm_gpu_memory_utilization"),
             ({"gt": 0}, "temperature", Why("GRPO needs sampled groups; validation samples too")),
             ({"ge": 1}, "max_steps", BeforeValidator(lambda n: None if n == -1 else n),
              Why("or -1 to train num_train_epochs")),
