@@ -57,7 +57,7 @@ def test_activations_follow_the_micro_batch_and_the_attention_kernel():
 
 
 def test_without_a_prompt_limit_sequences_count_their_completion_only():
-    """The arithmetic has no prompt length without max_prompt_tokens (every recipe sets one): L = C then."""
+    """estimate() alone has no prompt length without max_prompt_tokens: L = C (the preflight passes the data's longest)."""
     recipe = _recipe("flex7b")
     recipe.judge.max_prompt_tokens = None
     parts = estimate(recipe, PUBLISHED["qwen2_5_vl_7b"], stage=3)
@@ -178,6 +178,24 @@ def test_the_preflight_reads_cuda_device_0_and_the_runs_stage(monkeypatch):
         "evaluation needs 61.0 GiB per GPU of 60.0 (ZeRO-3): lower per_device_eval_batch_size, "
         "vllm_enable_sleep_mode: true, ZeRO-3 offload, LoRA (use_peft: true)"
     )
+
+
+def test_the_preflight_counts_the_longest_prompt_when_max_prompt_tokens_is_unset(monkeypatch):
+    """Without max_prompt_tokens the preflight takes the training set's longest prompt (build_run passes it after the
+    rows are read, before any weights load): completions alone would understate every sequence."""
+    import torch
+
+    config, recipe = _config("qwen2_5_vl_7b"), _recipe("flex7b")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: type("Props", (), {"total_memory": 80 * GIB})
+    )
+    recipe.judge.max_prompt_tokens = None
+    assert preflight(recipe, config, 8, longest_prompt=0) is None  # 24,576-token sequences fit
+    why = preflight(recipe, config, 8, longest_prompt=16_384)  # 40,960 tokens do not
+    assert why and why.startswith("evaluation needs "), why
+    recipe.judge.max_prompt_tokens = 4096  # a limit wins over the data
+    assert preflight(recipe, config, 8, longest_prompt=16_384) is None
 
 
 def _verdict(name: str, *overrides: str, stage: int = 3, gpu_gib: float = 80.0) -> str | None:

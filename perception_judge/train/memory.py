@@ -108,11 +108,11 @@ def head_bytes(shape: Shape, positions: int, trains: bool, triton: bool = True) 
 
 
 def estimate(recipe: Any, shape: Shape, world: int = 8, gpu_gib: float = 80.0, stage: int | None = None,
-             triton: bool = True) -> dict[str, float]:  # fmt: skip
+             triton: bool = True, prompt: int | None = None) -> dict[str, float]:  # fmt: skip
     """Per-GPU GiB of every term and phase of a parsed recipe (:class:`~perception_judge.train.recipe.Recipe`) on
     ``world`` GPUs of ``gpu_gib`` under ZeRO ``stage`` (default the run's, ``recipe.zero_stage``). P parameters, T
     trained (LoRA's, or all); b / b_e training / validation sequences per GPU of L prompt + completion tokens, C of
-    them completion:
+    them completion (the prompt: ``prompt`` tokens, default max_prompt_tokens):
 
     * training_state 16 B x T (bf16 weights and gradients, fp32 masters, two Adam moments; without DeepSpeed fp32
       weights and gradients), ZeRO-1 / 2 / 3 shard 12 / 14 / 16 B of it; + LoRA's base 2 B x P; reference_model
@@ -136,7 +136,8 @@ def estimate(recipe: Any, shape: Shape, world: int = 8, gpu_gib: float = 80.0, s
     trained = shape.lora_params(m.lora_r) if peft else total
     whole, sharded = (world, 16) if stage == 3 else (1, (0, 12, 14)[stage])  # ZeRO-3 shards the base too
     b, be, completion = t.per_device_train_batch_size, t.per_device_eval_batch_size, t.max_completion_length
-    length, sdpa = (j.max_prompt_tokens or 0) + completion, m.attn_implementation in (None, "sdpa")
+    prompt = j.max_prompt_tokens if prompt is None else prompt
+    length, sdpa = (prompt or 0) + completion, m.attn_implementation in (None, "sdpa")
     linears = [a * c for a, c in shape.layer_linears()]
     gathered = (max(sum(linears), v * h) if peft else v * h) * (stage == 3)
     parts = {
@@ -190,12 +191,14 @@ def verdict(parts: dict[str, float], recipe: Any, stage: int) -> str | None:
     return f"{phase} needs {parts[phase]:.1f} GiB per GPU of {parts['budget']:.1f} (ZeRO-{stage}): {', '.join(fixes)}"
 
 
-def preflight(recipe: Any, config: Any, world: int) -> str | None:
-    """Why a run cannot fit its GPUs (:func:`estimate` for its model config, process count, ZeRO stage and CUDA
-    device 0's memory); None when it fits, without CUDA, or with ``skip_memory_check``."""
+def preflight(recipe: Any, config: Any, world: int, longest_prompt: int = 0) -> str | None:
+    """Why a run cannot fit its GPUs (:func:`estimate` for its model config, process count, ZeRO stage, CUDA device
+    0's memory and its prompts: max_prompt_tokens, else the training set's longest); None when it fits, without CUDA,
+    or with ``skip_memory_check``."""
     import torch
 
     if recipe.judge.skip_memory_check or not torch.cuda.is_available():
         return None
     stage, gpu = zero_stage(recipe.training) or 0, torch.cuda.get_device_properties(0).total_memory / GIB
-    return verdict(estimate(recipe, shape_of(config), world, gpu, stage), recipe, stage)
+    prompt = recipe.judge.max_prompt_tokens or longest_prompt
+    return verdict(estimate(recipe, shape_of(config), world, gpu, stage, prompt=prompt), recipe, stage)

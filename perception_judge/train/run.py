@@ -265,10 +265,11 @@ def build_run(recipe: Recipe, write_files: bool = True, resume: Any = _RESOLVE) 
     )
     think_open = template_opens_think(processor)
     config = AutoConfig.from_pretrained(run.model_path, **hub)
-    if why := preflight(recipe, config, state.num_processes):  # before any weights load
-        raise RecipeError(f"memory: {why} (--skip_memory_check true to start anyway)")
     policy = pixel_policy_for(j, config, processor)
     run.data = _load_data(recipe, dataset, processor, policy)
+    longest = max(r.prompt_tokens_max for r in run.data.reports.values())
+    if why := preflight(recipe, config, state.num_processes, longest):  # before any weights load
+        raise RecipeError(f"memory: {why} (--skip_memory_check true to start anyway)")
     run.info = _run_info(recipe, run, config, policy, think_open)
     if write_files and state.is_main_process:
         if resume and (Path(t.output_dir) / RUN_FILE).is_file():  # continue the run's record
