@@ -19,6 +19,7 @@ from perception_judge.cli import build_parser, main
 from perception_judge.evaluation import sweep as S
 from perception_judge.evaluation.backends.hf import HFBackend
 from perception_judge.evaluation.backends.scripted import ScriptedBackend
+from perception_judge.core.options import OptionError
 from perception_judge.evaluation.cli import COMMAND, plan_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +44,10 @@ SELF = ("--set", "self_enhancement.own_model=me", "--set", "self_enhancement.pai
     [
         (["--set", "bias.n_per_typ=2"], ["bias.n_per_typ: unknown option", "n_per_type"]),
         (["--set", "perception.protocol=pair"], ["perception.protocol: unknown option", "protocols"]),
+        (
+            ["--suites", "bias", "--set", "perception.protocol=pair"],
+            ["perception.protocol: unknown option", "protocols"],
+        ),
         (["--set", "perception.protocols=[pair,trio]"], ["perception.protocols", "pair, batch, single"]),
         (["--set", "bias.prompt=fancy"], ["bias.prompt", "'single' or 'mmjb'"]),
         (["--set", "bias.bias_types=text_dominance,colour"], ["bias.bias_types", "texture_insertion"]),
@@ -93,6 +98,19 @@ def test_a_bad_option_exits_2_before_any_model_loads(tmp_path, capsys, no_model_
     for name in names:
         assert name in err[0]
     assert not (run_dir / "eval").exists()
+
+
+def test_options_of_a_suite_the_job_does_not_run_wait_for_a_job_that_runs_it(tmp_path, no_model_loads):
+    """eval/configs/tiny.yaml carries perception options; a sweep of its bias suite alone over a run with no training
+    set (``--suites bias``) was refused for perception's missing data -- a suite it would not run. Its keys are still
+    checked (the case above); its requirements wait for a job that runs it."""
+    run_dir = dummy_run(tmp_path / "run", steps=(1,), final=False)
+    args = _args("sweep", str(run_dir), "--config", str(REPO / "eval/configs/tiny.yaml"), "--suites", "bias")
+    plan = _build(args)
+    assert plan.suites == ("bias",) and set(plan.options) == {"bias"}
+    args = _args("sweep", str(run_dir), "--config", str(REPO / "eval/configs/tiny.yaml"))
+    with pytest.raises(OptionError, match="perception.data: .*needs the option data=PATH"):
+        _build(args)
 
 
 def test_a_bad_option_exits_2_from_the_shell_before_torch_is_imported(tmp_path):

@@ -85,6 +85,16 @@ class Options(BaseModel):
         except ValidationError as e:
             raise OptionError("; ".join(_describe(cls, where, err, what) for err in e.errors())) from None
 
+    @classmethod
+    def check_keys(cls, values: Mapping[str, Any] | None, where: str = "", what: str | None = None) -> None:
+        """Only the keys of ``values``, as :meth:`parse` words an unknown one: options kept for later (a suite the
+        job does not run), whose requirements wait for the job that uses them."""
+        try:
+            cls.model_validate(values or {})
+        except ValidationError as e:
+            if bad := [err for err in e.errors() if err["type"] == "extra_forbidden"]:
+                raise OptionError("; ".join(_describe(cls, where, err, what) for err in bad)) from None
+
 
 def _strip_none(annotation: Any) -> Any:
     """``X | None`` -> X (other annotations as they are)."""
