@@ -16,10 +16,10 @@ import pytest
 from test_eval_sweep import _plan, dummy_run
 
 from perception_judge.cli import build_parser, main
+from perception_judge.core.options import OptionError
 from perception_judge.evaluation import sweep as S
 from perception_judge.evaluation.backends.hf import HFBackend
 from perception_judge.evaluation.backends.scripted import ScriptedBackend
-from perception_judge.core.options import OptionError
 from perception_judge.evaluation.cli import COMMAND, plan_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_options_of_a_suite_the_job_does_not_run_wait_for_a_job_that_runs_it(tmp
     plan = _build(args)
     assert plan.suites == ("bias",) and set(plan.options) == {"bias"}
     args = _args("sweep", str(run_dir), "--config", str(REPO / "eval/configs/tiny.yaml"))
-    with pytest.raises(OptionError, match="perception.data: .*needs the option data=PATH"):
+    with pytest.raises(OptionError, match=r"perception\.data: .*needs the option data=PATH"):
         _build(args)
 
 

@@ -348,7 +348,7 @@ def resolve(
             options[suite] = {**opts, "trainset_dir": run.train_set}
     backend = BackendSpec.parse({"kind": "hf", **merged["backend"]}, config.sampling)
     typed = {s: SUITES[s].parse(options.get(s)) for s in suites}
-    for s in [s for s in options if s not in typed]:  # a suite not run: its keys now, its requirements when it runs
+    for s in [s for s in options if s not in typed]:  # not run: its keys now, its requirements when it runs
         SUITES[s].options.check_keys(options[s], s, f"option of the {s} suite")
     trained = (run.raw.get("args") or {}).get("max_completion_length") if run else None
     budget = config.sampling.max_new_tokens
