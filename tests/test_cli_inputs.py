@@ -41,6 +41,10 @@ CASES = [
     (["make-tiny-model", "--set", "colour=1", "--out", "o"], "make-tiny-model.colour: unknown option"),
     (["make-tiny-model", "--from-supervised", "empty", "--out", "o"], "no model in 'empty'"),
     (["make-tiny-model", "--config", "missing.yaml"], "config file 'missing.yaml' does not exist"),
+    (
+        ["make-tiny-model", "--out", "a.txt/m"],
+        "cannot write the model to 'a.txt/m' (Not a directory): pass --out",
+    ),
     (["synth", "--n", "-3", "--out", "s"], "n must be >= 0"),
     (["synth", "--n", "2", "--out", "a.txt"], "cannot write to --out 'a.txt'"),
     (["synth", "--n", "2", "--out", "s", "--set", "famlies=x"], "synth.famlies: unknown option"),
@@ -62,6 +66,10 @@ CASES = [
         "merge-lora: error: dtype: Input should be",
     ),
     (["merge-lora", "--adapter", "empty", "--base", "empty", "--out", "m"], "Unrecognized model in empty"),
+    (
+        ["merge-lora", "--adapter", "empty", "--base", "empty", "--out", "a.txt/m"],
+        "cannot write the merged model to 'a.txt/m' (Not a directory)",
+    ),
     (["recipe-memory", "missing.yaml"], "recipe-memory: error: recipe 'missing.yaml' does not exist"),
     (
         ["recipe-memory", "bad.yaml"],
@@ -99,8 +107,14 @@ CASES = [
     (["chat-template", "missing"], "model folder 'missing' does not exist"),
     (["chat-template", "empty"], "'empty' is not a model folder (no config.json)"),
     (["chat-template", "empty", "--think-prefix", "maybe"], "chat-template.think_prefix"),
+    (
+        ["chat-template", "empty", "--out", "a.txt/t.jinja"],
+        "cannot write the template to 'a.txt': a file, not",
+    ),
     (["learnability", "--steps", "-1"], "learnability.steps: Input should be greater than or equal to 1"),
     (["learnability", "--families", "nope"], "unknown tiny families ['nope']"),
+    (["learnability", "--out", "a.txt/r.json"], "cannot write the result to 'a.txt': a file, not a folder"),
+    (["learnability", "--keep-model", "a.txt/m"], "cannot write the model to 'a.txt/m' (Not a directory)"),
     (["demo", "--families", "nope"], "demo.families: unknown tiny families"),
     (["demo", "--out", "a.txt"], "Not a directory: 'a.txt'"),
     (["demo", "--set", "bogus=1"], "demo.bogus: unknown option"),

@@ -91,6 +91,30 @@ def atomic_write_json(
     atomic_write_text(path, json.dumps(redact(data), ensure_ascii=False, indent=indent, default=str), fsync)
 
 
+def check_writable(folder: str | os.PathLike[str], what: str, flag: str = "--out DIR") -> None:
+    """Create ``folder`` and write a probe file in it, then remove what it made; before a job's work, an
+    ``OptionError`` names the folder and ``flag`` when that fails (a read-only file system, a full disk)."""
+    from perception_judge.core.options import OptionError
+
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(
+            f"cannot write {what} to {str(folder)!r}: a file, not a folder; pass {flag} elsewhere"
+        )
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = temp_name(folder / ".write-probe")
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        probe.unlink()
+        for p in made:
+            p.rmdir()
+    except OSError as e:
+        raise OptionError(
+            f"cannot write {what} to {str(folder)!r} ({e.strerror or e}): pass {flag} somewhere you can write to"
+        ) from None
+
+
 def now() -> str:
     """The local time as ISO 8601 with its UTC offset, the timestamp of every file the project writes."""
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from perception_judge.core.command import Command
+from perception_judge.core.io import check_writable
 from perception_judge.core.options import Options, add_flags, options_from_args
 from perception_judge.evaluation.backends.common import check_folder
 
@@ -41,6 +42,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     o = options_from_args(ChatTemplateOptions, args, "chat-template")
+    if o.out:
+        check_writable(Path(o.out).parent, "the template", "--out FILE")
     check_folder(args.model)
     text = judge_chat_template(args.model, o.think_prefix)
     if o.out:

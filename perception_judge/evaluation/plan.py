@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from perception_judge.core.images import PixelPolicy
-from perception_judge.core.io import temp_name
+from perception_judge.core.io import check_writable
 from perception_judge.core.options import Flag, OptionError, Options
 from perception_judge.core.redact import redact
 from perception_judge.core.runinfo import RunInfo
@@ -265,24 +265,6 @@ def _run_layer(run: RunInfo | None) -> dict[str, Any]:
     return layer
 
 
-def check_writable(folder: Path) -> None:
-    """Create ``folder`` and write a probe file in it, then remove what it made; an ``OptionError`` names the folder
-    when that fails (a read-only run folder, a full disk), before any model loads."""
-    made = [p for p in (folder, *folder.parents) if not p.exists()]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = temp_name(folder / ".write-probe")
-        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        probe.unlink()
-        for p in made:
-            p.rmdir()
-    except OSError as e:
-        raise OptionError(
-            f"cannot write the evaluation to {str(folder)!r} ({e.strerror or e}): pass --out DIR, a folder you can "
-            "write to"
-        ) from None
-
-
 def _suite_paths(suite: str, options: Options, train_set: str | None) -> None:
     """The files and folders a suite's options name exist with the shape its reader expects (``*_file`` a file,
     ``images_dir`` a folder, a training set's folder its split's parquet file)."""
@@ -363,6 +345,6 @@ def resolve(
     if out is None:
         raise OptionError("out: eval run needs --out DIR (or out: in the config)")
     check_cell_names(models := tuple(j.entry(backend.kind) for j in config.models))
-    check_writable(Path(out))
+    check_writable(Path(out), "the evaluation")
     seeds, force = tuple(config.seeds or (0,)), force or config.force
     return EvalPlan(suites, typed, backend, Path(out), seeds, config.limit, force, warnings, models, config)

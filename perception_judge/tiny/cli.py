@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from perception_judge.core.command import Command
+from perception_judge.core.io import check_writable
 from perception_judge.core.options import Flag, OptionError, Options, add_flags, options_from_args
 from perception_judge.tiny.models import ARCHS, TOKENIZERS
 from perception_judge.tiny.supervised import FIRST_SLOT_BIAS
@@ -75,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
     from perception_judge.tiny.supervised import warm_start_format
 
     o = options_from_args(TinyModelOptions, args, "make-tiny-model")
+    check_writable(o.out, "the model", "--out DIR")
     if o.from_supervised:
         return _blind(o)
     try:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import Field
 
 from perception_judge.core.command import Command
-from perception_judge.core.io import atomic_write_text
+from perception_judge.core.io import atomic_write_text, check_writable
 from perception_judge.core.options import Options, add_flags, options_from_args
 from perception_judge.core.schema import DEFAULT_TAU
 from perception_judge.tiny.world import TINY_FAMILIES, TinyFamilies
@@ -153,6 +153,10 @@ class LearnabilityOptions(Options):
 
 def _run(args: argparse.Namespace) -> int:
     o = options_from_args(LearnabilityOptions, args, "learnability")
+    if o.out:  # before minutes of training
+        check_writable(Path(o.out).parent, "the result", "--out FILE")
+    if o.keep_model:
+        check_writable(o.keep_model, "the model", "--keep-model DIR")
     result = run_check(
         o.steps,
         o.seed,

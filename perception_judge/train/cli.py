@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from perception_judge.core.command import Command
+from perception_judge.core.io import check_writable
 from perception_judge.core.options import Flag, Options, add_flags, options_from_args, problem
 from perception_judge.train.memory import MODEL_SHAPES, PUBLISHED, estimate, shape_of, verdict
 
@@ -46,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     from perception_judge.train.models import merge_lora
 
     o = options_from_args(MergeLoraOptions, args)
+    check_writable(o.out, "the merged model", "--out DIR")  # before the base model loads
     if not (base := o.base or base_from_run(o.adapter)):
         raise problem("base", "required, not given (no run file beside the adapter names it)")
     out = merge_lora(base, o.adapter, o.out, dtype=o.dtype, trust_remote_code=o.trust_remote_code)
