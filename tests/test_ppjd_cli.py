@@ -176,6 +176,24 @@ def test_an_unreachable_teacher_is_one_line_naming_the_url_in_seconds_and_nothin
         assert srv.stats()["get_models"] == 2
 
 
+def test_a_server_without_the_models_api_is_refused_with_the_way_around(tmp_path, capsys):
+    """A proxy that answers chat completions but not GET /models was refused by the teacher check with no way
+    around it; the refusal names teacher.check_server=false, which skips the check and builds."""
+    rows, out = _own_rows(tmp_path / "mine"), tmp_path / "ppjd"
+    argv = ["build-ppjd", "--input", str(rows), "--out", str(out), "--model", "fake-teacher", "--no-progress"]
+    with FakeOpenAIServer(models_api=False) as srv:
+        assert main([*argv, "--base-url", srv.base_url]) == 2
+        err = _one_line(capsys, "build-ppjd")
+        assert (
+            "answers GET /models with" in err
+            and "--set teacher.check_server=false" in err
+            and not out.exists()
+        )
+        assert main([*argv, "--base-url", srv.base_url, "--set", "teacher.check_server=false"]) == 0
+        assert srv.stats()["get_models"] == 1 and srv.stats()["requests"] > 1  # the refused run's GET only
+    assert re.search(r"status +complete", capsys.readouterr().out)
+
+
 def test_max_failure_rate_turns_a_mostly_failed_run_into_exit_1(tmp_path, capsys):
     syn = tmp_path / "syn"
     assert (

@@ -60,6 +60,9 @@ class TeacherOptions(ClientConfig):
     """tries per stage on truncated / unparseable replies"""
     skip_verify: bool = False
     """skip the verify stage (r_c already verified)"""
+    check_server: bool = True
+    """GET /models before the first item (false: a server without that API; a wrong URL, key or model then fails
+    the first items instead)"""
     stages: Stages = Stages()
     seed: int = 0
     """seed of teacher sampling and programmatic perturbations"""

@@ -206,7 +206,17 @@ class LLMTeacher:
         await self.client.aclose()
 
     def check(self, source: Any) -> list[str]:
-        return asyncio.run(self.client.check())
+        if not self.options.check_server:
+            return []
+        try:
+            return asyncio.run(self.client.check())
+        except ValueError as e:
+            hint = (
+                " (a server without that API: --set teacher.check_server=false)"
+                if "GET /models" in str(e)
+                else ""
+            )
+            raise ValueError(f"{e}{hint}") from None
 
     async def _stage(
         self,

@@ -147,6 +147,7 @@ class FakeOpenAIServer:
         record_requests: bool = False,
         reasoning: bool = False,
         listed: bool = True,
+        models_api: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -157,6 +158,7 @@ class FakeOpenAIServer:
         self.record_requests = record_requests  # keep every request body and its headers
         self.reasoning = reasoning  # replies carry a reasoning_content
         self.listed = listed  # GET /models lists the model (else only GET /models/NAME finds it)
+        self.models_api = models_api  # False: GET /models... is 404, as on a proxy without the models API
         self.requests: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
         self._rng = random.Random(seed)
@@ -289,7 +291,9 @@ class _Handler(BaseHTTPRequestHandler):
         model = {"id": srv.model, "object": "model", "created": 0, "owned_by": "fake"}
         if self._refused():
             return
-        if self.path.rstrip("/").endswith("/models"):
+        if not srv.models_api:
+            self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        elif self.path.rstrip("/").endswith("/models"):
             self._json(200, {"object": "list", "data": [model] if srv.listed else []})
         elif self.path.rstrip("/").endswith(f"/models/{srv.model}"):
             self._json(200, model)
