@@ -343,7 +343,8 @@ class Suite:
     """A suite's record, what the plan, the sweep, ``eval list`` and the report read of it (the contract:
     docs/evaluation.md §6): its options model, every metric it reports declared (by full name or a dot-separated
     part), its headline metrics as shell patterns in order (the first reported one ranks models),
-    ``run(backend, config)``, the report's note below its tables and its bar plot."""
+    ``run(backend, config)``, the report's note below its tables and its bar plot, and ``from_run``: the option a
+    sweep fills with the run's training set unless the job names a source or data of its own."""
 
     name: str
     options: type[Options]
@@ -352,6 +353,7 @@ class Suite:
     run: Callable[[JudgeBackend, SuiteConfig], SuiteResult]
     note: str = ""
     bars: Bars | None = None
+    from_run: str | None = None
 
     def parse(self, values: Options | Mapping[str, Any] | None) -> Options:
         """The typed, defaults-filled options; a bad key or value raises ``OptionError`` naming ``SUITE.KEY``."""

@@ -362,6 +362,6 @@ BARS = base.Bars(
      "batch_kendall_tau": "batch: Kendall τ", "single_verdict_acc": "single: verdict acc."},
     control="perception_mismatched",
 )  # fmt: skip
-SUITE = base.Suite("perception", PerceptionOptions, METRICS, PRIMARY, run, bars=BARS)
-MISMATCHED = base.Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run)
+SUITE = base.Suite("perception", PerceptionOptions, METRICS, PRIMARY, run, bars=BARS, from_run="data")
+MISMATCHED = base.Suite("perception_mismatched", MismatchedOptions, METRICS, PRIMARY, run, from_run="data")
 """The control a sweep runs beside ``perception`` (``image_control=mismatched``), so the report shows both."""

@@ -33,9 +33,8 @@ from perception_judge.evaluation.suites import SUITES
 log = logging.getLogger(__name__)
 
 DEFAULT_SUITES = ("bias", "perception")
-PAIR_SOURCE_SUITES = ("position", "verbosity")
-"""Pair-source suites whose pairs default to the run's training set (the ``ppjd`` source, ``trainset_dir``)."""
-PAIR_SOURCE_PATHS = ("data_dir", "pair_file", "trainset_dir", "pairs_file")
+DATA_KEYS = ("data", "data_dir", "pair_file", "trainset_dir", "pairs_file")
+"""Options naming a suite's data: one the job sets keeps the run's training set out of the suite (``Suite.from_run``)."""
 
 
 class BackendOptions(Options):
@@ -260,8 +259,6 @@ def _run_layer(run: RunInfo | None) -> dict[str, Any]:
     }
     if budget := (run.raw.get("args") or {}).get("max_completion_length"):
         layer["sampling"] = {"max_new_tokens": int(budget)}
-    if run.train_set:
-        layer["options"] = {s: {"data": run.train_set} for s in ("perception", "perception_mismatched")}
     return layer
 
 
@@ -273,7 +270,7 @@ def _suite_paths(suite: str, options: Options, train_set: str | None) -> None:
         if value is None or not (key == "data" or key.endswith(("_dir", "_file"))):
             continue
         p, hint = Path(str(value)).expanduser(), " (the run file's train_set)" * (str(value) == train_set)
-        trainset = key == "trainset_dir" or (key == "data" and suite.startswith("perception"))
+        trainset = key == SUITES[suite].from_run
         if not p.exists():
             problem = "does not exist"
         elif (key.endswith("_file") and not p.is_file()) or (key == "images_dir" and not p.is_dir()):
@@ -324,10 +321,14 @@ def resolve(
     options = dict(config.options or {})
     if unknown := [s for s in (*suites, *options) if s not in SUITES]:
         raise OptionError(f"suites: unknown suite {unknown[0]!r}; available: {', '.join(SUITES)}")
-    for suite in PAIR_SOURCE_SUITES if run and run.train_set else ():  # unless a source names other pairs
-        opts = options.get(suite) or {}
-        if opts.get("source") in (None, "ppjd") and not any(opts.get(k) for k in PAIR_SOURCE_PATHS):
-            options[suite] = {**opts, "trainset_dir": run.train_set}
+    for name, suite in SUITES.items() if run and run.train_set else ():
+        opts = options.get(name) or {}
+        if (
+            suite.from_run
+            and opts.get("source") in (None, "ppjd")
+            and not any(opts.get(k) for k in DATA_KEYS)
+        ):
+            options[name] = {**opts, suite.from_run: run.train_set}
     backend = BackendSpec.parse({"kind": "hf", **merged["backend"]}, config.sampling)
     typed = {s: SUITES[s].parse(options.get(s)) for s in suites}
     for s in [s for s in options if s not in typed]:  # not run: its keys now, its requirements when it runs

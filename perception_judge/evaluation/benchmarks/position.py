@@ -67,6 +67,5 @@ def run(backend: JudgeBackend, config: SuiteConfig) -> SuiteResult:
 
 
 METRICS = {**M.METRICS, "position_score_bias": Metric(None, ideal=0.0)}
-SUITE = Suite(
-    NAME, PairSourceOptions, METRICS, ("mean.consistency_rate", "mean.first_position_win_rate"), run
-)
+PRIMARY = ("mean.consistency_rate", "mean.first_position_win_rate")
+SUITE = Suite(NAME, PairSourceOptions, METRICS, PRIMARY, run, from_run="trainset_dir")

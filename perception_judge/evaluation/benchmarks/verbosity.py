@@ -220,4 +220,4 @@ PRIMARY = (
     "mean.self.concise_preferred_rate",
     "mean.*mean_score_shift*",
 )
-SUITE = base.Suite(NAME, VerbosityOptions, METRICS, PRIMARY, run)
+SUITE = base.Suite(NAME, VerbosityOptions, METRICS, PRIMARY, run, from_run="trainset_dir")
