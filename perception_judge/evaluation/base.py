@@ -153,6 +153,21 @@ class JudgeBackend(abc.ABC):
     """Turns judge requests into results. Subclasses: hf, vllm, openai, scripted (tests)."""
 
     name: str = "backend"
+    target: str = "model"
+    """the key of a judge's spec that names it (a scripted judge: ``fn``)"""
+
+    @classmethod
+    def judge_keys(cls, spec: Mapping[str, Any], name: str, given: set[str]) -> dict[str, Any]:
+        """A plan's judge (entry ``name``, its ``spec``) as this kind's keys: a served name (a LoRA checkpoint by its
+        entry name, vllm --lora-modules checkpoint-150=DIR; anything else by its folder, vLLM's default); a key the
+        job's backend block sets (``given``) wins."""
+        target = name if spec.get("adapter") else spec.get(cls.target)
+        return {} if cls.target in given else {cls.target: None if target is None else str(target)}
+
+    @classmethod  # noqa: B027 - optional hook
+    def check_judge(cls, spec: Mapping[str, Any], options: Options) -> None:
+        """Raise ``OSError`` / ``ValueError`` / ``ImportError`` when the judge ``spec`` names cannot be had; the
+        plan's check before any model loads."""
 
     def __init__(self, pixel_policy: PixelPolicy | dict | None = None) -> None:
         if isinstance(pixel_policy, dict):

@@ -24,8 +24,6 @@ from perception_judge.core.runinfo import RunInfo
 from perception_judge.core.schema import Sampling
 from perception_judge.core.trainset import split_path
 from perception_judge.evaluation.backends import KINDS, BackendSpec, takes
-from perception_judge.evaluation.backends.common import resolve_model
-from perception_judge.evaluation.backends.scripted import scripted_fn
 from perception_judge.evaluation.base import Ints, Names
 from perception_judge.evaluation.results import cell_id
 from perception_judge.evaluation.suites import SUITES
@@ -88,8 +86,8 @@ class Judge(Options):
     def entry(self, kind: str) -> ModelEntry:
         """The judge's model entry (the backend's keys in ``spec``; a scripted backend's TARGET is its ``fn``)."""
         spec = self.model_dump(exclude={"name", "step"}, exclude_none=True)
-        if kind == "scripted" and "fn" not in spec:
-            spec["fn"] = spec.pop("model")
+        if (key := KINDS[kind].target) not in spec and "model" in spec:
+            spec[key] = spec.pop("model")
         target = str(self.model or self.fn)
         return ModelEntry(self.name or Path(target.rstrip("/")).name or target, self.step, "model", spec)
 
@@ -287,14 +285,11 @@ def check_inputs(plan: EvalPlan, run: RunInfo | None = None) -> None:
     nothing written: the judges' model and adapter folders (:func:`~.backends.common.check_folder`: a Hub id is
     downloaded by the backend), a scripted judge's function, every suite's files and folders; an ``OptionError``
     names the key."""
-    kind, opts = plan.backend.kind, plan.backend.options
+    backend = KINDS[plan.backend.kind]
     judges = [(f"models.{e.name}", e.spec) for e in plan.models]
     for where, spec in judges + ([("the run file's base_model", {"model": run.base_model})] if run else []):
         try:
-            if kind in ("hf", "vllm"):
-                resolve_model(spec.get("model") or "", spec.get("adapter"), spec.get("base_model"))
-            elif kind == "scripted":
-                scripted_fn(opts.fn if "fn" in opts.model_fields_set else spec.get("fn") or opts.fn)
+            backend.check_judge(spec, plan.backend.options)
         except (OSError, ValueError, ImportError) as e:
             raise OptionError(f"{where}: {e}") from None
     for suite in plan.suites:

@@ -25,6 +25,7 @@ from perception_judge.core.io import atomic_write_json, progress_bar
 from perception_judge.core.runinfo import RUN_FILE as RUN_FILE
 from perception_judge.core.runinfo import RunInfo, has_full_weights, list_checkpoints, read_run
 from perception_judge.core.schema import content_key
+from perception_judge.evaluation.backends import KINDS
 from perception_judge.evaluation.backends.common import fingerprint, has_processor, is_adapter_dir
 from perception_judge.evaluation.base import JudgeBackend, SuiteConfig
 from perception_judge.evaluation.plan import EvalPlan, ModelEntry, check_cell_names, jsonable, resolve
@@ -110,26 +111,12 @@ class BackendPool:
         self._shared: dict[str, Any] = {}  # base model -> its shared engine
         self._users = Counter(str(e.spec["model"]) for e in entries if e.spec.get("model"))  # its models left
 
-    def judge_keys(self, entry: ModelEntry) -> dict[str, Any]:
-        """The backend keys of one judge: a local kind's folders; a server's model name, a LoRA checkpoint by its
-        entry name (vllm --lora-modules checkpoint-150=DIR) and anything else by its folder (vLLM's default served
-        name); a scripted judge's function. A key the job's backend block sets explicitly wins for servers and
-        scripted judges."""
-        kind, given = self.plan.backend.kind, self.plan.backend.options.model_fields_set
-        model = entry.name if entry.spec.get("adapter") else entry.spec.get("model")
-        keys = {
-            "openai": {"model": None if model is None else str(model)},
-            "scripted": {"fn": entry.spec.get("fn")},
-        }
-        keys = {
-            k: v for k, v in keys.get(kind, entry.spec).items() if kind in ("hf", "vllm") or k not in given
-        }
-        return {**keys, "label": entry.name}
-
     def get(self, entry: ModelEntry) -> JudgeBackend:
         if self.factory is not None:
             return self.factory(entry, self.plan)
-        keys, spec = self.judge_keys(entry), self.plan.backend
+        spec = self.plan.backend
+        keys = KINDS[spec.kind].judge_keys(entry.spec, entry.name, spec.options.model_fields_set)
+        keys["label"] = entry.name
         if spec.kind != "vllm" or not any(e.spec.get("adapter") for e in self.entries):
             return spec.build(**keys)
         from perception_judge.evaluation.backends.vllm import adapter_rank

@@ -37,7 +37,7 @@ def parse_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
                 f"bad backend spec {spec!r}: expected KIND:TARGET with KIND one of {', '.join(KINDS)} "
                 "(e.g. hf:/path/to/model, openai:gpt-4o, scripted:constant)"
             )
-        return {"kind": kind, "fn" if kind == "scripted" else "model": target}
+        return {"kind": kind, KINDS[kind].target: target}
     d = dict(spec)
     kind = d.pop("kind", None) or d.pop("backend", None)
     if kind not in KINDS:

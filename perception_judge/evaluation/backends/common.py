@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -124,6 +124,14 @@ class LocalBackend(JudgeBackend):
     """A judge whose weights are local folders (:class:`LocalOptions`), rendering with the think prefix."""
 
     seeding = ""
+
+    @classmethod
+    def judge_keys(cls, spec: Mapping[str, Any], name: str, given: set[str]) -> dict[str, Any]:
+        return dict(spec)  # its folders, whatever the job's backend block says
+
+    @classmethod
+    def check_judge(cls, spec: Mapping[str, Any], options: Options) -> None:
+        resolve_model(spec.get("model") or "", spec.get("adapter"), spec.get("base_model"))
 
     def __init__(
         self, opts: LocalOptions, pixel_policy: PixelPolicy | dict | None, think_prefix: str

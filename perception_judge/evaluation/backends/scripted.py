@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from perception_judge.core.images import PixelPolicy
@@ -30,6 +30,17 @@ class ScriptedBackend(JudgeBackend):
 
     name = "scripted"
     Options = ScriptedOptions
+    target = "fn"
+
+    @classmethod
+    def judge_keys(cls, spec: Mapping[str, Any], name: str, given: set[str]) -> dict[str, Any]:
+        return (
+            {} if "fn" in given else {"fn": spec.get("fn")}
+        )  # no adapter: one function stands in for any judge
+
+    @classmethod
+    def check_judge(cls, spec: Mapping[str, Any], options: Options) -> None:
+        scripted_fn(options.fn if "fn" in options.model_fields_set else spec.get("fn") or options.fn)
 
     def __init__(
         self,
