@@ -426,6 +426,7 @@ def test_a_sweep_checks_the_run_files_paths_before_any_model_loads(tmp_path, cap
     assert main(["eval", "sweep", str(run_dir), "-q"]) == 2
     line = capsys.readouterr().err.strip()
     assert f"perception.data: '{tmp_path / 'moved'}' (the run file's train_set) does not exist" in line, line
+    assert "(a Hub dataset? --set perception.data=DIR of its files)" in line  # a run trained from the Hub
     shutil.rmtree(run_dir / "base")
     assert main(["eval", "sweep", str(run_dir), "--suites", "bias", "-q"]) == 2
     line = capsys.readouterr().err.strip()

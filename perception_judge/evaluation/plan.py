@@ -269,8 +269,10 @@ def _suite_paths(suite: str, options: Options, train_set: str | None) -> None:
             continue
         p, hint = Path(str(value)).expanduser(), " (the run file's train_set)" * (str(value) == train_set)
         trainset = key == SUITES[suite].from_run
-        if not p.exists():
-            problem = "does not exist"
+        if not p.exists():  # a run trained from the Hub names its dataset's id
+            problem = (
+                "does not exist" + f" here (a Hub dataset? --set {suite}.{key}=DIR of its files)" * bool(hint)
+            )
         elif (key.endswith("_file") and not p.is_file()) or (key == "images_dir" and not p.is_dir()):
             problem = "is a folder, not a file" if p.is_dir() else "is a file, not a folder"
         elif trainset and p.is_dir() and not split_path(p, split).is_file():
