@@ -337,7 +337,8 @@ class ChatClient:
             error = self._classify(e, 1)
         if error.reason in ("rate_limited", "server_error"):
             return None  # it answers; the run's retries deal with a busy server
-        why = f"answers GET /models with {error.reason} (does the URL end in /v1?)"
+        why = f"answers GET /models with {error.reason} (does the URL end in /v1? a server without that API: --set "
+        why += "teacher.check_server=false)"
         if error.reason == "auth":
             why = f"refuses the API key ({'from' if self._key else 'none in'} ${cfg.api_key_env})"
         if down := error.reason in ("connection", "timeout"):

@@ -246,6 +246,20 @@ def test_a_read_only_run_folder_fails_in_one_line_before_any_model_loads(tmp_pat
     assert main([*args, "--set", "bias.source=builtin", "--set", "bias.n_per_type=1", "-q"]) == 0
 
 
+def test_a_failed_write_probe_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """A full disk lets the folders be made and the probe fail: the refusal removes the folders it made."""
+    from perception_judge.core.io import check_writable
+    from perception_judge.core.options import OptionError
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(os, "open", full)
+    with pytest.raises(OptionError, match=r"cannot write the evaluation to .*\(No space left on device\)"):
+        check_writable(tmp_path / "a" / "b", "the evaluation")
+    assert not (tmp_path / "a").exists()
+
+
 @pytest.fixture
 def read_only_mount(tmp_path):
     """A real read-only file system (a tmpfs remounted read-only) holding a run folder; skipped where this process

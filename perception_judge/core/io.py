@@ -101,18 +101,20 @@ def check_writable(folder: str | os.PathLike[str], what: str, flag: str = "--out
         raise OptionError(
             f"cannot write {what} to {str(folder)!r}: a file, not a folder; pass {flag} elsewhere"
         )
-    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = temp_name(folder / ".write-probe")
         os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         probe.unlink()
-        for p in made:
-            p.rmdir()
     except OSError as e:
         raise OptionError(
             f"cannot write {what} to {str(folder)!r} ({e.strerror or e}): pass {flag} somewhere you can write to"
         ) from None
+    finally:  # nothing left behind, also when the probe fails in a folder it made (a full disk)
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 def now() -> str:
@@ -121,9 +123,8 @@ def now() -> str:
 
 
 LINE_EVERY_S = 30.0  # seconds between the plain progress lines of a loop whose stderr is no terminal
-PROGRESS: dict[str, bool | None] = {
-    "enabled": None
-}  # what enabled=None means (`eval -q`: False, no progress)
+# what enabled=None means (`eval -q`: False, no progress)
+PROGRESS: dict[str, bool | None] = {"enabled": None}
 
 
 class _Lines:

@@ -260,6 +260,14 @@ def _run_layer(run: RunInfo | None) -> dict[str, Any]:
     return layer
 
 
+def _with_train_set(suite: str, opts: dict[str, Any], run: RunInfo | None) -> dict[str, Any]:
+    """``opts`` with the run's training set as the suite's data (``Suite.from_run``), unless they name a source or
+    data of their own."""
+    key = SUITES[suite].from_run
+    own = opts.get("source") not in (None, "ppjd") or any(opts.get(k) for k in DATA_KEYS)
+    return {**opts, key: run.train_set} if key and run and run.train_set and not own else opts
+
+
 def _suite_paths(suite: str, options: Options, train_set: str | None) -> None:
     """The files and folders a suite's options name exist with the shape its reader expects (``*_file`` a file,
     ``images_dir`` a folder, a training set's folder its split's parquet file)."""
@@ -318,16 +326,8 @@ def resolve(
     options = dict(config.options or {})
     if unknown := [s for s in (*suites, *options) if s not in SUITES]:
         raise OptionError(f"suites: unknown suite {unknown[0]!r}; available: {', '.join(SUITES)}")
-    for name, suite in SUITES.items() if run and run.train_set else ():
-        opts = options.get(name) or {}
-        if (
-            suite.from_run
-            and opts.get("source") in (None, "ppjd")
-            and not any(opts.get(k) for k in DATA_KEYS)
-        ):
-            options[name] = {**opts, suite.from_run: run.train_set}
     backend = BackendSpec.parse({"kind": "hf", **merged["backend"]}, config.sampling)
-    typed = {s: SUITES[s].parse(options.get(s)) for s in suites}
+    typed = {s: SUITES[s].parse(_with_train_set(s, options.get(s) or {}, run)) for s in suites}
     for s in [s for s in options if s not in typed]:  # not run: its keys now, its requirements when it runs
         SUITES[s].options.check_keys(options[s], s, f"option of the {s} suite")
     trained = (run.raw.get("args") or {}).get("max_completion_length") if run else None

@@ -325,9 +325,9 @@ def sweep(
     **claim_options: Any,
 ) -> tuple[SweepOutcome, dict[str, Any]]:
     """Evaluate the base model and every checkpoint of a run (``models``: default the plan's ``models_filter``;
-    ``claim_options``: ``claim``, ``lease_s``, ``max_attempts`` of :func:`evaluate`). ``plan`` should be resolved with the run (:func:`~.plan.resolve`, which
-    takes its pixel policy, think prefix, token budget and training set); the default runs the bias and perception
-    suites into ``RUN_DIR/eval``."""
+    ``claim_options``: ``claim``, ``lease_s``, ``max_attempts`` of :func:`evaluate`). ``plan`` should be resolved
+    with the run (:func:`~.plan.resolve`, which takes its pixel policy, think prefix, token budget and training set);
+    the default runs the bias and perception suites into ``RUN_DIR/eval``."""
     run = read_run(run_dir)
     plan = plan or resolve([], run.run_dir / "eval", run)
     entries = select_models(discover_models(run), models or plan.job.models_filter)

@@ -34,9 +34,8 @@ class ScriptedBackend(JudgeBackend):
 
     @classmethod
     def judge_keys(cls, spec: Mapping[str, Any], name: str, given: set[str]) -> dict[str, Any]:
-        return (
-            {} if "fn" in given else {"fn": spec.get("fn")}
-        )  # no adapter: one function stands in for any judge
+        # no adapter: one function stands in for any judge
+        return {} if "fn" in given else {"fn": spec.get("fn")}
 
     @classmethod
     def check_judge(cls, spec: Mapping[str, Any], options: Options) -> None:
